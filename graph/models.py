@@ -1,0 +1,1 @@
+"""Knowledge graph models (entities and temporal triples) live here."""

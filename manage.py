@@ -1,0 +1,17 @@
+#!/usr/bin/env python
+"""Django's command-line utility for Engram."""
+
+import os
+import sys
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

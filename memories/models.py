@@ -1,0 +1,152 @@
+"""The memories table: seed 000's schema of record, column for column."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.functions import RandomUUID
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
+from django.db import models
+from django.db.models import Func, Q, Value
+from django.db.models.functions import Coalesce
+from pgvector.django import HnswIndex, VectorField
+
+from engram_site.db import TransactionNow
+from tenants.models import Bucket, Tenant
+
+EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2
+
+# HNSW build parameters for the embedding index. m=16 keeps the graph (and the
+# index) compact for 384-d vectors; ef_construction=128, twice pgvector's
+# default, buys recall at a given ef_search for a one-off cost at build and
+# reindex time, which runs in the background (seed 000: "the defaults were too
+# loose on recall"). bench/hnsw_recall.py measures the result.
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 128
+
+
+class Attribution(models.TextChoices):
+    USER = "user", "user"
+    ASSISTANT = "assistant", "assistant"
+
+
+class Scope(models.TextChoices):
+    SPECIFIC = "specific", "specific"
+    GENERAL = "general", "general"
+
+
+class JsonbDefault(Func):
+    """A literal JSONB default, rendered as e.g. ``'[]'::jsonb`` in the DDL."""
+
+    output_field = models.JSONField()
+
+    def __init__(self, literal: str):
+        super().__init__(Value(literal))
+        self.template = "%(expressions)s::jsonb"
+
+
+class MemoryQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant) -> MemoryQuerySet:
+        return self.filter(tenant_id=tenant.pk)
+
+    def for_bucket(self, bucket: Bucket) -> MemoryQuerySet:
+        # tenant_id is repeated on purpose: every index that matters leads with it.
+        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
+
+
+class Memory(models.Model):
+    # Identity. tenant and bucket are denormalised onto the row because every query
+    # filters on both. The foreign keys are declared in the database by migration
+    # 0002 with ON DELETE CASCADE: deleting a tenant with a million memories must
+    # be one statement, not a Python-side collection of every row.
+    id = models.UUIDField(primary_key=True, db_default=RandomUUID(), editable=False)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="memories"
+    )
+
+    content = models.TextField()
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    # A parking lot, not a destination: nothing on the hot path reads it.
+    metadata = models.JSONField(null=True, blank=True, db_default=JsonbDefault("{}"))
+    token_count = models.IntegerField(null=True, blank=True)
+
+    classified_topic = models.TextField(null=True, blank=True)
+    classified_scope = models.TextField(null=True, blank=True, choices=Scope.choices)
+
+    hint_root = models.TextField(null=True, blank=True)
+    hint_tags = ArrayField(models.TextField(), null=True, blank=True)
+
+    created_at = models.DateTimeField(null=True, blank=True, db_default=TransactionNow())
+    last_accessed_at = models.DateTimeField(null=True, blank=True)
+
+    # Lemmatised by spaCy at ingest; the generated tsvector below sits on top.
+    text_lemmatized = models.TextField(null=True, blank=True)
+    # MD5 of the normalised text; the partial unique index makes dedup a database invariant.
+    text_hash = models.CharField(max_length=32, null=True, blank=True)
+
+    attributed_to = models.CharField(max_length=20, null=True, blank=True, choices=Attribution.choices)
+    agent_id = models.TextField(null=True, blank=True)
+    run_id = models.TextField(null=True, blank=True)
+    # Explicit supersedes / refines / cites edges between memories.
+    linked_memory_ids = models.JSONField(null=True, blank=True, db_default=JsonbDefault("[]"))
+    source_actor_id = models.TextField(null=True, blank=True)
+
+    # 'simple' configuration: the input is already lemmatised, and a second stemmer
+    # on top would over-stem.
+    lemmatized_tsv = models.GeneratedField(
+        expression=Func(Value("simple"), Coalesce("text_lemmatized", Value("")), function="to_tsvector"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+
+    objects = MemoryQuerySet.as_manager()
+
+    class Meta:
+        db_table = "memories"
+        verbose_name_plural = "memories"
+        indexes = [
+            # Tenant-wide scans: counts, exports, tenant deletes.
+            models.Index(fields=["tenant"], name="idx_memories_tenant"),
+            # Bucket deletes and merges (the cascade from buckets looks rows up by bucket_id).
+            models.Index(fields=["bucket"], name="idx_memories_bucket"),
+            # Every list and retrieval query: WHERE tenant_id = ? AND bucket_id = ?.
+            models.Index(fields=["tenant", "bucket"], name="idx_memories_tenant_bucket"),
+            # Staleness reports: memories of a tenant not surfaced since a date.
+            models.Index(fields=["tenant", "last_accessed_at"], name="idx_memories_last_accessed"),
+            # BM25: lemmatized_tsv @@ query.
+            GinIndex(fields=["lemmatized_tsv"], name="idx_memories_lemmatized_tsv"),
+            # Retrieval filtered on attribution: WHERE tenant_id, bucket_id AND attributed_to = ?.
+            models.Index(
+                fields=["tenant", "bucket", "attributed_to"],
+                name="idx_memories_attributed",
+                condition=Q(attributed_to__isnull=False),
+            ),
+            # Retrieval scoped to one agent: WHERE tenant_id = ? AND agent_id = ?.
+            models.Index(fields=["tenant", "agent_id"], name="idx_memories_agent", condition=Q(agent_id__isnull=False)),
+            # Retrieval scoped to one run: WHERE tenant_id = ? AND run_id = ?.
+            models.Index(fields=["tenant", "run_id"], name="idx_memories_run", condition=Q(run_id__isnull=False)),
+            # Who links to this memory: linked_memory_ids @> '["<id>"]'.
+            GinIndex(fields=["linked_memory_ids"], name="idx_memories_linked"),
+            # Vector retrieval: ORDER BY embedding <=> ? LIMIT k.
+            HnswIndex(
+                fields=["embedding"],
+                name="idx_memories_embedding_hnsw",
+                m=HNSW_M,
+                ef_construction=HNSW_EF_CONSTRUCTION,
+                opclasses=["vector_cosine_ops"],
+            ),
+        ]
+        constraints = [
+            # The dedup invariant: INSERT ... ON CONFLICT relies on this partial unique index.
+            models.UniqueConstraint(
+                fields=["tenant", "bucket", "text_hash"],
+                name="idx_memories_hash_unique",
+                condition=Q(text_hash__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.content[:80]

@@ -1,0 +1,36 @@
+"""python manage.py create_tenant NAME [--token-name N] [--scopes read,write] [--bucket B]
+
+Creates a tenant and an API token. The token is printed as the last line of
+output, alone, so scripts can capture it with ``| tail -n 1``.
+"""
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from engram_site.exceptions import DomainError
+from tenants import services
+
+
+class Command(BaseCommand):
+    help = "Create a tenant and an API token; the token is the last line of output."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+        parser.add_argument("--token-name", default="default")
+        parser.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
+        parser.add_argument("--bucket", help="also create a bucket with this name")
+
+    def handle(self, *args, name, token_name, scopes, bucket, **options):
+        try:
+            with transaction.atomic():
+                tenant = services.tenant_create(name=name)
+                created_bucket = services.bucket_create(tenant=tenant, name=bucket) if bucket else None
+                issued = services.token_issue(tenant=tenant, name=token_name, scopes=services.parse_scopes(scopes))
+        except DomainError as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(f"Tenant: {tenant.name} (slug {tenant.slug}, id {tenant.pk})")
+        if created_bucket:
+            self.stdout.write(f"Bucket: {created_bucket.name} (id {created_bucket.pk})")
+        self.stdout.write(f"Token '{issued.token.name}' with scopes {','.join(issued.token.scopes)}.")
+        self.stdout.write("The token is shown once; store it now:")
+        self.stdout.write(issued.secret)

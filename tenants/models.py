@@ -1,0 +1,167 @@
+"""Tenants, their buckets and their API tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.functions import RandomUUID
+from django.db import models
+from django.utils import timezone
+
+from engram_site.db import TransactionNow
+
+
+class TenantSettings:
+    """Per-tenant settings stored in ``Tenant.settings`` with their defaults.
+
+    Unknown keys are kept (forward compatible); readers go through ``get`` so a
+    missing key always means the documented default.
+    """
+
+    DEFAULTS: dict = {
+        # Asynchronous scope/topic classification (seed 000: costs money on long-tail tenants).
+        "classification_enabled": True,
+        # Retrieval defaults, overridable per request (see docs/RETRIEVAL.md).
+        "retrieval": {},
+    }
+
+
+class Tenant(models.Model):
+    id = models.UUIDField(primary_key=True, db_default=RandomUUID(), editable=False)
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=100, unique=True)
+    is_active = models.BooleanField(default=True, help_text="Inactive tenants' tokens are refused.")
+    settings = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
+
+    class Meta:
+        db_table = "tenants"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def setting(self, key: str):
+        value = (self.settings or {}).get(key)
+        return TenantSettings.DEFAULTS.get(key) if value is None else value
+
+    @property
+    def classification_enabled(self) -> bool:
+        return bool(self.setting("classification_enabled"))
+
+
+class BucketQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant) -> BucketQuerySet:
+        return self.filter(tenant=tenant)
+
+
+class Bucket(models.Model):
+    """The user-facing namespace inside a tenant: a project, an agent, a user's memory space."""
+
+    id = models.UUIDField(primary_key=True, db_default=RandomUUID(), editable=False)
+    # The FK constraint is created by migration 0002 with ON DELETE CASCADE in the
+    # database: deleting a tenant must not make Django load every row it owns.
+    # (The unique (tenant, name) index serves lookups by tenant.)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="buckets"
+    )
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
+
+    objects = BucketQuerySet.as_manager()
+
+    class Meta:
+        db_table = "buckets"
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="buckets_tenant_name_unique")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Scope(models.TextChoices):
+    READ = "read", "read"
+    WRITE = "write", "write"
+    ADMIN = "admin", "admin"
+
+
+TOKEN_PREFIX = "egm_"
+
+
+def hash_token(raw: str) -> str:
+    # Tokens carry 256 bits of randomness, so a fast hash is enough: there is
+    # nothing to brute-force that a slow KDF would protect.
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant) -> ApiTokenQuerySet:
+        return self.filter(tenant=tenant)
+
+    def usable(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
+        )
+
+
+class ApiToken(models.Model):
+    """A tenant credential. Only a SHA-256 of the secret is stored; the secret is shown once."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens")
+    name = models.CharField(max_length=200)
+    # The first characters of the token, stored in clear so operators can tell tokens apart.
+    prefix = models.CharField(max_length=16, db_index=True, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scopes = ArrayField(models.CharField(max_length=16, choices=Scope.choices), default=list)
+    # Optional restriction to a single bucket.
+    bucket = models.ForeignKey(Bucket, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        db_table = "api_tokens"
+        ordering = ["-created_at"]
+
+    # last_used_at is written at most this often per token, so busy agents do not
+    # turn every read into a write.
+    LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def generate_secret() -> str:
+        return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+    def matches(self, raw: str) -> bool:
+        return hmac.compare_digest(self.token_hash, hash_token(raw))
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
+    def is_usable(self) -> bool:
+        return not self.is_revoked and not self.is_expired and self.tenant.is_active
+
+    def has_scope(self, scope: str) -> bool:
+        # admin implies every scope; read and write are independent, so an
+        # ingest-only agent can hold a token that cannot read anything back.
+        granted = set(self.scopes)
+        return Scope.ADMIN in granted or scope in granted
+
+    def allows_bucket(self, bucket_id) -> bool:
+        return self.bucket_id is None or str(self.bucket_id) == str(bucket_id)

@@ -1,0 +1,36 @@
+"""Reads of tenants, buckets and tokens. Every lookup is scoped to a tenant."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db.models import QuerySet
+
+from engram_site.exceptions import NotFound
+from tenants.models import ApiToken, Bucket, Tenant
+
+
+def parse_uuid(value) -> uuid.UUID | None:
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def bucket_list(*, tenant: Tenant, token: ApiToken | None = None) -> QuerySet[Bucket]:
+    buckets = Bucket.objects.for_tenant(tenant)
+    if token is not None and token.bucket_id is not None:
+        buckets = buckets.filter(pk=token.bucket_id)
+    return buckets.order_by("name", "id")
+
+
+def bucket_get(*, tenant: Tenant, bucket_id, token: ApiToken | None = None) -> Bucket:
+    """The tenant's bucket, or NotFound. Another tenant's bucket, a malformed id and a
+    bucket outside the token's restriction all look exactly like a missing bucket."""
+    pk = parse_uuid(bucket_id)
+    if pk is None or (token is not None and not token.allows_bucket(pk)):
+        raise NotFound("Bucket not found.")
+    bucket = Bucket.objects.for_tenant(tenant).filter(pk=pk).first()
+    if bucket is None:
+        raise NotFound("Bucket not found.")
+    return bucket

@@ -1,0 +1,74 @@
+"""Shared fixtures: tenants, buckets, tokens and authenticated API clients.
+
+Every test runs against real PostgreSQL + pgvector: the embedded server (or
+DATABASE_URL), in the ``test_engram`` database that pytest-django migrates.
+"""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from tenants import services
+from tenants.models import Bucket, Tenant
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache():
+    # Throttling state lives in the cache; tests must not leak it to each other.
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def tenant(db) -> Tenant:
+    return services.tenant_create(name="Acme")
+
+
+@pytest.fixture
+def other_tenant(db) -> Tenant:
+    return services.tenant_create(name="Outsider")
+
+
+@pytest.fixture
+def bucket(tenant) -> Bucket:
+    return services.bucket_create(tenant=tenant, name="main")
+
+
+@pytest.fixture
+def other_bucket(other_tenant) -> Bucket:
+    return services.bucket_create(tenant=other_tenant, name="main")
+
+
+def make_client(tenant: Tenant, scopes=("read", "write"), **kwargs) -> APIClient:
+    issued = services.token_issue(tenant=tenant, name="test", scopes=list(scopes), **kwargs)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.secret}")
+    client.token = issued.token
+    client.secret = issued.secret
+    return client
+
+
+@pytest.fixture
+def client_factory(db):
+    return make_client
+
+
+@pytest.fixture
+def api(tenant) -> APIClient:
+    """A read+write client of ``tenant``."""
+    return make_client(tenant)
+
+
+@pytest.fixture
+def admin_api(tenant) -> APIClient:
+    return make_client(tenant, scopes=("admin",))
+
+
+@pytest.fixture
+def outsider_api(other_tenant) -> APIClient:
+    """An admin client of another tenant: it must never see ``tenant``'s data."""
+    return make_client(other_tenant, scopes=("admin",))

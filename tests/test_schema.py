@@ -1,0 +1,185 @@
+"""The schema of record (seed 000), checked against the migrated database.
+
+pytest-django builds the test database from the migrations alone, so this
+introspects exactly what a fresh ``migrate`` produces. The expected spec is
+written out by hand from seed 000's CREATE TABLE: a missing, extra or altered
+column, default, index or cascade fails here the day it happens.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+pytestmark = pytest.mark.django_db
+
+# name -> (type, nullable, default expression or None)
+MEMORY_COLUMNS = {
+    "id": ("uuid", False, "gen_random_uuid()"),
+    "tenant_id": ("uuid", False, None),
+    "bucket_id": ("uuid", False, None),
+    "content": ("text", False, None),
+    "embedding": ("vector(384)", True, None),
+    "metadata": ("jsonb", True, "'{}'::jsonb"),
+    "token_count": ("integer", True, None),
+    "classified_topic": ("text", True, None),
+    "classified_scope": ("text", True, None),
+    "hint_root": ("text", True, None),
+    "hint_tags": ("text[]", True, None),
+    "created_at": ("timestamp with time zone", True, "now()"),
+    "last_accessed_at": ("timestamp with time zone", True, None),
+    "text_lemmatized": ("text", True, None),
+    "text_hash": ("character varying(32)", True, None),
+    "attributed_to": ("character varying(20)", True, None),
+    "agent_id": ("text", True, None),
+    "run_id": ("text", True, None),
+    "linked_memory_ids": ("jsonb", True, "'[]'::jsonb"),
+    "source_actor_id": ("text", True, None),
+    "lemmatized_tsv": ("tsvector", True, None),
+}
+
+# Columns beyond seed 000 that a hot-path query needs (each documented in docs/SCHEMA.md).
+MEMORY_EXTRA_COLUMNS: dict[str, tuple[str, bool, str | None]] = {}
+
+GENERATED = {
+    "lemmatized_tsv": "to_tsvector('simple'::regconfig, COALESCE(text_lemmatized, ''::text))",
+}
+
+MEMORY_INDEXES = {
+    "memories_pkey": "CREATE UNIQUE INDEX memories_pkey ON public.memories USING btree (id)",
+    "idx_memories_tenant": "CREATE INDEX idx_memories_tenant ON public.memories USING btree (tenant_id)",
+    "idx_memories_bucket": "CREATE INDEX idx_memories_bucket ON public.memories USING btree (bucket_id)",
+    "idx_memories_tenant_bucket": (
+        "CREATE INDEX idx_memories_tenant_bucket ON public.memories USING btree (tenant_id, bucket_id)"
+    ),
+    "idx_memories_last_accessed": (
+        "CREATE INDEX idx_memories_last_accessed ON public.memories USING btree (tenant_id, last_accessed_at)"
+    ),
+    "idx_memories_lemmatized_tsv": (
+        "CREATE INDEX idx_memories_lemmatized_tsv ON public.memories USING gin (lemmatized_tsv)"
+    ),
+    "idx_memories_hash_unique": (
+        "CREATE UNIQUE INDEX idx_memories_hash_unique ON public.memories USING btree "
+        "(tenant_id, bucket_id, text_hash) WHERE (text_hash IS NOT NULL)"
+    ),
+    "idx_memories_attributed": (
+        "CREATE INDEX idx_memories_attributed ON public.memories USING btree "
+        "(tenant_id, bucket_id, attributed_to) WHERE (attributed_to IS NOT NULL)"
+    ),
+    "idx_memories_agent": (
+        "CREATE INDEX idx_memories_agent ON public.memories USING btree (tenant_id, agent_id) "
+        "WHERE (agent_id IS NOT NULL)"
+    ),
+    "idx_memories_run": (
+        "CREATE INDEX idx_memories_run ON public.memories USING btree (tenant_id, run_id) WHERE (run_id IS NOT NULL)"
+    ),
+    "idx_memories_linked": "CREATE INDEX idx_memories_linked ON public.memories USING gin (linked_memory_ids)",
+    "idx_memories_embedding_hnsw": (
+        "CREATE INDEX idx_memories_embedding_hnsw ON public.memories USING hnsw "
+        "(embedding vector_cosine_ops) WITH (m='16', ef_construction='128')"
+    ),
+}
+
+MEMORY_FOREIGN_KEYS = {
+    "FOREIGN KEY (tenant_id) REFERENCES tenants(id) ON DELETE CASCADE",
+    "FOREIGN KEY (bucket_id) REFERENCES buckets(id) ON DELETE CASCADE",
+}
+
+
+def _columns(table: str) -> dict[str, tuple[str, bool, str | None]]:
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT a.attname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull,
+                   CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END
+            FROM pg_attribute a
+            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+            WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+            ORDER BY a.attnum
+            """,
+            [table],
+        )
+        return {name: (typ, nullable, default) for name, typ, nullable, default in cur.fetchall()}
+
+
+def _generated(table: str) -> dict[str, str]:
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT a.attname, pg_get_expr(d.adbin, d.adrelid)
+            FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+            WHERE a.attrelid = %s::regclass AND a.attgenerated = 's'
+            """,
+            [table],
+        )
+        return dict(cur.fetchall())
+
+
+def _indexes(table: str) -> dict[str, str]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
+        return dict(cur.fetchall())
+
+
+def _foreign_keys(table: str) -> set[str]:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'f'",
+            [table],
+        )
+        return {row[0] for row in cur.fetchall()}
+
+
+def test_memories_columns_match_seed_000():
+    actual = _columns("memories")
+    expected = {**MEMORY_COLUMNS, **MEMORY_EXTRA_COLUMNS}
+    assert set(actual) == set(expected), "column set differs from the schema of record"
+    for name, spec in expected.items():
+        assert actual[name] == spec, f"column {name}: expected {spec}, found {actual[name]}"
+
+
+def test_memories_seed_columns_come_first_in_seed_order():
+    assert list(_columns("memories"))[: len(MEMORY_COLUMNS)] == list(MEMORY_COLUMNS)
+
+
+def test_lemmatized_tsv_is_a_stored_generated_simple_tsvector():
+    assert _generated("memories") == GENERATED
+
+
+def test_memories_indexes_match_seed_000():
+    actual = _indexes("memories")
+    assert set(actual) == set(MEMORY_INDEXES)
+    for name, definition in MEMORY_INDEXES.items():
+        assert actual[name] == definition, f"index {name} differs"
+
+
+def test_memories_cascade_from_tenant_and_bucket_in_the_database():
+    assert _foreign_keys("memories") == MEMORY_FOREIGN_KEYS
+    assert "FOREIGN KEY (tenant_id) REFERENCES tenants(id) ON DELETE CASCADE" in _foreign_keys("buckets")
+
+
+def test_vector_extension_is_installed():
+    with connection.cursor() as cur:
+        cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = cur.fetchone()
+    assert row is not None
+    major, minor = (int(x) for x in row[0].split(".")[:2])
+    assert (major, minor) >= (0, 5)
+
+
+def test_tenant_bucket_and_token_tables():
+    tenants = _columns("tenants")
+    assert tenants["id"] == ("uuid", False, "gen_random_uuid()")
+    assert {"name", "slug", "is_active", "settings", "created_at"} <= set(tenants)
+    buckets = _columns("buckets")
+    assert buckets["tenant_id"][:2] == ("uuid", False)
+    assert "buckets_tenant_name_unique" in _indexes("buckets")
+    tokens = _columns("api_tokens")
+    assert {"token_hash", "prefix", "scopes", "bucket_id", "expires_at", "revoked_at", "last_used_at"} <= set(tokens)
+    assert "secret" not in tokens and "token" not in tokens
+
+
+def test_models_and_migrations_agree():
+    # The same check CI runs: no model change without its migration.
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
