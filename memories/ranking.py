@@ -1,0 +1,189 @@
+"""Retrieval ranking: the one documented place for fusion methods, weights and boosts.
+
+A search runs several *signals*, each returning a bounded candidate list:
+
+==================  =====================================================
+``vector``          cosine similarity of the memory's embedding (HNSW)
+``vector_context``  cosine similarity of the memory+context embedding
+``keyword``         BM25 over the lemmatised memory (plus its date words)
+``keyword_context`` BM25 over the lemmatised memory + its context
+``graph``           knowledge-graph proximity (1/depth), when the graph app is on
+==================  =====================================================
+
+The lists are fused (``rrf``: reciprocal rank fusion, or ``score``: min-max
+normalised score fusion), then multiplied by boosts: recency (exponential
+decay with a half-life), scope, people named in the query, trusted writers,
+and a demotion for superseded memories.
+
+Defaults live in :data:`DEFAULTS`. A tenant overrides any of them in
+``Tenant.settings["retrieval"]`` and a request in its ``ranking`` object; both
+are validated here. docs/RETRIEVAL.md explains each knob and the measurements
+behind the defaults (bench/results/).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+
+SIGNALS = ("vector", "vector_context", "keyword", "keyword_context", "graph")
+FUSION_METHODS = ("rrf", "score")
+
+
+@dataclass(frozen=True)
+class RankingConfig:
+    fusion: str = "rrf"
+    rrf_k: float = 10.0
+    weights: Mapping[str, float] = field(
+        default_factory=lambda: {
+            "vector": 1.0,
+            "vector_context": 0.5,
+            "keyword": 1.0,
+            "keyword_context": 0.5,
+            "graph": 0.5,
+        }
+    )
+    # Candidates each signal contributes before fusion (bounded: latency must not grow with the bucket).
+    candidates: int = 100
+    # BM25. Memories are short and uniform in length, so length normalisation is kept mild.
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.3
+    # Recency: score *= (1 - w) + w * 0.5 ** (age_days / half_life).
+    recency_half_life_days: float = 365.0
+    recency_weight: float = 0.1
+    # Scope-aware weighting (seed 000): specific facts answer "which/what do I have" questions,
+    # general ones (preferences, tendencies) answer "do I like" questions.
+    scope_match_boost: float = 0.1
+    # Memories by or about a person the query names.
+    person_boost: float = 0.1
+    # Memories written by trusted source actors (source_actor_id in trusted_actors).
+    trust_boost: float = 0.0
+    trusted_actors: tuple[str, ...] = ()
+    # Superseded (historical) memories are demoted, not hidden.
+    superseded_weight: float = 0.5
+    # pgvector HNSW search breadth (recall vs. latency; see bench/results/).
+    ef_search: int = 100
+
+    def weight(self, signal: str) -> float:
+        return float(self.weights.get(signal, 0.0))
+
+
+DEFAULTS = RankingConfig()
+
+_NUMERIC_BOUNDS = {
+    "rrf_k": (0.0, 1000.0),
+    "candidates": (10, 1000),
+    "bm25_k1": (0.0, 10.0),
+    "bm25_b": (0.0, 1.0),
+    "recency_half_life_days": (1.0, 36500.0),
+    "recency_weight": (0.0, 1.0),
+    "scope_match_boost": (0.0, 2.0),
+    "person_boost": (0.0, 2.0),
+    "trust_boost": (0.0, 2.0),
+    "superseded_weight": (0.0, 1.0),
+    "ef_search": (10, 1000),
+}
+
+
+class RankingConfigError(ValueError):
+    pass
+
+
+def _coerce(name: str, value):
+    if name == "fusion":
+        if value not in FUSION_METHODS:
+            raise RankingConfigError(f"fusion must be one of {list(FUSION_METHODS)}")
+        return value
+    if name == "weights":
+        if not isinstance(value, Mapping):
+            raise RankingConfigError("weights must be an object of signal → weight")
+        unknown = set(value) - set(SIGNALS)
+        if unknown:
+            raise RankingConfigError(f"unknown signals in weights: {sorted(unknown)}; known: {list(SIGNALS)}")
+        out = {}
+        for key, weight in value.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 100:
+                raise RankingConfigError(f"weights.{key} must be a number between 0 and 100")
+            out[key] = float(weight)
+        return out
+    if name == "trusted_actors":
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise RankingConfigError("trusted_actors must be a list of strings")
+        return tuple(value)
+    low, high = _NUMERIC_BOUNDS[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise RankingConfigError(f"{name} must be a number")
+    if not low <= value <= high:
+        raise RankingConfigError(f"{name} must be between {low} and {high}")
+    return int(value) if isinstance(low, int) and isinstance(high, int) else float(value)
+
+
+def merge(base: RankingConfig, overrides: Mapping | None) -> RankingConfig:
+    """``base`` with ``overrides`` applied; weights merge key by key."""
+    if not overrides:
+        return base
+    if not isinstance(overrides, Mapping):
+        raise RankingConfigError("ranking must be an object")
+    known = {f.name for f in fields(RankingConfig)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise RankingConfigError(f"unknown ranking options: {sorted(unknown)}; known: {sorted(known)}")
+    changes = {name: _coerce(name, value) for name, value in overrides.items()}
+    if "weights" in changes:
+        changes["weights"] = {**base.weights, **changes["weights"]}
+    return replace(base, **changes)
+
+
+def resolve(tenant_settings: Mapping | None, request_overrides: Mapping | None) -> RankingConfig:
+    """Defaults ← tenant settings ("retrieval") ← request ("ranking")."""
+    tenant_overrides = (tenant_settings or {}).get("retrieval") or {}
+    return merge(merge(DEFAULTS, tenant_overrides), request_overrides)
+
+
+# --- fusion -------------------------------------------------------------------------------
+
+
+def fuse(lists: Mapping[str, list[tuple[object, float]]], config: RankingConfig) -> dict[object, float]:
+    """Fuse ranked lists ``signal → [(id, raw score), ...]`` (best first) into one score per id."""
+    fused: dict[object, float] = {}
+    if config.fusion == "rrf":
+        for signal, ranked in lists.items():
+            weight = config.weight(signal)
+            if weight <= 0:
+                continue
+            for item, rank in tied_ranks(ranked).items():
+                fused[item] = fused.get(item, 0.0) + weight / (config.rrf_k + rank)
+        return fused
+    total_weight = sum(config.weight(s) for s, ranked in lists.items() if ranked) or 1.0
+    for signal, ranked in lists.items():
+        weight = config.weight(signal)
+        if weight <= 0 or not ranked:
+            continue
+        scores = [score for _item, score in ranked]
+        high, low = max(scores), min(scores)
+        spread = high - low
+        for item, score in ranked:
+            # A single candidate, or a list of ties, counts as fully relevant.
+            normalised = (score - low) / spread if spread > 0 else 1.0
+            fused[item] = fused.get(item, 0.0) + weight * normalised / total_weight
+    return fused
+
+
+def tied_ranks(ranked: list[tuple[object, float]]) -> dict[object, int]:
+    """1-based ranks where equal scores share the better rank ("1, 2, 2, 4"): two
+    equally relevant memories must not be split by an arbitrary tie-break, or the
+    fused scores would differ by more than any boost applied afterwards."""
+    ranks: dict[object, int] = {}
+    previous = None
+    rank = 0
+    for position, (item, score) in enumerate(ranked, start=1):
+        if score != previous:
+            rank, previous = position, score
+        ranks[item] = rank
+    return ranks
+
+
+def recency_factor(age_days: float, config: RankingConfig) -> float:
+    decay = 0.5 ** (max(age_days, 0.0) / config.recency_half_life_days)
+    return (1.0 - config.recency_weight) + config.recency_weight * decay

@@ -1,0 +1,512 @@
+"""Hybrid retrieval: vector + BM25 (+ sequence context, + graph), fused, boosted, budgeted.
+
+Every signal is one bounded SQL query over one bucket (``tenant_id`` and
+``bucket_id`` lead every predicate). Fusion and boosts are in
+:mod:`memories.ranking`. The selector returns hits best first; the caller
+decides how to render them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from memories import access, embedding, lemmatizer, ranking
+from memories.embedding import to_pgvector
+from memories.text import rough_token_count
+from tenants.models import Bucket
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hybrid", "vector", "keyword", "graph")
+MAX_LIMIT = 100
+BUDGET_DEFAULT_LIMIT = 100  # with a token budget and no explicit limit, the budget decides
+# Terms in more than this share of the bucket do not generate BM25 candidates on their own
+# (they still score the candidates the rarer terms find): "the", "like", "user" would
+# otherwise make every query scan most of the bucket.
+COMMON_TERM_SHARE = 0.25
+MAX_KEYWORD_MATCHES = 5000
+# Buckets this small are searched exactly: cheaper than an index walk, and exact.
+EXACT_SCAN_BELOW = 2000
+
+_STATS_TTL = 60.0
+
+
+@dataclass
+class SearchFilters:
+    hint_tags: list[str] | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    attributed_to: str | None = None
+    classified_scope: str | None = None
+    classified_topic: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+    def sql(self, bucket: Bucket, alias: str = "m") -> tuple[str, list]:
+        """WHERE clause (tenant and bucket first, as every index leads with them) and its params."""
+        clauses = [f"{alias}.tenant_id = %s", f"{alias}.bucket_id = %s"]
+        params: list = [bucket.tenant_id, bucket.pk]
+        if self.hint_tags:
+            clauses.append(f"{alias}.hint_tags @> %s::text[]")
+            params.append(list(self.hint_tags))
+        for name in ("agent_id", "run_id", "attributed_to", "classified_scope", "classified_topic"):
+            value = getattr(self, name)
+            if value is not None:
+                clauses.append(f"{alias}.{name} = %s")
+                params.append(value)
+        if self.created_after is not None:
+            clauses.append(f"{alias}.created_at >= %s")
+            params.append(self.created_after)
+        if self.created_before is not None:
+            clauses.append(f"{alias}.created_at < %s")
+            params.append(self.created_before)
+        return " AND ".join(clauses), params
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, name) for name in self.__dataclass_fields__)
+
+
+@dataclass
+class Hit:
+    id: uuid.UUID
+    row: dict
+    score: float
+    explain: dict = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult:
+    mode_used: str
+    hits: list[Hit]
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- bucket statistics (for BM25 and the exact-scan choice) -----------------------------------
+
+
+class _BucketStats:
+    """Per-process cache of bucket size, average document lengths and term document
+    frequencies. IDF tolerates being a little stale; counting on every query would not
+    be affordable at 100k memories. An entry expires after ``_STATS_TTL`` seconds, or
+    sooner when this process has written enough to the bucket to matter (any write to
+    a small bucket, 5% of a large one)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: dict[uuid.UUID, dict] = {}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def note_writes(self, bucket_id: uuid.UUID, count: int) -> None:
+        with self._lock:
+            entry = self._entries.get(bucket_id)
+            if entry is None:
+                return
+            entry["writes"] += count
+            n = entry["size"]["n"]
+            if entry["writes"] > (0 if n < 1000 else 0.05 * n):
+                del self._entries[bucket_id]
+
+    def _entry(self, bucket: Bucket) -> dict | None:
+        entry = self._entries.get(bucket.pk)
+        if entry and time.monotonic() - entry["at"] < _STATS_TTL:
+            return entry
+        return None
+
+    def size(self, bucket: Bucket) -> dict:
+        entry = self._entry(bucket)
+        if entry:
+            return entry["size"]
+        with connection.cursor() as cur:
+            cur.execute(
+                """
+                SELECT count(*),
+                       count(*) FILTER (WHERE context_lemmatized IS NOT NULL),
+                       count(*) FILTER (WHERE embedding IS NOT NULL),
+                       count(*) FILTER (WHERE context_embedding IS NOT NULL)
+                FROM memories WHERE tenant_id = %s AND bucket_id = %s
+                """,
+                [bucket.tenant_id, bucket.pk],
+            )
+            total, with_context, embedded, context_embedded = cur.fetchone()
+            # Average lengths from a recent sample: exact enough for BM25, bounded in cost.
+            cur.execute(
+                """
+                SELECT avg(length(lemmatized_tsv)), avg(length(context_tsv))
+                FROM (SELECT lemmatized_tsv, context_tsv FROM memories
+                      WHERE tenant_id = %s AND bucket_id = %s ORDER BY created_at DESC LIMIT 2000) s
+                """,
+                [bucket.tenant_id, bucket.pk],
+            )
+            avgdl, avgdl_context = cur.fetchone()
+        stats = {
+            "n": total,
+            "n_context": with_context,
+            "n_embedded": embedded,
+            "n_context_embedded": context_embedded,
+            "avgdl": float(avgdl or 1.0),
+            "avgdl_context": float(avgdl_context or 1.0),
+        }
+        with self._lock:
+            self._entries[bucket.pk] = {"at": time.monotonic(), "size": stats, "df": {}, "writes": 0}
+        return stats
+
+    def document_frequencies(self, bucket: Bucket, column: str, lexemes: list[str]) -> dict[str, int]:
+        entry = self._entry(bucket)
+        if entry is None:
+            self.size(bucket)
+            entry = self._entry(bucket)
+        cache = entry["df"] if entry else {}
+        result = {lx: cache[(column, lx)] for lx in lexemes if (column, lx) in cache}
+        missing = [lx for lx in lexemes if lx not in result]
+        if missing:
+            extra = " AND context_lemmatized IS NOT NULL" if column == "context_tsv" else ""
+            with connection.cursor() as cur:
+                cur.execute(
+                    f"""
+                    SELECT t.lexeme, (SELECT count(*) FROM memories m
+                                      WHERE m.tenant_id = %s AND m.bucket_id = %s{extra}
+                                        AND m.{column} @@ quote_literal(t.lexeme)::tsquery)
+                    FROM unnest(%s::text[]) AS t(lexeme)
+                    """,
+                    [bucket.tenant_id, bucket.pk, missing],
+                )
+                fetched = dict(cur.fetchall())
+            with self._lock:
+                if len(cache) < 50_000:
+                    cache.update({(column, lx): df for lx, df in fetched.items()})
+            result.update(fetched)
+        return result
+
+    def invalidate(self, bucket_id: uuid.UUID) -> None:
+        with self._lock:
+            self._entries.pop(bucket_id, None)
+
+
+bucket_stats = _BucketStats()
+
+
+# --- signals ------------------------------------------------------------------------------------
+
+
+def _query_lexemes(query_lemmas: str) -> list[str]:
+    """The lexemes PostgreSQL's parser makes of the lemmatised query — exactly what
+    documents were indexed as, whatever the text (CJK, numbers with dots, …)."""
+    if not query_lemmas.strip():
+        return []
+    with connection.cursor() as cur:
+        cur.execute("SELECT lexeme FROM unnest(to_tsvector('simple', %s))", [query_lemmas])
+        return [row[0] for row in cur.fetchall()]
+
+
+def _tsquery(lexemes: list[str]) -> str:
+    # Lexemes are quoted (quote_literal rules), so tsquery operators inside them are inert.
+    return " | ".join("'" + lexeme.replace("'", "''").replace("\\", "\\\\") + "'" for lexeme in lexemes)
+
+
+def _bm25(
+    bucket: Bucket, lexemes: list[str], filters: SearchFilters, config: ranking.RankingConfig, *, context: bool
+) -> list[tuple[uuid.UUID, float]]:
+    if not lexemes:
+        return []
+    stats = bucket_stats.size(bucket)
+    column = "context_tsv" if context else "lemmatized_tsv"
+    n = stats["n_context"] if context else stats["n"]
+    if n == 0:
+        return []
+    avgdl = stats["avgdl_context"] if context else stats["avgdl"]
+    df = bucket_stats.document_frequencies(bucket, column, lexemes)
+    present = [lx for lx in lexemes if df.get(lx, 0) > 0]
+    if not present:
+        return []
+    # Lucene's BM25 IDF (never negative).
+    idf = {lx: math.log(1 + (n - df[lx] + 0.5) / (df[lx] + 0.5)) for lx in present}
+    rare = [lx for lx in present if df[lx] <= COMMON_TERM_SHARE * n] or present
+    expected_matches = sum(df[lx] for lx in rare)
+    where, params = filters.sql(bucket)
+    context_guard = " AND m.context_lemmatized IS NOT NULL" if context else ""
+    # When more documents match than we score, keep the ones ts_rank likes best.
+    order = f"ORDER BY ts_rank(m.{column}, %s::tsquery) DESC" if expected_matches > MAX_KEYWORD_MATCHES else ""
+    order_params = [_tsquery(rare)] if order else []
+    sql = f"""
+        WITH q(lexeme, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
+        cand AS (
+            SELECT m.id, m.{column} AS tsv FROM memories m
+            WHERE {where}{context_guard} AND m.{column} @@ %s::tsquery
+            {order}
+            LIMIT %s
+        )
+        SELECT c.id, sum(x.idf * x.tf * (%s + 1) / (x.tf + %s * (1 - %s + %s * x.dl / %s))) AS score
+        FROM cand c
+        CROSS JOIN LATERAL (
+            SELECT q.idf, u.tf, sum(u.tf) OVER () AS dl
+            FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS tf FROM unnest(c.tsv)) u
+            LEFT JOIN q ON q.lexeme = u.lexeme
+        ) x
+        WHERE x.idf IS NOT NULL
+        GROUP BY c.id
+        ORDER BY score DESC, c.id
+        LIMIT %s
+    """
+    k1, b = config.bm25_k1, config.bm25_b
+    all_params = [
+        present, [idf[lx] for lx in present], *params, _tsquery(rare), *order_params, MAX_KEYWORD_MATCHES,
+        k1, k1, b, b, avgdl, config.candidates,
+    ]  # fmt: skip
+    with connection.cursor() as cur:
+        cur.execute(sql, all_params)
+        return [(row[0], float(row[1])) for row in cur.fetchall()]
+
+
+def _vector(
+    bucket: Bucket, query_vector, filters: SearchFilters, config: ranking.RankingConfig, *, context: bool
+) -> tuple[list[tuple[uuid.UUID, float]], str]:
+    """Nearest neighbours by cosine similarity, and how they were found ("hnsw" or "exact")."""
+    column = "context_embedding" if context else "embedding"
+    stats = bucket_stats.size(bucket)
+    where, params = filters.sql(bucket)
+    vector = to_pgvector(query_vector)
+    limit = config.candidates
+    # From the per-process cache: it may lag, so an empty-looking bucket is still
+    # searched (exactly, which costs nothing when it really is empty).
+    population = stats["n_context_embedded"] if context else stats["n_embedded"]
+    exact_sql = f"""
+        WITH b AS MATERIALIZED (SELECT m.id, m.{column} AS v FROM memories m WHERE {where} AND m.{column} IS NOT NULL)
+        SELECT id, 1 - (v <=> %s::vector) AS similarity FROM b ORDER BY v <=> %s::vector LIMIT %s
+    """
+    exact_params = [*params, vector, vector, limit]
+    with connection.cursor() as cur:
+        if population < EXACT_SCAN_BELOW:
+            cur.execute(exact_sql, exact_params)
+            return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
+        # pgvector 0.8 iterative scans keep walking the graph until enough rows pass the
+        # filters (relaxed order: re-sorted below), instead of silently returning fewer.
+        cur.execute(
+            "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+            [str(max(config.ef_search, limit))],
+        )
+        cur.execute(
+            f"""
+            SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity FROM memories m
+            WHERE {where} AND m.{column} IS NOT NULL
+            ORDER BY m.{column} <=> %s::vector LIMIT %s
+            """,
+            [vector, *params, vector, limit],
+        )
+        rows = [(r[0], float(r[1])) for r in cur.fetchall()]
+        if len(rows) < min(limit, population):
+            # Very selective filters can exhaust the index walk; the filtered set is then
+            # small, and an exact scan over it is both cheap and complete.
+            cur.execute(exact_sql, exact_params)
+            return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
+    rows.sort(key=lambda r: r[1], reverse=True)
+    return rows, "hnsw"
+
+
+# --- query analysis ------------------------------------------------------------------------------
+
+_PREFERENCE_QUERY = re.compile(
+    r"\b(like|likes|love|loves|prefer|prefers|preference|favou?rite|enjoy|enjoys|hate|hates|dislike|usually|"
+    r"tend|always|never|habit|into)\b",
+    re.IGNORECASE,
+)
+_SPECIFIC_QUERY = re.compile(
+    r"\b(which|what|where|when|who|how many|how much|currently|current|now|own|have|has|bought|name|called)\b",
+    re.IGNORECASE,
+)
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)?)\b")
+_NOT_NAMES = {m.capitalize() for m in lemmatizer.MONTHS + lemmatizer.WEEKDAYS} | {"I", "I'm", "I've", "I'd"}
+
+
+def preferred_scope(query: str) -> str | None:
+    if _PREFERENCE_QUERY.search(query):
+        return "general"
+    if _SPECIFIC_QUERY.search(query):
+        return "specific"
+    return None
+
+
+def named_people(query: str) -> list[str]:
+    """Capitalised words inside the question ("What does Alice like?" → Alice)."""
+    names = [m.group(1) for m in _NAME.finditer(query.strip())]
+    return [n for n in dict.fromkeys(names) if n not in _NOT_NAMES]
+
+
+# --- the selector ---------------------------------------------------------------------------------
+
+_ROW_COLUMNS = (
+    "id", "content", "created_at", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root",
+    "hint_tags", "metadata", "classified_scope", "classified_topic", "token_count", "context_text",
+    "linked_memory_ids",
+)  # fmt: skip
+
+_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-embed")
+
+
+def _fetch_rows(bucket: Bucket, ids: list[uuid.UUID]) -> dict[uuid.UUID, dict]:
+    if not ids:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT {', '.join(_ROW_COLUMNS)} FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id = ANY(%s)",
+            [bucket.tenant_id, bucket.pk, ids],
+        )
+        return {row[0]: dict(zip(_ROW_COLUMNS, row, strict=True)) for row in cur.fetchall()}
+
+
+def _apply_budget(hits: list[Hit], limit: int, token_budget: int | None) -> list[Hit]:
+    if token_budget is None:
+        return hits[:limit]
+    chosen, used = [], 0
+    for hit in hits:
+        cost = hit.row["token_count"] or rough_token_count(hit.row["content"])
+        if used + cost <= token_budget:
+            chosen.append(hit)
+            used += cost
+            if len(chosen) == limit:
+                break
+    return chosen
+
+
+GraphSignal = Callable[..., tuple[list[tuple[uuid.UUID, float]], dict]]
+_graph_signal: GraphSignal | None = None
+
+
+def register_graph_signal(function: GraphSignal) -> None:
+    """The graph app plugs its proximity signal in here (it depends on memories, not
+    the other way round)."""
+    global _graph_signal
+    _graph_signal = function
+
+
+def memories_search(
+    *,
+    bucket: Bucket,
+    query: str,
+    mode: str = "hybrid",
+    limit: int | None = None,
+    token_budget: int | None = None,
+    filters: SearchFilters | None = None,
+    explain: bool = False,
+    ranking_overrides: dict | None = None,
+    now: datetime | None = None,
+    record_access: bool = True,
+) -> SearchResult:
+    """Search ``bucket`` for ``query``; hits best first.
+
+    ``hybrid`` and ``vector`` degrade to ``keyword`` when the embedding model is
+    unavailable, and say so in ``mode_used`` and ``warnings``.
+    """
+    filters = filters or SearchFilters()
+    config = ranking.resolve(bucket.tenant.settings, ranking_overrides)
+    now = now or timezone.now()
+    if limit is None:
+        limit = BUDGET_DEFAULT_LIMIT if token_budget is not None else 10
+    limit = max(1, min(limit, MAX_LIMIT))
+    warnings: list[str] = []
+    mode_used = mode
+
+    # Start embedding the query while the database answers the lexical side.
+    vector_future: Future | None = None
+    if mode in ("hybrid", "vector"):
+        vector_future = _executor.submit(embedding.embed_query, query)
+
+    lists: dict[str, list[tuple[uuid.UUID, float]]] = {}
+    methods: dict[str, str] = {}
+    graph_paths: dict = {}
+    with transaction.atomic():
+        if mode in ("hybrid", "keyword"):
+            lexemes = _query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
+            lists["keyword"] = _bm25(bucket, lexemes, filters, config, context=False)
+            lists["keyword_context"] = _bm25(bucket, lexemes, filters, config, context=True)
+        if vector_future is not None:
+            try:
+                query_vector = vector_future.result()
+            except embedding.EmbeddingUnavailable as exc:
+                warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
+                mode_used = "keyword"
+                if mode == "vector":
+                    lexemes = _query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
+                    lists["keyword"] = _bm25(bucket, lexemes, filters, config, context=False)
+                    lists["keyword_context"] = _bm25(bucket, lexemes, filters, config, context=True)
+            else:
+                lists["vector"], methods["vector"] = _vector(bucket, query_vector, filters, config, context=False)
+                lists["vector_context"], methods["vector_context"] = _vector(
+                    bucket, query_vector, filters, config, context=True
+                )
+        if mode in ("hybrid", "graph") and _graph_signal is not None:
+            lists["graph"], graph_paths = _graph_signal(
+                bucket=bucket, query=query, filters=filters, config=config, now=now
+            )
+        elif mode == "graph":
+            warnings.append("The graph signal is not available; no results.")
+
+        fused = ranking.fuse(lists, config)
+        rows = _fetch_rows(bucket, list(fused))
+
+    ranks = {}
+    for signal, ranked in lists.items():
+        scores = dict(ranked)
+        ranks[signal] = {item: (rank, scores[item]) for item, rank in ranking.tied_ranks(ranked).items()}
+    wanted_scope = preferred_scope(query)
+    people = [p.lower() for p in named_people(query)]
+    hits: list[Hit] = []
+    for memory_id, fused_score in fused.items():
+        row = rows.get(memory_id)
+        if row is None:  # deleted since the signal ran
+            continue
+        age_days = (now - row["created_at"]).total_seconds() / 86400 if row["created_at"] else 0.0
+        boosts = {"recency": ranking.recency_factor(age_days, config)}
+        if wanted_scope and row["classified_scope"] == wanted_scope:
+            boosts["scope"] = 1.0 + config.scope_match_boost
+        if people and _mentions(row, people):
+            boosts["person"] = 1.0 + config.person_boost
+        if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
+            boosts["trust"] = 1.0 + config.trust_boost
+        score = fused_score
+        for factor in boosts.values():
+            score *= factor
+        hit = Hit(id=memory_id, row=row, score=score)
+        if explain:
+            hit.explain = {
+                "fused": round(fused_score, 6),
+                "fusion": config.fusion,
+                "signals": {
+                    signal: {"rank": ranks[signal][memory_id][0], "score": round(ranks[signal][memory_id][1], 6)}
+                    for signal in lists
+                    if memory_id in ranks[signal]
+                },
+                "boosts": {name: round(value, 4) for name, value in boosts.items()},
+                "context": row["context_text"],
+            }
+            if memory_id in graph_paths:
+                hit.explain["graph_path"] = graph_paths[memory_id]
+            if methods:
+                hit.explain["vector_search"] = methods
+        hits.append(hit)
+    hits.sort(key=lambda h: (-h.score, str(h.id)))
+    hits = _apply_budget(hits, limit, token_budget)
+    if record_access and hits:
+        access.record([h.id for h in hits])
+    return SearchResult(mode_used=mode_used, hits=hits, warnings=warnings)
+
+
+def _mentions(row: dict, people: list[str]) -> bool:
+    content = row["content"].lower()
+    actors = {(row["source_actor_id"] or "").lower(), (row["agent_id"] or "").lower()}
+    return any(re.search(rf"\b{re.escape(p)}\b", content) or p in actors for p in people)

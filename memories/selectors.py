@@ -1,0 +1,45 @@
+"""Reads of single memories and memory listings (search lives in retrieval.py)."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from engram_site.exceptions import NotFound
+from memories.models import PENDING_ENRICHMENT, Memory
+from memories.retrieval import SearchFilters
+from tenants.models import ApiToken, Bucket, Tenant
+from tenants.selectors import parse_uuid
+
+
+def memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None, for_update: bool = False) -> Memory:
+    """The tenant's memory, or NotFound — also for another tenant's memory, a malformed
+    id, or a memory outside the token's bucket restriction."""
+    pk = parse_uuid(memory_id)
+    if pk is None:
+        raise NotFound("Memory not found.")
+    queryset = Memory.objects.for_tenant(tenant).filter(pk=pk).select_related("bucket")
+    if token is not None and token.bucket_id is not None:
+        queryset = queryset.filter(bucket_id=token.bucket_id)
+    memory = queryset.defer("embedding", "context_embedding").first()
+    if memory is None:
+        raise NotFound("Memory not found.")
+    return memory
+
+
+def memory_list(*, bucket: Bucket, filters: SearchFilters, pending: bool | None = None) -> QuerySet[Memory]:
+    queryset = Memory.objects.for_bucket(bucket).defer("embedding", "context_embedding")
+    if filters.hint_tags:
+        queryset = queryset.filter(hint_tags__contains=filters.hint_tags)
+    for name in ("agent_id", "run_id", "attributed_to", "classified_scope", "classified_topic"):
+        value = getattr(filters, name)
+        if value is not None:
+            queryset = queryset.filter(**{name: value})
+    if filters.created_after is not None:
+        queryset = queryset.filter(created_at__gte=filters.created_after)
+    if filters.created_before is not None:
+        queryset = queryset.filter(created_at__lt=filters.created_before)
+    if pending is True:
+        queryset = queryset.filter(PENDING_ENRICHMENT)
+    elif pending is False:
+        queryset = queryset.exclude(PENDING_ENRICHMENT)
+    return queryset

@@ -1,0 +1,425 @@
+"""Writes to the memories table. Every write goes through these functions.
+
+Write path (seed 000): normalise → hash → insert, with ``ON CONFLICT DO NOTHING``
+against the partial unique index, so dedup is a database invariant and two
+clients writing the same text at once end with one row. Lemmas, token counts
+and embeddings are computed before the insert, in batches; if the embedding
+model or the lemmatizer is down the row is stored anyway with the derived
+column NULL, and :func:`memories_enrich_pending` fills it in later.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import numpy as np
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from engram_site.exceptions import Conflict
+from memories import embedding, lemmatizer
+from memories.embedding import to_pgvector
+from memories.models import PENDING_ENRICHMENT, Memory
+from memories.text import text_hash
+from tenants.models import Bucket
+
+logger = logging.getLogger(__name__)
+
+CONTEXT_PREDECESSORS = 2  # how many preceding memories make a memory's context
+
+
+@dataclass
+class MemoryInput:
+    content: str
+    attributed_to: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    source_actor_id: str | None = None
+    hint_root: str | None = None
+    hint_tags: list[str] | None = None
+    metadata: dict | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    id: uuid.UUID
+    deduplicated: bool
+
+
+@dataclass
+class _Row:
+    item: MemoryInput
+    id: uuid.UUID
+    text_hash: str
+    created_at: datetime
+    context_text: str | None = None
+    text_lemmatized: str | None = None
+    context_lemmatized: str | None = None
+    token_count: int | None = None
+    embedding: np.ndarray | None = None
+    context_embedding: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def join_context(context_text: str, content: str) -> str:
+    """The text embedded as a memory's context vector: predecessors, then the memory."""
+    return f"{context_text}\n{content}"
+
+
+# --- derived columns ------------------------------------------------------------------
+
+
+def _lemmatize_rows(rows: list[_Row]) -> None:
+    contexts = [r for r in rows if r.context_text]
+    try:
+        lemmas = lemmatizer.lemmatize_many([r.item.content for r in rows] + [r.context_text for r in contexts])
+    except lemmatizer.LemmatizerUnavailable as exc:
+        logger.warning("lemmatizer unavailable, storing rows without lemmas: %s", exc)
+        return
+    for row, lemma in zip(rows, lemmas[: len(rows)], strict=True):
+        row.text_lemmatized = document_lemmas(lemma, row.created_at)
+    for row, lemma in zip(contexts, lemmas[len(rows) :], strict=True):
+        row.context_lemmatized = lemma
+
+
+def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
+    """The BM25 document: the content's lemmas plus its date words ("2024 may
+    tuesday"), so questions about a month or year can match the memory."""
+    return " ".join(filter(None, [content_lemmas, " ".join(lemmatizer.date_terms(created_at))]))
+
+
+def _embed_rows(rows: list[_Row]) -> None:
+    contexts = [r for r in rows if r.context_text]
+    texts = [r.item.content for r in rows] + [join_context(r.context_text, r.item.content) for r in contexts]
+    try:
+        vectors = embedding.embed_texts(texts)
+    except embedding.EmbeddingUnavailable as exc:
+        logger.warning("embedding model unavailable, storing rows without embeddings: %s", exc)
+        return
+    for row, vector in zip(rows, vectors[: len(rows)], strict=True):
+        row.embedding = vector
+    for row, vector in zip(contexts, vectors[len(rows) :], strict=True):
+        row.context_embedding = vector
+
+
+def _count_tokens(rows: list[_Row]) -> None:
+    for row, count in zip(rows, embedding.count_tokens([r.item.content for r in rows]), strict=True):
+        row.token_count = count
+
+
+# --- sequence context -------------------------------------------------------------------
+
+
+def _previous_in_run(bucket: Bucket, run_id: str, before: datetime, limit: int) -> list[str]:
+    """The contents of the last ``limit`` memories of a run written before ``before``, oldest first."""
+    contents = list(
+        Memory.objects.for_bucket(bucket)
+        .filter(run_id=run_id, created_at__lt=before)
+        .order_by("-created_at", "-id")
+        .values_list("content", flat=True)[:limit]
+    )
+    return contents[::-1]
+
+
+def _assign_context(bucket: Bucket, rows: list[_Row], *, sequence: bool) -> None:
+    """Give each row the text of its one or two predecessors in its sequence.
+
+    A sequence is a run (same ``run_id``, continuing across requests) or, for rows
+    without a run, the request's own batch in order. ``sequence=False`` treats the
+    rows as unrelated facts.
+    """
+    if not sequence:
+        return
+    history: dict[str | None, list[str]] = {}
+    for row in rows:
+        key = row.item.run_id
+        if key not in history:
+            history[key] = (
+                _previous_in_run(bucket, key, row.created_at, CONTEXT_PREDECESSORS) if key is not None else []
+            )
+        previous = history[key][-CONTEXT_PREDECESSORS:]
+        if previous:
+            row.context_text = "\n".join(previous)
+        history[key].append(row.item.content)
+
+
+# --- ingest -------------------------------------------------------------------------------
+
+_INSERT_COLUMNS = [
+    "id", "tenant_id", "bucket_id", "content", "embedding", "metadata", "token_count", "hint_root", "hint_tags",
+    "created_at", "text_lemmatized", "text_hash", "attributed_to", "agent_id", "run_id", "source_actor_id",
+    "context_text", "context_lemmatized", "context_embedding",
+]  # fmt: skip
+_PLACEHOLDERS = (
+    "(%s, %s, %s, %s, %s::vector, %s::jsonb, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector)"
+)
+
+
+def _insert(bucket: Bucket, rows: list[_Row]) -> dict[str, uuid.UUID]:
+    """Insert rows, skipping those whose hash already exists. Returns hash → id of inserted rows."""
+    from psycopg.types.json import Jsonb
+
+    params: list = []
+    for r in rows:
+        params += [
+            r.id, bucket.tenant_id, bucket.pk, r.item.content, to_pgvector(r.embedding), Jsonb(r.item.metadata or {}),
+            r.token_count, r.item.hint_root, r.item.hint_tags, r.created_at, r.text_lemmatized, r.text_hash,
+            r.item.attributed_to, r.item.agent_id, r.item.run_id, r.item.source_actor_id,
+            r.context_text, r.context_lemmatized, to_pgvector(r.context_embedding),
+        ]  # fmt: skip
+    sql = (
+        f"INSERT INTO memories ({', '.join(_INSERT_COLUMNS)}) VALUES "
+        + ", ".join([_PLACEHOLDERS] * len(rows))
+        # The dedup invariant: the partial unique index idx_memories_hash_unique.
+        + " ON CONFLICT (tenant_id, bucket_id, text_hash) WHERE text_hash IS NOT NULL DO NOTHING"
+        + " RETURNING id, text_hash"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return {h: i for i, h in cur.fetchall()}
+
+
+def _existing_ids(bucket: Bucket, hashes: Iterable[str]) -> dict[str, uuid.UUID]:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT text_hash, id FROM memories WHERE tenant_id = %s AND bucket_id = %s AND text_hash = ANY(%s)",
+            [bucket.tenant_id, bucket.pk, list(hashes)],
+        )
+        return dict(cur.fetchall())
+
+
+def memories_ingest(
+    *, bucket: Bucket, items: list[MemoryInput], sequence: bool = True, now: datetime | None = None
+) -> list[IngestResult]:
+    """Store ``items`` in ``bucket`` (in order) and return one result per item.
+
+    An item whose normalised text already exists in the bucket — or earlier in the
+    same batch — returns the existing row's id with ``deduplicated=True``. Nothing
+    is written if the transaction fails. Enrichment beyond the synchronous columns
+    (classification, graph extraction, links) is queued after commit.
+    """
+    if not items:
+        return []
+    base = now or timezone.now()
+    rows = [
+        _Row(
+            item=item,
+            id=uuid.uuid4(),
+            text_hash=text_hash(item.content),
+            # Items of one batch without explicit times keep their order by a microsecond apart.
+            created_at=item.created_at or base + timedelta(microseconds=index),
+        )
+        for index, item in enumerate(items)
+    ]
+    _assign_context(bucket, rows, sequence=sequence)
+    # Compute only for the first occurrence of each hash in the batch.
+    first_rows: dict[str, _Row] = {}
+    for row in rows:
+        first_rows.setdefault(row.text_hash, row)
+    unique_rows = list(first_rows.values())
+    _lemmatize_rows(unique_rows)
+    _count_tokens(unique_rows)
+    _embed_rows(unique_rows)
+
+    for _attempt in range(3):
+        with transaction.atomic():
+            inserted = _insert(bucket, unique_rows)
+            missing = [h for h in first_rows if h not in inserted]
+            existing = _existing_ids(bucket, missing) if missing else {}
+            if len(existing) == len(missing):
+                break
+        # A conflicting row was deleted between our insert and our lookup: try again.
+    else:  # pragma: no cover - needs a delete racing the same text three times
+        raise Conflict("The memory changed concurrently; retry the request.", code="retry")
+
+    results: list[IngestResult] = []
+    seen: set[str] = set()
+    for row in rows:
+        if row.text_hash in inserted and row.text_hash not in seen:
+            results.append(IngestResult(id=inserted[row.text_hash], deduplicated=False))
+        else:
+            results.append(IngestResult(id=inserted.get(row.text_hash) or existing[row.text_hash], deduplicated=True))
+        seen.add(row.text_hash)
+    new_ids = [r.id for r in results if not r.deduplicated]
+    if new_ids:
+        _note_writes(bucket.pk, len(new_ids))
+        from memories import hooks
+
+        transaction.on_commit(lambda: hooks.after_ingest(bucket_id=bucket.pk, memory_ids=new_ids))
+    return results
+
+
+# --- edits ----------------------------------------------------------------------------------
+
+EDITABLE_FIELDS = (
+    "content", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags", "metadata",
+    "created_at", "classified_scope", "classified_topic",
+)  # fmt: skip
+
+
+@transaction.atomic
+def memory_update(*, memory: Memory, **changes) -> Memory:
+    """Change a memory. New content recomputes its hash, lemmas, token count and
+    embeddings; content that collides with another memory of the bucket raises
+    Conflict (409). The row is locked for the edit so concurrent edits serialise
+    instead of overwriting each other's derived columns."""
+    unknown = set(changes) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise ValueError(f"not editable: {sorted(unknown)}")
+    memory = Memory.objects.select_for_update().get(pk=memory.pk)
+    for name, value in changes.items():
+        setattr(memory, name, value)
+    update_fields = list(changes)
+    if "content" in changes or "created_at" in changes:
+        row = _Row(
+            item=MemoryInput(content=memory.content),
+            id=memory.pk,
+            text_hash=text_hash(memory.content),
+            created_at=memory.created_at,
+            context_text=memory.context_text,
+        )
+        _lemmatize_rows([row])
+        memory.text_lemmatized = row.text_lemmatized
+        memory.context_lemmatized = row.context_lemmatized if memory.context_text else None
+        update_fields += ["text_lemmatized", "context_lemmatized"]
+        if "content" in changes:
+            _count_tokens([row])
+            _embed_rows([row])
+            memory.text_hash = row.text_hash
+            memory.token_count = row.token_count
+            memory.embedding = row.embedding
+            memory.context_embedding = row.context_embedding
+            update_fields += ["text_hash", "token_count", "embedding", "context_embedding"]
+    try:
+        with transaction.atomic():
+            memory.save(update_fields=sorted(set(update_fields)))
+    except IntegrityError:
+        other = (
+            Memory.objects.for_tenant(memory.tenant)
+            .filter(bucket_id=memory.bucket_id, text_hash=memory.text_hash)
+            .exclude(pk=memory.pk)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        raise Conflict(
+            "Another memory in this bucket already has this content.",
+            code="duplicate_content",
+            extra={"existing_id": str(other) if other else None},
+        ) from None
+    memory.refresh_from_db()
+    _note_writes(memory.bucket_id, 1)
+    return memory
+
+
+def memory_delete(*, memory: Memory) -> None:
+    Memory.objects.filter(pk=memory.pk).delete()
+    _note_writes(memory.bucket_id, 1)
+
+
+def _note_writes(bucket_id, count: int) -> None:
+    from memories.retrieval import bucket_stats
+
+    bucket_stats.note_writes(bucket_id, count)
+
+
+# --- the enrichment sweep ----------------------------------------------------------------
+
+
+@dataclass
+class EnrichmentReport:
+    scanned: int = 0
+    embedded: int = 0
+    lemmatized: int = 0
+    context_embedded: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def pending_enrichment_count(*, bucket: Bucket | None = None) -> int:
+    queryset = Memory.objects.filter(PENDING_ENRICHMENT)
+    if bucket is not None:
+        queryset = queryset.for_bucket(bucket)
+    return queryset.count()
+
+
+def memories_enrich_pending(*, batch_size: int = 256, bucket: Bucket | None = None) -> EnrichmentReport:
+    """Fill NULL embeddings, lemmas and context vectors for one batch of rows.
+
+    Rows are claimed with ``FOR UPDATE SKIP LOCKED``, so several sweeps can run at
+    once without doing the same work twice; each batch commits on its own, so a
+    sweep that dies loses at most its current batch. Call repeatedly until
+    ``scanned`` is 0.
+    """
+    report = EnrichmentReport()
+    with transaction.atomic():
+        queryset = Memory.objects.filter(PENDING_ENRICHMENT)
+        if bucket is not None:
+            queryset = queryset.for_bucket(bucket)
+        memories = list(queryset.order_by("created_at").select_for_update(skip_locked=True, of=("self",))[:batch_size])
+        report.scanned = len(memories)
+        if not memories:
+            return report
+        rows = [
+            _Row(
+                item=MemoryInput(content=m.content),
+                id=m.pk,
+                text_hash=m.text_hash,
+                created_at=m.created_at,
+                context_text=m.context_text,
+            )
+            for m in memories
+        ]
+        need_lemmas = [
+            r
+            for r, m in zip(rows, memories, strict=True)
+            if m.text_lemmatized is None or (m.context_text and m.context_lemmatized is None)
+        ]
+        _lemmatize_rows(need_lemmas)
+        need_vectors = [
+            r
+            for r, m in zip(rows, memories, strict=True)
+            if m.embedding is None or (m.context_text and m.context_embedding is None)
+        ]
+        _embed_rows(need_vectors)
+        for row, memory in zip(rows, memories, strict=True):
+            fields = []
+            if memory.text_lemmatized is None and row.text_lemmatized is not None:
+                memory.text_lemmatized = row.text_lemmatized
+                fields.append("text_lemmatized")
+                report.lemmatized += 1
+            if memory.context_text and memory.context_lemmatized is None and row.context_lemmatized is not None:
+                memory.context_lemmatized = row.context_lemmatized
+                fields.append("context_lemmatized")
+            if memory.embedding is None and row.embedding is not None:
+                memory.embedding = row.embedding
+                fields.append("embedding")
+                report.embedded += 1
+            if memory.context_text and memory.context_embedding is None and row.context_embedding is not None:
+                memory.context_embedding = row.context_embedding
+                fields.append("context_embedding")
+                report.context_embedded += 1
+            if fields:
+                memory.save(update_fields=fields)
+                _note_writes(memory.bucket_id, 1)
+            else:
+                report.failed += 1
+    if report.failed:
+        report.errors.append(f"{report.failed} row(s) could not be enriched (model or lemmatizer unavailable)")
+    return report
+
+
+def memories_enrich_all_pending(*, batch_size: int = 256, bucket: Bucket | None = None) -> EnrichmentReport:
+    """Run the sweep until nothing is left or a batch makes no progress."""
+    total = EnrichmentReport()
+    while True:
+        report = memories_enrich_pending(batch_size=batch_size, bucket=bucket)
+        for name in ("scanned", "embedded", "lemmatized", "context_embedded", "failed"):
+            setattr(total, name, getattr(total, name) + getattr(report, name))
+        total.errors += report.errors
+        if report.scanned == 0 or report.failed == report.scanned:
+            return total

@@ -1,0 +1,36 @@
+"""Text normalisation and hashing for dedup, and the token-count fallback."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+_WHITESPACE = re.compile(r"\s+")
+_ROUGH_TOKENS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+def normalize_for_hash(text: str) -> str:
+    """Lowercase, replace punctuation with spaces, collapse whitespace.
+
+    Not lemmatised on purpose (seed 000): "cat" and "cats" are different facts.
+    Punctuation becomes a space rather than vanishing, so "dark-roast" and
+    "dark roast" normalise alike. Symbols such as emoji are kept: "I love 🍕"
+    and "I love 🍣" are not duplicates.
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def text_hash(text: str) -> str:
+    """MD5 (32 hex characters) of the normalised text. Text that normalises to
+    nothing (only punctuation) is hashed verbatim, so "!!!" and "???" stay distinct."""
+    normalized = normalize_for_hash(text) or text.strip()
+    return hashlib.md5(normalized.encode("utf-8")).hexdigest()
+
+
+def rough_token_count(text: str) -> int:
+    """A stated fallback when the model tokenizer is unavailable: words and
+    punctuation marks, scaled by 1.3 (WordPiece splits rarer words)."""
+    return max(1, round(len(_ROUGH_TOKENS.findall(text)) * 1.3))

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from memories import apis
+
+urlpatterns = [
+    path("buckets/<str:bucket_id>/memories", apis.BucketMemoriesApi.as_view(), name="bucket-memories"),
+    path("buckets/<str:bucket_id>/search", apis.SearchApi.as_view(), name="bucket-search"),
+    path("memories/<str:memory_id>", apis.MemoryDetailApi.as_view(), name="memory-detail"),
+]

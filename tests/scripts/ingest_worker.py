@@ -1,0 +1,35 @@
+"""A separate process that writes memories through the write service.
+
+Usage: python -m tests.scripts.ingest_worker BUCKET_ID START_AT CONTENT...
+Waits until the wall clock reaches START_AT (so all workers collide), writes
+each content as its own request, prints one JSON line per result.
+"""
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
+
+import django
+
+django.setup()
+
+from memories.services import MemoryInput, memories_ingest  # noqa: E402
+from tenants.models import Bucket  # noqa: E402
+
+
+def main() -> None:
+    bucket_id, start_at, *contents = sys.argv[1:]
+    bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
+    delay = float(start_at) - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    for content in contents:
+        [result] = memories_ingest(bucket=bucket, items=[MemoryInput(content=content)])
+        print(json.dumps({"content": content, "id": str(result.id), "deduplicated": result.deduplicated}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

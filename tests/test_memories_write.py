@@ -1,0 +1,207 @@
+"""The write path: POST /api/v1/buckets/{id}/memories."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+from django.db import connection
+
+from memories.models import Memory
+from memories.text import normalize_for_hash, text_hash
+
+pytestmark = pytest.mark.django_db
+
+
+def url(bucket) -> str:
+    return f"/api/v1/buckets/{bucket.pk}/memories"
+
+
+def test_single_memory_is_stored_with_every_derived_column(api, bucket):
+    response = api.post(
+        url(bucket),
+        {
+            "content": "I moved to Lisbon in March.",
+            "attributed_to": "user",
+            "agent_id": "planner",
+            "run_id": "r1",
+            "source_actor_id": "slack-bot",
+            "hint_root": "/home/notes",
+            "hint_tags": ["travel", "home", "travel"],
+            "metadata": {"source": "chat"},
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    [result] = response.json()["results"]
+    assert result["deduplicated"] is False
+    memory = Memory.objects.get(pk=result["id"])
+    assert memory.tenant_id == bucket.tenant_id and memory.bucket_id == bucket.pk
+    assert memory.content == "I moved to Lisbon in March."
+    assert memory.text_hash == text_hash("I moved to Lisbon in March.") and len(memory.text_hash) == 32
+    assert memory.hint_tags == ["travel", "home"]
+    assert memory.metadata == {"source": "chat"}
+    assert memory.token_count and memory.token_count > 5
+    assert "lisbon" in memory.text_lemmatized.split() and "move" in memory.text_lemmatized.split()
+    assert memory.embedding is not None and len(memory.embedding) == 384
+    assert np.isclose(np.linalg.norm(memory.embedding), 1.0, atol=1e-3)
+    assert memory.created_at is not None
+
+
+def test_date_words_are_part_of_the_lexical_document(api, bucket):
+    api.post(url(bucket), {"content": "Adopted a kitten", "created_at": "2023-05-16T08:00:00Z"}, format="json")
+    memory = Memory.objects.get(bucket=bucket)
+    assert memory.text_lemmatized.split()[-3:] == ["2023", "may", "tuesday"]
+    assert memory.created_at == datetime(2023, 5, 16, 8, tzinfo=UTC)
+
+
+def test_batch_results_come_back_in_input_order(api, bucket):
+    contents = [f"Fact number {i} about the garden" for i in range(25)]
+    response = api.post(url(bucket), {"memories": [{"content": c} for c in contents]}, format="json")
+    assert response.status_code == 201
+    ids = [r["id"] for r in response.json()["results"]]
+    stored = dict(Memory.objects.filter(bucket=bucket).values_list("id", "content"))
+    assert [stored[uuid.UUID(i)] for i in ids] == contents
+    # Batch items without explicit times keep their order in created_at.
+    times = [Memory.objects.get(pk=i).created_at for i in ids]
+    assert times == sorted(times) and len(set(times)) == len(times)
+
+
+def test_duplicate_content_returns_existing_id(api, bucket):
+    first = api.post(url(bucket), {"content": "I prefer dark roast coffee"}, format="json").json()["results"][0]
+    again = api.post(url(bucket), {"content": "  i PREFER dark-roast coffee!! "}, format="json").json()["results"][0]
+    assert again == {"id": first["id"], "deduplicated": True}
+    assert Memory.objects.filter(bucket=bucket).count() == 1
+
+
+def test_duplicates_inside_one_batch_are_stored_once(api, bucket):
+    response = api.post(
+        url(bucket),
+        {"memories": [{"content": "Alice likes tea"}, {"content": "alice likes tea."}, {"content": "Bob likes tea"}]},
+        format="json",
+    )
+    results = response.json()["results"]
+    assert results[0]["deduplicated"] is False and results[1] == {"id": results[0]["id"], "deduplicated": True}
+    assert results[2]["deduplicated"] is False
+    assert Memory.objects.filter(bucket=bucket).count() == 2
+
+
+def test_same_text_in_two_buckets_is_two_memories(api, tenant, bucket):
+    from tenants.services import bucket_create
+
+    other = bucket_create(tenant=tenant, name="second")
+    a = api.post(url(bucket), {"content": "shared fact"}, format="json").json()["results"][0]
+    b = api.post(url(other), {"content": "shared fact"}, format="json").json()["results"][0]
+    assert a["id"] != b["id"] and not b["deduplicated"]
+
+
+def test_normalisation_keeps_real_distinctions():
+    assert normalize_for_hash("I prefer dark-roast coffee!") == normalize_for_hash("i prefer dark roast   coffee")
+    assert text_hash("I have a cat") != text_hash("I have cats")  # not lemmatised
+    assert text_hash("I love 🍕") != text_hash("I love 🍣")
+    assert text_hash("!!!") != text_hash("???")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "🎉🎉🎉 party time 🥳",
+        "東京でラーメンを食べました",
+        "مرحبا بالعالم — RTL text ‏",
+        "see https://example.com/path?q=1&x=2#frag for details",
+        "def f(x):\n    return x ** 2  # code",
+        "a" * 5000,
+        "Zalgo t̸̢̛e̵͇͝x̶̱̆t̴̰̿ and \u200b zero width and \u0007 bell",
+        "SELECT * FROM memories; DROP TABLE memories; -- ' \" & | ! ( ) : * < ->",
+    ],
+)
+def test_odd_unicode_never_produces_null_lemmas_or_errors(api, bucket, text):
+    response = api.post(url(bucket), {"content": text}, format="json")
+    assert response.status_code == 201
+    memory = Memory.objects.get(pk=response.json()["results"][0]["id"])
+    assert memory.text_lemmatized is not None
+    assert memory.embedding is not None
+    with connection.cursor() as cur:
+        cur.execute("SELECT lemmatized_tsv IS NOT NULL FROM memories WHERE id = %s", [memory.pk])
+        assert cur.fetchone()[0]
+
+
+def test_sequence_context_from_the_batch(api, bucket):
+    response = api.post(
+        url(bucket),
+        {
+            "memories": [
+                {"content": "I started at Acme Robotics in 2019."},
+                {"content": "I lead the drone team there."},
+                {"content": "5 years already!"},
+            ]
+        },
+        format="json",
+    )
+    ids = [r["id"] for r in response.json()["results"]]
+    first, second, third = (Memory.objects.get(pk=i) for i in ids)
+    assert first.context_text is None and first.context_embedding is None
+    assert second.context_text == "I started at Acme Robotics in 2019."
+    assert third.context_text == "I started at Acme Robotics in 2019.\nI lead the drone team there."
+    assert third.context_embedding is not None and "acme" in third.context_lemmatized.split()
+
+
+def test_sequence_context_continues_a_run_across_requests(api, bucket):
+    api.post(url(bucket), {"content": "We adopted a puppy named Miso", "run_id": "chat-7"}, format="json")
+    api.post(url(bucket), {"content": "Unrelated fact from another run", "run_id": "chat-8"}, format="json")
+    response = api.post(url(bucket), {"content": "He chewed my shoes", "run_id": "chat-7"}, format="json")
+    memory = Memory.objects.get(pk=response.json()["results"][0]["id"])
+    assert memory.context_text == "We adopted a puppy named Miso"
+
+
+def test_sequence_false_stores_no_context(api, bucket):
+    api.post(url(bucket), {"memories": [{"content": "one"}, {"content": "two"}], "sequence": False}, format="json")
+    assert not Memory.objects.filter(bucket=bucket, context_text__isnull=False).exists()
+
+
+def test_embeddings_are_computed_in_one_batch_per_request(api, bucket, monkeypatch):
+    from memories import embedding
+
+    calls = []
+    original = embedding.embed_texts
+
+    def spy(texts, **kwargs):
+        calls.append(len(texts))
+        return original(texts, **kwargs)
+
+    monkeypatch.setattr(embedding, "embed_texts", spy)
+    api.post(url(bucket), {"memories": [{"content": f"fact {i}"} for i in range(40)]}, format="json")
+    # 40 memories + 39 context vectors, in one call.
+    assert calls == [79]
+
+
+def test_token_count_uses_the_model_tokenizer(api, bucket):
+    from memories.embedding import get_model
+
+    api.post(url(bucket), {"content": "Tokenization counts wordpieces"}, format="json")
+    memory = Memory.objects.get(bucket=bucket)
+    expected = len(get_model().tokenizer("Tokenization counts wordpieces", add_special_tokens=False)["input_ids"])
+    assert memory.token_count == expected
+
+
+def test_write_scope_is_required(client_factory, tenant, bucket):
+    reader = client_factory(tenant, scopes=["read"])
+    assert reader.post(url(bucket), {"content": "x"}, format="json").status_code == 403
+    assert not Memory.objects.exists()
+
+
+def test_outsider_cannot_write_into_a_bucket(outsider_api, bucket):
+    response = outsider_api.post(url(bucket), {"content": "intrusion"}, format="json")
+    assert response.status_code == 404
+    assert not Memory.objects.exists()
+
+
+def test_restricted_token_cannot_write_to_another_bucket(client_factory, tenant, bucket):
+    from tenants.services import bucket_create
+
+    other = bucket_create(tenant=tenant, name="other")
+    restricted = client_factory(tenant, bucket=bucket)
+    assert restricted.post(url(other), {"content": "x"}, format="json").status_code == 404
+    assert restricted.post(url(bucket), {"content": "x"}, format="json").status_code == 201

@@ -1,0 +1,306 @@
+"""POST /api/v1/buckets/{id}/search — real PostgreSQL, real model."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from memories import access, embedding
+from memories.models import Memory
+
+pytestmark = pytest.mark.django_db
+
+CORPUS = [
+    "Our dog Biscuit is a golden retriever who loves the beach.",
+    "I prefer dark roast coffee in the morning.",
+    "My sister Anna works as a nurse in Boston.",
+    "The quarterly report is due on the last Friday of June.",
+    "I am allergic to peanuts.",
+    "We are planning a trip to Kyoto next spring.",
+    "My laptop is a ThinkPad X1 Carbon.",
+    "I go climbing at the gym on Tuesdays and Thursdays.",
+]
+
+
+def write(api, bucket, *items, **options):
+    body = {"memories": [i if isinstance(i, dict) else {"content": i} for i in items], "sequence": False, **options}
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", body, format="json")
+    assert response.status_code == 201, response.content
+    return [r["id"] for r in response.json()["results"]]
+
+
+def search(api, bucket, query, **params):
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, **params}, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_exact_words_rank_the_matching_memory_first_in_keyword_mode(api, bucket):
+    ids = write(api, bucket, *CORPUS)
+    body = search(api, bucket, "ThinkPad laptop", mode="keyword")
+    assert body["mode_used"] == "keyword"
+    assert body["results"][0]["id"] == ids[6]
+    body = search(api, bucket, "peanuts", mode="keyword")
+    assert [r["id"] for r in body["results"]] == [ids[4]]  # only what matches
+
+
+def test_lemmas_match_inflected_forms(api, bucket):
+    ids = write(api, bucket, *CORPUS)
+    assert search(api, bucket, "who went climbed at gyms", mode="keyword")["results"][0]["id"] == ids[7]
+
+
+def test_paraphrase_without_shared_words_is_found_by_vector_and_hybrid(api, bucket):
+    ids = write(api, bucket, *CORPUS)
+    query = "what kind of canine companion do I have"
+    keyword_ids = [r["id"] for r in search(api, bucket, query, mode="keyword")["results"]]
+    assert ids[0] not in keyword_ids
+    assert search(api, bucket, query, mode="vector")["results"][0]["id"] == ids[0]
+    assert search(api, bucket, query, mode="hybrid")["results"][0]["id"] == ids[0]
+
+
+def test_recency_breaks_ties_between_equally_relevant_facts(api, bucket):
+    now = timezone.now()
+    old, new = write(
+        api,
+        bucket,
+        {"content": "My favourite colour is blue", "created_at": (now - timedelta(days=700)).isoformat()},
+        {"content": "My favourite colour is green", "created_at": (now - timedelta(days=3)).isoformat()},
+    )
+    body = search(api, bucket, "favourite colour", mode="keyword", explain=True)
+    assert [r["id"] for r in body["results"]] == [new, old]
+    signals = [r["explain"]["signals"]["keyword"]["score"] for r in body["results"]]
+    assert signals[0] == signals[1]  # equally relevant: recency decided
+    # Swap the ages: the order follows.
+    Memory.objects.filter(pk=old).update(created_at=now - timedelta(days=1))
+    Memory.objects.filter(pk=new).update(created_at=now - timedelta(days=900))
+    body = search(api, bucket, "favourite colour", mode="keyword")
+    assert [r["id"] for r in body["results"]] == [old, new]
+
+
+def test_token_budget_is_never_exceeded(api, bucket):
+    write(api, bucket, *CORPUS, *[f"Note {i}: the garden needs watering twice a week in summer" for i in range(20)])
+    for budget in (1, 12, 30, 75, 200, 5000):
+        body = search(api, bucket, "garden coffee trip laptop", token_budget=budget)
+        used = sum(r["token_count"] for r in body["results"])
+        assert used <= budget
+        assert body["total_tokens"] == used
+    # A budget without a limit is not cut at 10 results.
+    assert len(search(api, bucket, "garden watering", token_budget=5000)["results"]) > 10
+
+
+def test_limit(api, bucket):
+    write(api, bucket, *CORPUS)
+    assert len(search(api, bucket, "anything at all", limit=3)["results"]) == 3
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])
+def test_filters(api, bucket, mode):
+    now = timezone.now()
+    a, b, c, d = write(
+        api,
+        bucket,
+        {"content": "Coffee tastes great", "hint_tags": ["food", "morning"], "agent_id": "chef", "run_id": "r1",
+         "attributed_to": "user", "created_at": (now - timedelta(days=400)).isoformat()},
+        {"content": "Coffee beans from Ethiopia", "hint_tags": ["food"], "agent_id": "buyer", "run_id": "r2",
+         "attributed_to": "assistant", "created_at": (now - timedelta(days=10)).isoformat()},
+        {"content": "Coffee shop on Main street", "hint_tags": ["places"], "agent_id": "chef", "run_id": "r2",
+         "attributed_to": "user", "created_at": (now - timedelta(days=1)).isoformat()},
+        {"content": "Coffee grinder is broken"},
+    )  # fmt: skip
+    Memory.objects.filter(pk=b).update(classified_scope="specific", classified_topic="coffee-beans")
+    Memory.objects.filter(pk=d).update(classified_scope="general")
+
+    def ids(**filters):
+        return {r["id"] for r in search(api, bucket, "coffee", mode=mode, filters=filters, limit=20)["results"]}
+
+    assert ids(hint_tags=["food"]) == {a, b}
+    assert ids(hint_tags=["food", "morning"]) == {a}
+    assert ids(agent_id="chef") == {a, c}
+    assert ids(run_id="r2") == {b, c}
+    assert ids(attributed_to="assistant") == {b}
+    assert ids(classified_scope="specific") == {b}
+    assert ids(classified_topic="coffee-beans") == {b}
+    assert ids(created_after=(now - timedelta(days=30)).isoformat()) == {b, c, d}
+    assert ids(created_before=(now - timedelta(days=30)).isoformat()) == {a}
+    assert ids(agent_id="chef", attributed_to="user", created_after=(now - timedelta(days=5)).isoformat()) == {c}
+
+
+def test_explain_shows_ranks_scores_boosts_and_context(api, bucket):
+    write(api, bucket, "I joined Globex in 2019.", "Five years already!", sequence=True)
+    body = search(api, bucket, "how long have I worked at Globex", explain=True)
+    top = {r["content"]: r["explain"] for r in body["results"]}
+    explain = top["Five years already!"]
+    assert explain["context"] == "I joined Globex in 2019."
+    assert "keyword_context" in explain["signals"] and "rank" in explain["signals"]["keyword_context"]
+    assert set(explain["boosts"]) >= {"recency"}
+    assert explain["fusion"] == "rrf" and explain["fused"] > 0
+
+
+def test_sequence_context_finds_a_short_follow_up(api, bucket):
+    ids = write(
+        api,
+        bucket,
+        *CORPUS,
+        "I started working at Initech as a data engineer in 2019.",
+        "Five years already, can you believe it!",
+        sequence=True,
+    )
+    body = search(api, bucket, "How long have I been at Initech?", limit=3)
+    assert ids[-1] in [r["id"] for r in body["results"]]
+
+
+def test_search_bumps_last_accessed_in_one_batch(api, bucket, django_assert_max_num_queries):
+    ids = write(api, bucket, *CORPUS)
+    body = search(api, bucket, "coffee dog sister", limit=3)
+    returned = {r["id"] for r in body["results"]}
+    assert Memory.objects.filter(last_accessed_at__isnull=False).count() == 0  # not on the response path
+    with django_assert_max_num_queries(1):
+        access.flush()
+    accessed = {str(i) for i in Memory.objects.filter(last_accessed_at__isnull=False).values_list("id", flat=True)}
+    assert accessed == returned and returned <= set(ids)
+
+
+@pytest.mark.parametrize(
+    "query", ["&|!():*<->'\\", "' OR 1=1 --", "a & b | !c", "'", "\\", "😀😀", "東京", "x" * 4000, "a:* & b:*"]
+)
+def test_hostile_queries_never_fail(api, bucket, query):
+    write(api, bucket, *CORPUS)
+    for mode in ("keyword", "hybrid"):
+        response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, "mode": mode}, format="json")
+        assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"query": ""},
+        {"query": "   "},
+        {"query": 5},
+        {"query": "x" * 4001},
+        {"query": "x", "mode": "psychic"},
+        {"query": "x", "limit": 0},
+        {"query": "x", "limit": 101},
+        {"query": "x", "limit": -5},
+        {"query": "x", "token_budget": 0},
+        {"query": "x", "token_budget": -1},
+        {"query": "x", "filters": {"colour": "red"}},
+        {"query": "x", "filters": {"hint_tags": "food"}},
+        {"query": "x", "filters": "none"},
+        {"query": "x", "ranking": {"fusion": "magic"}},
+        {"query": "x", "ranking": {"weights": {"telepathy": 1}}},
+        {"query": "x", "ranking": {"rrf_k": -1}},
+        {"query": "x", "explain": "very"},
+        {"query": "x", "unknown": 1},
+    ],
+)
+def test_bad_search_input_is_400(api, bucket, body):
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/search", body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "invalid"
+
+
+def test_ranking_overrides_are_applied(api, bucket):
+    write(api, bucket, *CORPUS)
+    body = search(api, bucket, "coffee", ranking={"fusion": "score", "weights": {"vector": 0}}, explain=True)
+    assert body["results"][0]["explain"]["fusion"] == "score"
+    assert "Coffee" in body["results"][0]["content"] or "coffee" in body["results"][0]["content"]
+
+
+def test_tenant_retrieval_settings_are_defaults(api, tenant, bucket):
+    tenant.settings = {"retrieval": {"fusion": "score"}}
+    tenant.save()
+    write(api, bucket, *CORPUS)
+    assert search(api, bucket, "coffee", explain=True)["results"][0]["explain"]["fusion"] == "score"
+
+
+def test_empty_bucket_returns_no_results(api, bucket):
+    for mode in ("hybrid", "vector", "keyword"):
+        assert search(api, bucket, "anything", mode=mode)["results"] == []
+
+
+def test_read_scope_can_search_write_scope_cannot(client_factory, tenant, bucket, api):
+    write(api, bucket, *CORPUS)
+    assert (
+        client_factory(tenant, scopes=["read"])
+        .post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "coffee"}, format="json")
+        .status_code
+        == 200
+    )
+    assert (
+        client_factory(tenant, scopes=["write"])
+        .post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "coffee"}, format="json")
+        .status_code
+        == 403
+    )
+
+
+def test_outsider_cannot_search_a_bucket(api, outsider_api, other_bucket, bucket):
+    write(api, bucket, *CORPUS)
+    response = outsider_api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "coffee"}, format="json")
+    assert response.status_code == 404
+    # and the outsider's own bucket never shows this tenant's rows
+    response = outsider_api.post(f"/api/v1/buckets/{other_bucket.pk}/search", {"query": "coffee"}, format="json")
+    assert response.json()["results"] == []
+    assert outsider_api.post(f"/api/v1/buckets/{uuid.uuid4()}/search", {"query": "x"}, format="json").status_code == 404
+
+
+class TestModelUnavailable:
+    def test_writes_succeed_without_embeddings_and_search_degrades_to_keyword(self, api, bucket, settings):
+        settings.ENGRAM_EMBEDDINGS_ENABLED = False
+        ids = write(api, bucket, *CORPUS)
+        assert Memory.objects.filter(bucket=bucket, embedding__isnull=True).count() == len(CORPUS)
+        assert Memory.objects.filter(bucket=bucket, text_lemmatized__isnull=True).count() == 0
+        assert api.get(f"/api/v1/memories/{ids[0]}").json()["enrichment"]["embedding"] == "pending"
+        for mode in ("hybrid", "vector"):
+            body = search(api, bucket, "ThinkPad laptop", mode=mode)
+            assert body["mode_used"] == "keyword"
+            assert body["warnings"] and "unavailable" in body["warnings"][0]
+            assert body["results"][0]["id"] == ids[6]
+        pending = api.get(f"/api/v1/buckets/{bucket.pk}/memories?pending=true").json()["results"]
+        assert len(pending) == len(CORPUS)
+
+        # The model comes back: the sweep fills every row in, and vector search works again.
+        from memories.services import memories_enrich_all_pending
+
+        settings.ENGRAM_EMBEDDINGS_ENABLED = True
+        report = memories_enrich_all_pending()
+        assert report.embedded == len(CORPUS)
+        assert not Memory.objects.filter(bucket=bucket, embedding__isnull=True).exists()
+        assert (
+            search(api, bucket, "what kind of canine companion do I have", mode="vector")["results"][0]["id"] == ids[0]
+        )
+
+    def test_a_model_that_crashes_mid_request_loses_no_write(self, api, bucket, monkeypatch):
+        model = embedding.get_model()
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("CUDA out of memory, or whatever models do")
+
+        monkeypatch.setattr(model, "encode", broken)
+        ids = write(api, bucket, *CORPUS[:3], sequence=True)
+        assert Memory.objects.filter(pk__in=ids, embedding__isnull=True).count() == 3
+        assert (
+            Memory.objects.filter(pk__in=ids, context_text__isnull=False, context_embedding__isnull=True).count() == 2
+        )
+        body = search(api, bucket, "coffee with a crashed model")
+        assert body["mode_used"] == "keyword"
+
+    def test_lemmatizer_down_stores_rows_and_the_sweep_fills_lemmas(self, api, bucket, monkeypatch):
+        from memories import lemmatizer
+        from memories.services import memories_enrich_all_pending
+
+        def unavailable():
+            raise lemmatizer.LemmatizerUnavailable("spaCy is gone")
+
+        monkeypatch.setattr(lemmatizer, "_load", unavailable)
+        ids = write(api, bucket, *CORPUS[:5])
+        assert Memory.objects.filter(pk__in=ids, text_lemmatized__isnull=True).count() == 5
+        monkeypatch.undo()
+        report = memories_enrich_all_pending()
+        assert report.lemmatized == 5
+        assert not Memory.objects.filter(pk__in=ids, text_lemmatized__isnull=True).exists()
+        assert search(api, bucket, "peanuts", mode="keyword")["results"][0]["id"] == ids[4]
