@@ -7,6 +7,7 @@ from engram_site import health
 api_v1 = [
     path("", include("tenants.urls")),
     path("", include("memories.urls")),
+    path("", include("graph.urls")),
 ]
 
 urlpatterns = [

@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class GraphConfig(AppConfig):
     name = "graph"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from graph import receivers  # noqa: F401  (connects to memories.signals)
+        from graph.retrieval import graph_signal
+        from memories.retrieval import register_graph_signal
+
+        register_graph_signal(graph_signal)

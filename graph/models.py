@@ -1,1 +1,176 @@
-"""Knowledge graph models (entities and temporal triples) live here."""
+"""The knowledge graph: entities, their mentions in memories, and temporal edges.
+
+Everything here is derived from the memories table and can be rebuilt from it at
+any time (``manage.py rebuild_graph``). Edges are append-only in meaning: a
+changed fact closes the previous edge's validity (``valid_to``) and a new edge
+opens; nothing about the past is overwritten.
+"""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.functions import RandomUUID
+from django.db import models
+from django.db.models import Q
+
+from engram_site.db import TransactionNow
+from memories.models import Memory
+from tenants.models import Bucket, Tenant
+
+
+class EntityQuerySet(models.QuerySet):
+    def for_bucket(self, bucket: Bucket) -> EntityQuerySet:
+        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
+
+    def for_tenant(self, tenant: Tenant) -> EntityQuerySet:
+        return self.filter(tenant_id=tenant.pk)
+
+
+class Entity(models.Model):
+    id = models.UUIDField(primary_key=True, db_default=RandomUUID(), editable=False)
+    # Tenant and bucket cascade in the database (migration 0001), like memories.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    name = models.TextField()
+    normalized_name = models.TextField()
+    # PERSON, ORG, PLACE, PRODUCT, EVENT, ANIMAL, THING, or SPEAKER (the user or the assistant)
+    type = models.CharField(max_length=20)
+    aliases = ArrayField(models.TextField(), default=list, blank=True)
+    mention_count = models.IntegerField(default=0)
+    created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
+
+    objects = EntityQuerySet.as_manager()
+
+    class Meta:
+        db_table = "graph_entities"
+        verbose_name_plural = "entities"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "bucket", "normalized_name", "type"], name="graph_entities_unique_name"
+            )
+        ]
+        indexes = [
+            # Entity lookup by name when resolving mentions and query entities (the unique
+            # index above serves (tenant, bucket, normalized_name) prefix lookups too).
+            # Alias lookup: aliases @> ARRAY[name].
+            models.Index(fields=["tenant", "bucket"], name="graph_entities_bucket"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.type})"
+
+
+class Mention(models.Model):
+    """A memory mentions an entity."""
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    memory = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    entity = models.ForeignKey(
+        Entity, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="mentions"
+    )
+
+    class Meta:
+        db_table = "graph_mentions"
+        constraints = [models.UniqueConstraint(fields=["memory", "entity"], name="graph_mentions_unique")]
+        indexes = [
+            # Graph retrieval: memories that mention the entities reached.
+            models.Index(fields=["entity", "memory"], name="graph_mentions_entity"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_id} mentions {self.entity_id}"
+
+
+class EdgeQuerySet(models.QuerySet):
+    def for_bucket(self, bucket: Bucket) -> EdgeQuerySet:
+        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
+
+    def valid_at(self, moment) -> EdgeQuerySet:
+        return self.filter(valid_from__lte=moment).filter(Q(valid_to__isnull=True) | Q(valid_to__gt=moment))
+
+    def current(self) -> EdgeQuerySet:
+        return self.filter(valid_to__isnull=True)
+
+
+class Edge(models.Model):
+    id = models.UUIDField(primary_key=True, db_default=RandomUUID(), editable=False)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    subject = models.ForeignKey(Entity, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    predicate = models.CharField(max_length=60)
+    object_entity = models.ForeignKey(
+        Entity, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    object_literal = models.TextField(null=True, blank=True)
+    # Functional predicates (lives_in, works_at, ...) hold one value at a time; a new
+    # value closes the previous edge. ``functional_key`` groups one timeline.
+    functional_key = models.TextField(null=True, blank=True)
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True)
+    confidence = models.FloatField(default=1.0)
+    source_memory = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
+
+    objects = EdgeQuerySet.as_manager()
+
+    class Meta:
+        db_table = "graph_edges"
+        indexes = [
+            # BFS: edges touching a frontier of entities, currently valid.
+            models.Index(
+                fields=["tenant", "bucket", "subject"], name="graph_edges_subject_current",
+                condition=Q(valid_to__isnull=True),
+            ),
+            models.Index(
+                fields=["tenant", "bucket", "object_entity"], name="graph_edges_object_current",
+                condition=Q(valid_to__isnull=True),
+            ),
+            # BFS as of a past time, and entity pages with history.
+            models.Index(fields=["tenant", "bucket", "subject", "valid_from"], name="graph_edges_subject"),
+            models.Index(fields=["tenant", "bucket", "object_entity", "valid_from"], name="graph_edges_object"),
+            # Timeline maintenance: all edges of one functional (subject, predicate[, category]).
+            models.Index(
+                fields=["tenant", "bucket", "subject", "functional_key"], name="graph_edges_timeline",
+                condition=Q(functional_key__isnull=False),
+            ),
+            # Cascades and "memories behind an edge".
+            models.Index(fields=["source_memory"], name="graph_edges_source"),
+        ]  # fmt: skip
+
+    def __str__(self) -> str:
+        target = self.object_literal if self.object_entity_id is None else str(self.object_entity_id)
+        return f"{self.subject_id} {self.predicate} {target}"
+
+
+class Processed(models.Model):
+    """Which memories the extractor has seen (and with which version): the sweep
+    behind asynchronous extraction finds the rest with an anti-join."""
+
+    memory = models.OneToOneField(
+        Memory, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    extractor_version = models.IntegerField()
+    processed_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "graph_processed"
+
+    def __str__(self) -> str:
+        return f"{self.memory_id} v{self.extractor_version}"

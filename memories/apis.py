@@ -107,6 +107,8 @@ class MemoryOut(serializers.Serializer):
     classified_topic = serializers.CharField(allow_null=True)
     token_count = serializers.IntegerField(allow_null=True)
     linked_memory_ids = serializers.JSONField(allow_null=True)
+    superseded_at = serializers.DateTimeField(allow_null=True)
+    superseded_by = serializers.UUIDField(allow_null=True)
     context = serializers.CharField(source="context_text", allow_null=True)
     enrichment = serializers.SerializerMethodField()
 
@@ -275,6 +277,12 @@ class SearchFiltersIn(StrictSerializer):
     classified_topic = StrictCharField(max_length=100, required=False)
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)
+    include_superseded = serializers.BooleanField(
+        required=False, help_text="include memories a newer fact has superseded (demoted; default true)"
+    )
+    as_of = serializers.DateTimeField(
+        required=False, help_text="search memory as it stood at this time (newer memories and facts are ignored)"
+    )
 
 
 class SearchHitOut(serializers.Serializer):
@@ -292,6 +300,8 @@ class SearchHitOut(serializers.Serializer):
     classified_scope = serializers.CharField(allow_null=True)
     classified_topic = serializers.CharField(allow_null=True)
     token_count = serializers.IntegerField(allow_null=True)
+    superseded = serializers.BooleanField()
+    superseded_by = serializers.UUIDField(allow_null=True)
     explain = serializers.JSONField(required=False)
 
 

@@ -139,6 +139,12 @@ class Memory(models.Model):
         db_persist=True,
     )
 
+    # Supersession (graph app): a newer memory states a changed fact. Historical
+    # memories stay queryable; retrieval demotes them and can filter them out or
+    # evaluate them "as of" a past time (historical once superseded_at <= as_of).
+    superseded_at = models.DateTimeField(null=True, blank=True)
+    superseded_by = models.UUIDField(null=True, blank=True)
+
     objects = MemoryQuerySet.as_manager()
 
     class Meta:

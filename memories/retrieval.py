@@ -53,6 +53,12 @@ class SearchFilters:
     classified_topic: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    # Supersession (graph app): include historical memories (demoted) or not, and
+    # evaluate memory as it stood at a past time.
+    include_superseded: bool = True
+    as_of: datetime | None = None
+    # The query time supersession is evaluated at when as_of is not given.
+    reference_time: datetime | None = None
 
     def sql(self, bucket: Bucket, alias: str = "m") -> tuple[str, list]:
         """WHERE clause (tenant and bucket first, as every index leads with them) and its params."""
@@ -72,11 +78,17 @@ class SearchFilters:
         if self.created_before is not None:
             clauses.append(f"{alias}.created_at < %s")
             params.append(self.created_before)
+        if self.as_of is not None:
+            clauses.append(f"{alias}.created_at <= %s")
+            params.append(self.as_of)
+        if not self.include_superseded:
+            moment = self.as_of or self.reference_time
+            if moment is None:
+                clauses.append(f"{alias}.superseded_at IS NULL")
+            else:
+                clauses.append(f"({alias}.superseded_at IS NULL OR {alias}.superseded_at > %s)")
+                params.append(moment)
         return " AND ".join(clauses), params
-
-    @property
-    def active(self) -> bool:
-        return any(getattr(self, name) for name in self.__dataclass_fields__)
 
 
 @dataclass
@@ -352,7 +364,7 @@ def named_people(query: str) -> list[str]:
 _ROW_COLUMNS = (
     "id", "content", "created_at", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root",
     "hint_tags", "metadata", "classified_scope", "classified_topic", "token_count", "context_text",
-    "linked_memory_ids",
+    "linked_memory_ids", "superseded_at", "superseded_by",
 )  # fmt: skip
 
 _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-embed")
@@ -414,7 +426,9 @@ def memories_search(
     """
     filters = filters or SearchFilters()
     config = ranking.resolve(bucket.tenant.settings, ranking_overrides)
-    now = now or timezone.now()
+    # "As of" a past time, recency and relative dates are judged from that time too.
+    now = now or filters.as_of or timezone.now()
+    filters.reference_time = now
     if limit is None:
         limit = BUDGET_DEFAULT_LIMIT if token_budget is not None else 10
     limit = max(1, min(limit, MAX_LIMIT))
@@ -478,6 +492,9 @@ def memories_search(
             boosts["person"] = 1.0 + config.person_boost
         if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
             boosts["trust"] = 1.0 + config.trust_boost
+        row["superseded"] = row["superseded_at"] is not None and row["superseded_at"] <= (filters.as_of or now)
+        if row["superseded"]:
+            boosts["superseded"] = config.superseded_weight
         score = fused_score
         for factor in boosts.values():
             score *= factor

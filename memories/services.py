@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from engram_site.exceptions import Conflict
-from memories import embedding, lemmatizer
+from memories import embedding, lemmatizer, signals
 from memories.embedding import to_pgvector
 from memories.models import PENDING_ENRICHMENT, Memory
 from memories.text import text_hash
@@ -251,6 +251,7 @@ def memories_ingest(
         from memories import hooks
 
         transaction.on_commit(lambda: hooks.after_ingest(bucket_id=bucket.pk, memory_ids=new_ids))
+        transaction.on_commit(lambda: _send_safely(signals.memories_created, bucket_id=bucket.pk, memory_ids=new_ids))
     return results
 
 
@@ -313,12 +314,31 @@ def memory_update(*, memory: Memory, **changes) -> Memory:
         ) from None
     memory.refresh_from_db()
     _note_writes(memory.bucket_id, 1)
+    if "content" in changes or "created_at" in changes:
+        bucket_id, memory_id = memory.bucket_id, memory.pk
+        transaction.on_commit(lambda: _send_safely(signals.memory_changed, bucket_id=bucket_id, memory_id=memory_id))
     return memory
 
 
+@transaction.atomic
 def memory_delete(*, memory: Memory) -> None:
-    Memory.objects.filter(pk=memory.pk).delete()
-    _note_writes(memory.bucket_id, 1)
+    """Delete a memory; what hangs off it in the database (graph edges, mentions)
+    goes with it, and the graph reopens any fact it had closed."""
+    bucket_id, memory_id = memory.bucket_id, memory.pk
+    states = [state for _receiver, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id,
+                                                                         memory_id=memory_id)]  # fmt: skip
+    Memory.objects.filter(pk=memory_id).delete()
+    _note_writes(bucket_id, 1)
+    transaction.on_commit(
+        lambda: _send_safely(signals.memory_deleted, bucket_id=bucket_id, memory_id=memory_id, states=states)
+    )
+
+
+def _send_safely(signal, **kwargs) -> None:
+    """Receivers run after commit; their failure must not turn a committed write into an error."""
+    for receiver, result in signal.send_robust(Memory, **kwargs):
+        if isinstance(result, Exception):
+            logger.error("%s receiver %r failed: %s", signal, receiver, result)
 
 
 def _note_writes(bucket_id, count: int) -> None:

@@ -46,6 +46,9 @@ MEMORY_EXTRA_COLUMNS: dict[str, tuple[str, bool, str | None]] = {
     "context_lemmatized": ("text", True, None),
     "context_embedding": ("vector(384)", True, None),
     "context_tsv": ("tsvector", True, None),
+    # Supersession (memories 0003): retrieval demotes or filters historical memories.
+    "superseded_at": ("timestamp with time zone", True, None),
+    "superseded_by": ("uuid", True, None),
 }
 
 GENERATED = {
@@ -185,6 +188,13 @@ def test_memories_indexes_match_seed_000():
 def test_memories_cascade_from_tenant_and_bucket_in_the_database():
     assert _foreign_keys("memories") == MEMORY_FOREIGN_KEYS
     assert "FOREIGN KEY (tenant_id) REFERENCES tenants(id) ON DELETE CASCADE" in _foreign_keys("buckets")
+
+
+def test_graph_tables_cascade_from_memories_and_buckets():
+    assert "FOREIGN KEY (source_memory_id) REFERENCES memories(id) ON DELETE CASCADE" in _foreign_keys("graph_edges")
+    assert "FOREIGN KEY (memory_id) REFERENCES memories(id) ON DELETE CASCADE" in _foreign_keys("graph_mentions")
+    assert "FOREIGN KEY (bucket_id) REFERENCES buckets(id) ON DELETE CASCADE" in _foreign_keys("graph_entities")
+    assert "graph_entities_unique_name" in _indexes("graph_entities")
 
 
 def test_vector_extension_is_installed():

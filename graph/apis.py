@@ -1,0 +1,134 @@
+"""Graph endpoints: entities, their edges (current and historical), edges at a time, and the
+memories behind an edge."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiTypes, extend_schema
+from rest_framework import serializers
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from graph import selectors
+from memories.apis import MemoryOut, StrictSerializer
+from tenants.selectors import bucket_get
+
+
+class EntityOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    bucket_id = serializers.UUIDField()
+    name = serializers.CharField()
+    type = serializers.CharField()
+    aliases = serializers.ListField(child=serializers.CharField())
+    mention_count = serializers.IntegerField()
+
+
+class EntityRefOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    type = serializers.CharField()
+
+
+class EdgeOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    subject = EntityRefOut()
+    predicate = serializers.CharField()
+    object = EntityRefOut(source="object_entity", allow_null=True)
+    object_literal = serializers.CharField(allow_null=True)
+    valid_from = serializers.DateTimeField()
+    valid_to = serializers.DateTimeField(allow_null=True)
+    current = serializers.SerializerMethodField()
+    confidence = serializers.FloatField()
+    source_memory_id = serializers.UUIDField()
+
+    def get_current(self, edge) -> bool:
+        return edge.valid_to is None
+
+
+class GraphPagination(LimitOffsetPagination):
+    default_limit = 50
+    max_limit = 500
+
+
+class EntityListApi(APIView):
+    class Params(StrictSerializer):
+        q = serializers.CharField(required=False, max_length=200)
+        type = serializers.CharField(required=False, max_length=20)
+        limit = serializers.IntegerField(required=False, min_value=1)
+        offset = serializers.IntegerField(required=False, min_value=0)
+
+    @extend_schema(
+        operation_id="entities_list",
+        parameters=[OpenApiParameter("q", OpenApiTypes.STR), OpenApiParameter("type", OpenApiTypes.STR),
+                    OpenApiParameter("limit", OpenApiTypes.INT), OpenApiParameter("offset", OpenApiTypes.INT)],
+        responses=EntityOut(many=True),
+    )  # fmt: skip
+    def get(self, request, bucket_id):
+        bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
+        params = self.Params(data=request.query_params.dict())
+        params.is_valid(raise_exception=True)
+        entities = selectors.entity_list(
+            bucket=bucket, query=params.validated_data.get("q"), type=params.validated_data.get("type")
+        )
+        paginator = GraphPagination()
+        page = paginator.paginate_queryset(entities, request, view=self)
+        return paginator.get_paginated_response(EntityOut(page, many=True).data)
+
+
+class EntityDetailApi(APIView):
+    class Params(StrictSerializer):
+        as_of = serializers.DateTimeField(required=False)
+
+    @extend_schema(
+        operation_id="entities_retrieve",
+        parameters=[OpenApiParameter("as_of", OpenApiTypes.DATETIME, description="only edges valid at this time")],
+        responses=EntityOut,
+    )
+    def get(self, request, entity_id):
+        entity = selectors.entity_get(tenant=request.auth.tenant, entity_id=entity_id, token=request.auth)
+        params = self.Params(data=request.query_params.dict())
+        params.is_valid(raise_exception=True)
+        edges = list(selectors.edges_of_entity(entity=entity, as_of=params.validated_data.get("as_of")))
+        return Response(
+            {
+                **EntityOut(entity).data,
+                "current_edges": EdgeOut([e for e in edges if e.valid_to is None], many=True).data,
+                "historical_edges": EdgeOut([e for e in edges if e.valid_to is not None], many=True).data,
+            }
+        )
+
+
+class EdgeListApi(APIView):
+    class Params(StrictSerializer):
+        valid_at = serializers.DateTimeField(required=False)
+        entity = serializers.UUIDField(required=False)
+        predicate = serializers.CharField(required=False, max_length=60)
+        limit = serializers.IntegerField(required=False, min_value=1)
+        offset = serializers.IntegerField(required=False, min_value=0)
+
+    @extend_schema(
+        operation_id="edges_list",
+        parameters=[OpenApiParameter("valid_at", OpenApiTypes.DATETIME), OpenApiParameter("entity", OpenApiTypes.UUID),
+                    OpenApiParameter("predicate", OpenApiTypes.STR), OpenApiParameter("limit", OpenApiTypes.INT),
+                    OpenApiParameter("offset", OpenApiTypes.INT)],
+        responses=EdgeOut(many=True),
+    )  # fmt: skip
+    def get(self, request, bucket_id):
+        bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
+        params = self.Params(data=request.query_params.dict())
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        edges = selectors.edge_list(
+            bucket=bucket, valid_at=data.get("valid_at"), entity_id=data.get("entity"), predicate=data.get("predicate")
+        )
+        paginator = GraphPagination()
+        page = paginator.paginate_queryset(edges, request, view=self)
+        return paginator.get_paginated_response(EdgeOut(page, many=True).data)
+
+
+class EdgeMemoriesApi(APIView):
+    @extend_schema(operation_id="edges_memories", responses=MemoryOut(many=True))
+    def get(self, request, edge_id):
+        edge = selectors.edge_get(tenant=request.auth.tenant, edge_id=edge_id, token=request.auth)
+        memories = selectors.edge_memories(edge=edge)
+        return Response({"edge": EdgeOut(edge).data, "results": MemoryOut(memories, many=True).data})

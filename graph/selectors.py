@@ -1,0 +1,92 @@
+"""Reads of the knowledge graph, always scoped to one tenant (and the token's bucket)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Q, QuerySet
+
+from engram_site.exceptions import NotFound
+from graph.extract import normalize_name
+from graph.models import Edge, Entity
+from memories.models import Memory
+from tenants.models import ApiToken, Bucket, Tenant
+from tenants.selectors import parse_uuid
+
+
+def entity_list(*, bucket: Bucket, query: str | None = None, type: str | None = None) -> QuerySet[Entity]:
+    entities = Entity.objects.for_bucket(bucket)
+    if query:
+        key = normalize_name(query)
+        entities = entities.filter(Q(normalized_name__contains=key) | Q(aliases__contains=[key]))
+    if type:
+        entities = entities.filter(type=type.upper())
+    return entities.order_by("-mention_count", "name", "id")
+
+
+def _scoped(queryset, tenant: Tenant, token: ApiToken | None):
+    queryset = queryset.filter(tenant_id=tenant.pk)
+    if token is not None and token.bucket_id is not None:
+        queryset = queryset.filter(bucket_id=token.bucket_id)
+    return queryset
+
+
+def entity_get(*, tenant: Tenant, entity_id, token: ApiToken | None = None) -> Entity:
+    pk = parse_uuid(entity_id)
+    entity = _scoped(Entity.objects.filter(pk=pk), tenant, token).first() if pk else None
+    if entity is None:
+        raise NotFound("Entity not found.")
+    return entity
+
+
+def edge_get(*, tenant: Tenant, edge_id, token: ApiToken | None = None) -> Edge:
+    pk = parse_uuid(edge_id)
+    edge = (
+        _scoped(Edge.objects.filter(pk=pk), tenant, token).select_related("subject", "object_entity").first()
+        if pk
+        else None
+    )
+    if edge is None:
+        raise NotFound("Edge not found.")
+    return edge
+
+
+def edges_of_entity(*, entity: Entity, as_of: datetime | None = None) -> QuerySet[Edge]:
+    edges = Edge.objects.filter(tenant_id=entity.tenant_id, bucket_id=entity.bucket_id).filter(
+        Q(subject=entity) | Q(object_entity=entity)
+    )
+    if as_of is not None:
+        edges = edges.valid_at(as_of)
+    return edges.select_related("subject", "object_entity").order_by("predicate", "valid_from", "id")
+
+
+def edge_list(
+    *, bucket: Bucket, valid_at: datetime | None = None, entity_id=None, predicate: str | None = None
+) -> QuerySet[Edge]:
+    edges = Edge.objects.for_bucket(bucket)
+    if valid_at is not None:
+        edges = edges.valid_at(valid_at)
+    if entity_id is not None:
+        pk = parse_uuid(entity_id)
+        edges = edges.filter(Q(subject_id=pk) | Q(object_entity_id=pk)) if pk else edges.none()
+    if predicate:
+        edges = edges.filter(predicate=predicate)
+    return edges.select_related("subject", "object_entity").order_by("-valid_from", "id")
+
+
+def edge_memories(*, edge: Edge) -> QuerySet[Memory]:
+    """The memory an edge came from, and every memory stating the same fact."""
+    same_fact = Edge.objects.filter(
+        tenant_id=edge.tenant_id,
+        bucket_id=edge.bucket_id,
+        subject_id=edge.subject_id,
+        predicate=edge.predicate,
+        object_entity_id=edge.object_entity_id,
+        object_literal=edge.object_literal,
+    ).values("source_memory_id")
+    return (
+        Memory.objects.filter(tenant_id=edge.tenant_id, bucket_id=edge.bucket_id)
+        .filter(Q(pk=edge.source_memory_id) | Q(pk__in=same_fact))
+        .defer("embedding", "context_embedding")
+        .order_by("created_at", "id")
+    )

@@ -1,0 +1,463 @@
+"""Writes to the knowledge graph: extraction, temporal timelines, supersession, rebuilds.
+
+The graph is a view of the memories table. Extracting a memory replaces that
+memory's mentions and edges (so it can be repeated safely), then recomputes the
+validity windows of every functional timeline it touched and the supersession
+state of the memories on those timelines. A rebuild does the same for a whole
+bucket from scratch, in ``created_at`` order; running it twice gives the same
+graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django.db import connection, transaction
+from django.db.models import Q
+
+from graph import extract as extraction
+from graph import nlp
+from graph.models import Edge, Entity, Mention
+from memories.models import Memory
+from tenants.models import Bucket, Tenant
+
+logger = logging.getLogger(__name__)
+
+EXTRACTOR_VERSION = 1
+BATCH = 200
+
+
+@dataclass
+class GraphReport:
+    memories: int = 0
+    entities: int = 0
+    edges: int = 0
+    superseded: int = 0
+    skipped: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+# --- entity resolution ----------------------------------------------------------------------
+
+
+class _Entities:
+    """Resolves extracted references to Entity rows of one bucket, creating them as needed."""
+
+    def __init__(self, bucket: Bucket):
+        self.bucket = bucket
+        self.by_key: dict[str, Entity] = {}
+
+    def _lookup(self, keys: list[str]) -> None:
+        wanted = [k for k in keys if k not in self.by_key]
+        if not wanted:
+            return
+        found = Entity.objects.for_bucket(self.bucket).filter(
+            Q(normalized_name__in=wanted) | Q(aliases__overlap=wanted)
+        )
+        # Exact names win over aliases; among several, the most mentioned.
+        for entity in sorted(found, key=lambda e: e.mention_count):
+            for key in [*entity.aliases, entity.normalized_name]:
+                if key in wanted:
+                    self.by_key[key] = entity
+
+    def resolve(self, ref: extraction.Ref) -> Entity:
+        self._lookup([ref.key] + ([ref.alias] if ref.alias else []))
+        entity = self.by_key.get(ref.key)
+        placeholder = self.by_key.get(ref.alias) if ref.alias else None
+        if entity is None and placeholder is not None and placeholder.normalized_name == ref.alias:
+            # We knew "user's sister" before we learned her name: the placeholder becomes Anna.
+            entity = placeholder
+            entity.name, entity.normalized_name, entity.type = ref.name, ref.key, ref.type
+            entity.aliases = sorted({*entity.aliases, ref.alias})
+            entity.save(update_fields=["name", "normalized_name", "type", "aliases"])
+        elif entity is not None and placeholder is not None and placeholder.pk != entity.pk:
+            if placeholder.normalized_name == ref.alias:
+                _merge_entity(source=placeholder, target=entity)
+            placeholder = None
+        if entity is None:
+            entity = _get_or_create(self.bucket, ref)
+        if ref.alias and ref.alias not in entity.aliases and ref.alias != entity.normalized_name:
+            entity.aliases = sorted({*entity.aliases, ref.alias})
+            entity.save(update_fields=["aliases"])
+        # A better type learned later ("Alice" as a subject first, then as a PERSON).
+        better_type = entity.type == "THING" and ref.type not in {"THING", "SPEAKER"}
+        if (
+            better_type
+            and not Entity.objects.for_bucket(self.bucket)
+            .filter(normalized_name=entity.normalized_name, type=ref.type)
+            .exists()
+        ):
+            entity.type = ref.type
+            entity.save(update_fields=["type"])
+        self.by_key[ref.key] = entity
+        if ref.alias:
+            self.by_key[ref.alias] = entity
+        return entity
+
+
+def _get_or_create(bucket: Bucket, ref: extraction.Ref) -> Entity:
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO graph_entities (tenant_id, bucket_id, name, normalized_name, type, aliases, mention_count)
+            VALUES (%s, %s, %s, %s, %s, %s, 0)
+            ON CONFLICT (tenant_id, bucket_id, normalized_name, type) DO NOTHING
+            """,
+            [bucket.tenant_id, bucket.pk, ref.name[:500], ref.key[:500], ref.type, [ref.alias] if ref.alias else []],
+        )
+    return Entity.objects.for_bucket(bucket).get(normalized_name=ref.key[:500], type=ref.type)
+
+
+def _merge_entity(*, source: Entity, target: Entity) -> None:
+    """Point everything at ``target`` and drop ``source``."""
+    Edge.objects.filter(subject=source).update(subject=target)
+    Edge.objects.filter(object_entity=source).update(object_entity=target)
+    already = Mention.objects.filter(entity=target).values("memory_id")
+    Mention.objects.filter(entity=source, memory_id__in=already).delete()
+    Mention.objects.filter(entity=source).update(entity=target)
+    target.aliases = sorted({*target.aliases, *source.aliases, source.normalized_name} - {target.normalized_name})
+    target.mention_count = Mention.objects.filter(entity=target).count()
+    target.save(update_fields=["aliases", "mention_count"])
+    source.delete()
+
+
+# --- extraction -------------------------------------------------------------------------------
+
+
+def _parse(memories: list[Memory]):
+    pipeline = nlp.get_pipeline()
+    texts = [m.content[:5000] for m in memories]
+    contexts = [m.context_text[-2000:] if m.context_text else "" for m in memories]
+    docs = list(pipeline.pipe(texts, batch_size=64))
+    context_docs = list(pipeline.pipe(contexts, batch_size=64))
+    return [
+        (memory, doc, context_doc if memory.context_text else None)
+        for memory, doc, context_doc in zip(memories, docs, context_docs, strict=True)
+    ]
+
+
+def _object_key(edge: Edge) -> str:
+    return f"e:{edge.object_entity_id}" if edge.object_entity_id else f"l:{(edge.object_literal or '').casefold()}"
+
+
+def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, report: GraphReport) -> set:
+    """Replace the graph rows of ``memories``; returns the (subject, functional_key) timelines touched."""
+    touched: set[tuple[uuid.UUID, str]] = set()
+    ids = [m.pk for m in memories]
+    for subject_id, key in Edge.objects.filter(source_memory_id__in=ids, functional_key__isnull=False).values_list(
+        "subject_id", "functional_key"
+    ):
+        touched.add((subject_id, key))
+    Edge.objects.filter(source_memory_id__in=ids).delete()
+    Mention.objects.filter(memory_id__in=ids).delete()
+
+    new_edges: list[Edge] = []
+    new_mentions: list[Mention] = []
+    for memory, doc, context_doc in _parse(memories):
+        try:
+            result = extraction.extract(
+                doc, speaker=extraction.speaker_ref(memory.attributed_to), context_doc=context_doc
+            )
+        except Exception as exc:  # one odd memory must not stop a rebuild
+            logger.exception("extraction failed for memory %s", memory.pk)
+            report.errors.append(f"{memory.pk}: {exc}")
+            continue
+        report.memories += 1
+        mentioned: set[uuid.UUID] = set()
+        for ref in result.mentions:
+            entity = entities.resolve(ref)
+            if entity.pk not in mentioned:
+                mentioned.add(entity.pk)
+                new_mentions.append(
+                    Mention(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory=memory, entity=entity)
+                )
+        seen_facts = set()
+        for fact in result.facts:
+            subject = entities.resolve(fact.subject)
+            obj = entities.resolve(fact.obj) if fact.obj is not None else None
+            if obj is not None and obj.pk == subject.pk:
+                continue
+            signature = (subject.pk, fact.predicate, obj.pk if obj else fact.literal)
+            if signature in seen_facts:
+                continue
+            seen_facts.add(signature)
+            new_edges.append(
+                Edge(
+                    tenant_id=bucket.tenant_id,
+                    bucket_id=bucket.pk,
+                    subject=subject,
+                    predicate=fact.predicate[:60],
+                    object_entity=obj,
+                    object_literal=(fact.literal or "")[:500] or None if obj is None else None,
+                    functional_key=fact.functional_key,
+                    valid_from=fact.valid_from or memory.created_at,
+                    confidence=fact.confidence,
+                    source_memory=memory,
+                )
+            )
+            if fact.functional_key:
+                touched.add((subject.pk, fact.functional_key))
+    Mention.objects.bulk_create(new_mentions, ignore_conflicts=True)
+    Edge.objects.bulk_create(new_edges)
+    report.edges += len(new_edges)
+    _refresh_mention_counts(bucket, {m.entity_id for m in new_mentions})
+    _record_processed(ids)
+    return touched
+
+
+def _refresh_mention_counts(bucket: Bucket, entity_ids: Iterable[uuid.UUID]) -> None:
+    ids = list(entity_ids)
+    if not ids:
+        return
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE graph_entities e SET mention_count = (SELECT count(*) FROM graph_mentions m WHERE m.entity_id = e.id)
+            WHERE e.tenant_id = %s AND e.bucket_id = %s AND e.id = ANY(%s)
+            """,
+            [bucket.tenant_id, bucket.pk, ids],
+        )
+
+
+def _record_processed(memory_ids: list[uuid.UUID]) -> None:
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO graph_processed (memory_id, extractor_version, processed_at)
+            SELECT unnest(%s::uuid[]), %s, now()
+            ON CONFLICT (memory_id) DO UPDATE SET extractor_version = EXCLUDED.extractor_version,
+                                                  processed_at = EXCLUDED.processed_at
+            """,
+            [memory_ids, EXTRACTOR_VERSION],
+        )
+
+
+# --- timelines and supersession -----------------------------------------------------------------
+
+
+def _recompute_timelines(bucket: Bucket, timelines: set[tuple[uuid.UUID, str]]) -> set[uuid.UUID]:
+    """Set ``valid_to`` along each functional timeline; returns the memories on them."""
+    affected: set[uuid.UUID] = set()
+    for subject_id, key in timelines:
+        edges = list(
+            Edge.objects.for_bucket(bucket)
+            .filter(subject_id=subject_id, functional_key=key)
+            .order_by("valid_from", "created_at", "id")
+        )
+        # Consecutive edges with the same value are one stretch of validity ("still in Boston").
+        groups: list[list[Edge]] = []
+        for edge in edges:
+            if groups and _object_key(groups[-1][0]) == _object_key(edge):
+                groups[-1].append(edge)
+            else:
+                groups.append([edge])
+        changed = []
+        for index, group in enumerate(groups):
+            closes_at = groups[index + 1][0].valid_from if index + 1 < len(groups) else None
+            for edge in group:
+                if edge.valid_to != closes_at:
+                    edge.valid_to = closes_at
+                    changed.append(edge)
+                affected.add(edge.source_memory_id)
+        Edge.objects.bulk_update(changed, ["valid_to"])
+    return affected
+
+
+def _recompute_supersession(bucket: Bucket, memory_ids: set[uuid.UUID]) -> int:
+    """A memory is historical from the moment a newer fact closed one of its
+    functional edges; the memory stating that newer fact supersedes it."""
+    if not memory_ids:
+        return 0
+    closers: dict[uuid.UUID, tuple] = {}
+    closed = (
+        Edge.objects.for_bucket(bucket)
+        .filter(source_memory_id__in=memory_ids, functional_key__isnull=False, valid_to__isnull=False)
+        .order_by("valid_to")
+    )
+    for edge in closed:
+        if edge.source_memory_id in closers:
+            continue
+        successor = (
+            Edge.objects.for_bucket(bucket)
+            .filter(subject_id=edge.subject_id, functional_key=edge.functional_key, valid_from=edge.valid_to)
+            .exclude(source_memory_id=edge.source_memory_id)
+            .order_by("created_at", "id")
+            .first()
+        )
+        if successor is not None:
+            closers[edge.source_memory_id] = (edge.valid_to, successor.source_memory_id)
+    changed = 0
+    memories = (
+        Memory.objects.for_bucket(bucket)
+        .filter(pk__in=memory_ids)
+        .only("id", "superseded_at", "superseded_by", "tenant_id", "bucket_id")
+    )
+    for memory in memories:
+        at, by = closers.get(memory.pk, (None, None))
+        if (memory.superseded_at, memory.superseded_by) == (at, by):
+            continue
+        previous_by = memory.superseded_by
+        Memory.objects.filter(pk=memory.pk).update(superseded_at=at, superseded_by=by)
+        changed += 1
+        if previous_by and previous_by != by:
+            _unlink(previous_by, memory.pk)
+        if by:
+            _link(by, memory.pk)
+    return changed
+
+
+def _link(memory_id: uuid.UUID, target: uuid.UUID) -> None:
+    """Add ``target`` to ``memory_id``'s linked_memory_ids (a supersedes link)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE memories SET linked_memory_ids = coalesce(linked_memory_ids, '[]'::jsonb) || to_jsonb(%s::text)
+            WHERE id = %s AND NOT coalesce(linked_memory_ids, '[]'::jsonb) @> jsonb_build_array(%s::text)
+            """,
+            [str(target), memory_id, str(target)],
+        )
+
+
+def _unlink(memory_id: uuid.UUID, target: uuid.UUID) -> None:
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE memories SET linked_memory_ids = linked_memory_ids - %s::text WHERE id = %s",
+            [str(target), memory_id],
+        )
+
+
+# --- entry points -----------------------------------------------------------------------------------
+
+
+def graph_extract_memories(*, memory_ids: Iterable[uuid.UUID]) -> GraphReport:
+    """Extract (or re-extract) the given memories into their buckets' graphs.
+
+    Idempotent: a memory's previous mentions and edges are replaced. Memories are
+    processed per bucket in ``created_at`` order. Without the spaCy pipeline the
+    call does nothing and says why.
+    """
+    report = GraphReport()
+    if not nlp.available():
+        report.skipped = "spaCy pipeline unavailable"
+        return report
+    memories = list(
+        Memory.objects.filter(pk__in=list(memory_ids))
+        .select_related("bucket")
+        .defer("embedding", "context_embedding")
+        .order_by("bucket_id", "created_at", "id")
+    )
+    by_bucket: dict[uuid.UUID, list[Memory]] = {}
+    for memory in memories:
+        by_bucket.setdefault(memory.bucket_id, []).append(memory)
+    for rows in by_bucket.values():
+        bucket = rows[0].bucket
+        with transaction.atomic():
+            # One extractor at a time per bucket: entity creation and timelines stay consistent.
+            _bucket_lock(bucket)
+            entities = _Entities(bucket)
+            touched: set = set()
+            for start in range(0, len(rows), BATCH):
+                touched |= _extract_batch(bucket, rows[start : start + BATCH], entities, report)
+            affected = _recompute_timelines(bucket, touched)
+            report.superseded += _recompute_supersession(bucket, affected)
+    return report
+
+
+def _bucket_lock(bucket: Bucket) -> None:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext('graph:' || %s))", [str(bucket.pk)])
+
+
+def graph_rebuild(*, bucket: Bucket) -> GraphReport:
+    """Drop and rebuild a bucket's graph from its memories, oldest first."""
+    report = GraphReport()
+    if not nlp.available():
+        report.skipped = "spaCy pipeline unavailable"
+        return report
+    with transaction.atomic():
+        _bucket_lock(bucket)
+        # Undo what the graph wrote onto memories, then drop the graph.
+        superseded = Memory.objects.for_bucket(bucket).filter(superseded_by__isnull=False)
+        for old_id, by in superseded.values_list("id", "superseded_by"):
+            _unlink(by, old_id)
+        superseded.update(superseded_at=None, superseded_by=None)
+        Edge.objects.for_bucket(bucket).delete()
+        Mention.objects.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk).delete()
+        Entity.objects.for_bucket(bucket).delete()
+        entities = _Entities(bucket)
+        touched: set = set()
+        queryset = (
+            Memory.objects.for_bucket(bucket).defer("embedding", "context_embedding").order_by("created_at", "id")
+        )
+        batch: list[Memory] = []
+        for memory in queryset.iterator(chunk_size=BATCH):
+            batch.append(memory)
+            if len(batch) == BATCH:
+                touched |= _extract_batch(bucket, batch, entities, report)
+                batch = []
+        if batch:
+            touched |= _extract_batch(bucket, batch, entities, report)
+        affected = _recompute_timelines(bucket, touched)
+        report.superseded += _recompute_supersession(bucket, affected)
+        report.entities = Entity.objects.for_bucket(bucket).count()
+    return report
+
+
+def graph_rebuild_tenant(*, tenant: Tenant) -> GraphReport:
+    total = GraphReport()
+    for bucket in tenant.buckets.all():
+        report = graph_rebuild(bucket=bucket)
+        total.memories += report.memories
+        total.entities += report.entities
+        total.edges += report.edges
+        total.superseded += report.superseded
+        total.errors += report.errors
+        total.skipped = report.skipped
+    return total
+
+
+def graph_extract_pending(*, limit: int = 1000) -> GraphReport:
+    """Extract memories the graph has not seen yet (the sweep behind the async path)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT m.id FROM memories m
+            LEFT JOIN graph_processed p ON p.memory_id = m.id
+            WHERE p.memory_id IS NULL OR p.extractor_version < %s
+            ORDER BY m.created_at LIMIT %s
+            """,
+            [EXTRACTOR_VERSION, limit],
+        )
+        ids = [row[0] for row in cur.fetchall()]
+    if not ids:
+        return GraphReport()
+    return graph_extract_memories(memory_ids=ids)
+
+
+def supersession_pass(*, bucket: Bucket) -> GraphReport:
+    """Recompute every functional timeline of a bucket and the supersession state of its memories."""
+    report = GraphReport()
+    with transaction.atomic():
+        _bucket_lock(bucket)
+        timelines = set(
+            Edge.objects.for_bucket(bucket)
+            .filter(functional_key__isnull=False)
+            .values_list("subject_id", "functional_key")
+            .distinct()
+        )
+        affected = _recompute_timelines(bucket, timelines)
+        report.superseded = _recompute_supersession(bucket, affected)
+    return report
+
+
+def graph_forget_memory(*, bucket: Bucket, memory_id: uuid.UUID, timelines: set) -> None:
+    """After a memory is deleted (its edges went with it): reopen what it had closed."""
+    with transaction.atomic():
+        _bucket_lock(bucket)
+        affected = _recompute_timelines(bucket, timelines)
+        # Memories it superseded are current again unless something else closes them.
+        affected |= set(Memory.objects.for_bucket(bucket).filter(superseded_by=memory_id).values_list("id", flat=True))
+        _recompute_supersession(bucket, affected)

