@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -10,3 +11,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 app = Celery("engram")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_process_init.connect
+def _load_models_early(**kwargs):
+    """Load the embedding model in each new pool process while it waits for work, so the
+    first enrichment task does not pay for it (a task that arrives sooner waits on the
+    provider's lock, it does not load a second copy)."""
+    from django.conf import settings
+
+    if settings.ENGRAM_PRELOAD_MODELS and settings.ENGRAM_EMBEDDINGS_ENABLED:
+        from memories import embedding
+
+        embedding.warm_up_in_background()

@@ -3,7 +3,8 @@ web server (gunicorn) and the background worker with its beat scheduler,
 supervising them until interrupted.
 
 Environment: ENGRAM_HOST (127.0.0.1), ENGRAM_PORT (8000), ENGRAM_WEB_WORKERS (2),
-ENGRAM_WEB_THREADS (4), ENGRAM_RUN_WORKER (1: also start the Celery worker + beat).
+ENGRAM_WEB_THREADS (4), ENGRAM_RUN_WORKER (1: also start the Celery worker + beat),
+ENGRAM_WORKER_CONCURRENCY (2).
 """
 
 from __future__ import annotations
@@ -94,8 +95,27 @@ def main() -> int:
 
 
 def _worker_command() -> list[str] | None:
-    """The Celery worker with an embedded beat scheduler, once tasks exist."""
-    return None
+    """The Celery worker with an embedded beat scheduler (django-celery-beat's
+    DatabaseScheduler: the schedules live in the database, editable in the admin).
+
+    Embedding beat in the worker suits one machine; with several workers, run
+    beat once on its own instead (docs/MAINTENANCE.md). The worker imports the
+    settings, so on the embedded database it registers as a holder like the web
+    processes do.
+    """
+    from django.conf import settings
+
+    return [
+        sys.executable, "-m", "celery", "-A", "engram_site", "worker",
+        "--beat", "--scheduler", settings.CELERY_BEAT_SCHEDULER,
+        "--concurrency", str(settings.ENGRAM_WORKER_CONCURRENCY),
+        "--queues", settings.CELERY_TASK_DEFAULT_QUEUE,
+        "--hostname", "engram@%h",
+        "--loglevel", "info",
+        # One worker per machine by default: no peers to synchronise with at start-up
+        # or to gossip with (both only add broker traffic and start-up delay).
+        "--without-mingle", "--without-gossip",
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "tenants",
     "memories",
     "graph",
+    "maintenance",
 ]
 
 MIDDLEWARE = [
@@ -232,15 +233,75 @@ SPECTACULAR_SETTINGS = {
 # stored without vectors and the enrichment sweep fills them in once it is back on).
 ENGRAM_EMBEDDINGS_ENABLED = env_str("ENGRAM_EMBEDDINGS", "on").lower() not in {"off", "0", "false", "no"}
 ENGRAM_LEMMATIZER_ENABLED = True
+# ENGRAM_GRAPH=off turns knowledge-graph extraction off (retrieval then skips the graph signal).
+ENGRAM_GRAPH_ENABLED = env_str("ENGRAM_GRAPH", "on").lower() not in {"off", "0", "false", "no"}
 # Load the embedding model when a web process starts instead of on the first request.
 ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", not TESTING)
 # last_accessed_at is written by a background thread per process (False: only on flush()).
 ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", not TESTING)
 
-# --- Celery -------------------------------------------------------------------------
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+# --- Background work (Celery + django-celery-beat) -------------------------------------
+# The database is the queue of record: a write stores its row, and rows whose derived
+# columns are missing are found again by the periodic sweeps. The broker only carries
+# hints to do the work sooner, so a broker outage delays work and loses none.
+# Broker: CELERY_BROKER_URL, else REDIS_URL, else the embedded filesystem broker in
+# $ENGRAM_BROKER_DIR (no server; engram_site/broker.py, docs/MAINTENANCE.md).
+ENGRAM_BROKER_DIR = Path(env_str("ENGRAM_BROKER_DIR") or str(ENGRAM_HOME / "broker")).resolve()
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("filesystem://")
+if EMBEDDED_BROKER:
+    from engram_site import broker as _broker
+
+    CELERY_BROKER_TRANSPORT = "engram_site.broker:Transport"
+    CELERY_BROKER_TRANSPORT_OPTIONS = _broker.transport_options(ENGRAM_BROKER_DIR)
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # A web process publishing to a broker that is down gives up quickly (the
+        # sweeps catch up); workers keep reconnecting on their own.
+        "socket_connect_timeout": env_int("ENGRAM_BROKER_CONNECT_TIMEOUT", 2),
+        # Redis redelivers a task unacknowledged this long (acks_late: a task whose
+        # worker died). Longer than the longest job (a reindex of a large index).
+        "visibility_timeout": env_int("ENGRAM_BROKER_VISIBILITY_TIMEOUT", 6 * 3600),
+    }
+CELERY_BROKER_CONNECTION_TIMEOUT = env_int("ENGRAM_BROKER_CONNECT_TIMEOUT", 2)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publishing is a hint: give up after two quick retries rather than hold up a request.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+# One queue per deployment, so several Engrams can share one Redis.
+CELERY_TASK_DEFAULT_QUEUE = env_str("ENGRAM_QUEUE") or "engram"
+# Tasks are idempotent: acknowledge after the work, and hand the message back when
+# the pool process running it dies, so a crash means "run again", never "skipped".
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# No result backend: job runs are recorded in maintenance.JobRun.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_SEND_TASK_EVENTS = False
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Pool processes of the worker started by ./engram serve (each loads the embedding model).
+ENGRAM_WORKER_CONCURRENCY = env_int("ENGRAM_WORKER_CONCURRENCY", 2)
+# Rows per enrichment transaction (embeddings and lemmas filled in the background).
+ENGRAM_ENRICH_BATCH_SIZE = env_int("ENGRAM_ENRICH_BATCH_SIZE", 128)
+# Job runs older than this are deleted by the nightly cleanup.
+ENGRAM_JOB_RETENTION_DAYS = env_int("ENGRAM_JOB_RETENTION_DAYS", 30)
+
+# --- Maintenance jobs ------------------------------------------------------------------
+# Scope/topic classifier: "local" (rules + embedding prototypes, no network) or "llm"
+# (an OpenAI-compatible chat endpoint; falls back to local when it fails).
+ENGRAM_CLASSIFIER = (env_str("ENGRAM_CLASSIFIER") or "local").lower()
+ENGRAM_LLM_BASE_URL = env_str("ENGRAM_LLM_BASE_URL")  # e.g. http://127.0.0.1:11434/v1
+ENGRAM_LLM_API_KEY = env_str("ENGRAM_LLM_API_KEY")
+ENGRAM_LLM_MODEL = env_str("ENGRAM_LLM_MODEL")
+ENGRAM_LLM_TIMEOUT = env_float("ENGRAM_LLM_TIMEOUT", 30.0)
+# Cosine similarity at or above which two memories of a bucket become a near-duplicate
+# candidate for review. With all-MiniLM-L6-v2, reworded facts score ~0.90-0.99; facts
+# that differ in one detail ("Thursday" / "Friday") score as high, which is why these
+# are candidates for an operator, not automatic merges (docs/MAINTENANCE.md).
+ENGRAM_NEAR_DUPLICATE_THRESHOLD = env_float("ENGRAM_NEAR_DUPLICATE_THRESHOLD", 0.90)
 
 # --- Logging ------------------------------------------------------------------------
 LOGGING = {

@@ -21,6 +21,7 @@ from django.db.models import Q
 from graph import extract as extraction
 from graph import nlp
 from graph.models import Edge, Entity, Mention
+from memories.links import links_add, links_remove
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
 
@@ -49,6 +50,13 @@ class _Entities:
     def __init__(self, bucket: Bucket):
         self.bucket = bucket
         self.by_key: dict[str, Entity] = {}
+        # Placeholders merged into named entities during this run: old id -> new id.
+        self.merged: dict[uuid.UUID, uuid.UUID] = {}
+
+    def final_id(self, entity_id: uuid.UUID) -> uuid.UUID:
+        while entity_id in self.merged:
+            entity_id = self.merged[entity_id]
+        return entity_id
 
     def _lookup(self, keys: list[str]) -> None:
         wanted = [k for k in keys if k not in self.by_key]
@@ -75,6 +83,7 @@ class _Entities:
             entity.save(update_fields=["name", "normalized_name", "type", "aliases"])
         elif entity is not None and placeholder is not None and placeholder.pk != entity.pk:
             if placeholder.normalized_name == ref.alias:
+                self.merged[placeholder.pk] = entity.pk
                 _merge_entity(source=placeholder, target=entity)
             placeholder = None
         if entity is None:
@@ -188,18 +197,27 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, 
                 Edge(
                     tenant_id=bucket.tenant_id,
                     bucket_id=bucket.pk,
-                    subject=subject,
+                    subject_id=subject.pk,
                     predicate=fact.predicate[:60],
-                    object_entity=obj,
+                    object_entity_id=obj.pk if obj is not None else None,
                     object_literal=(fact.literal or "")[:500] or None if obj is None else None,
                     functional_key=fact.functional_key,
                     valid_from=fact.valid_from or memory.created_at,
                     confidence=fact.confidence,
-                    source_memory=memory,
+                    source_memory_id=memory.pk,
                 )
             )
             if fact.functional_key:
                 touched.add((subject.pk, fact.functional_key))
+    # A placeholder may have been merged into a named entity after we referenced it.
+    for mention in new_mentions:
+        mention.entity_id = entities.final_id(mention.entity_id)
+    for edge in new_edges:
+        edge.subject_id = entities.final_id(edge.subject_id)
+        if edge.object_entity_id:
+            edge.object_entity_id = entities.final_id(edge.object_entity_id)
+    touched = {(entities.final_id(subject_id), key) for subject_id, key in touched}
+    new_edges = [e for e in new_edges if e.subject_id != e.object_entity_id]
     Mention.objects.bulk_create(new_mentions, ignore_conflicts=True)
     Edge.objects.bulk_create(new_edges)
     report.edges += len(new_edges)
@@ -310,23 +328,12 @@ def _recompute_supersession(bucket: Bucket, memory_ids: set[uuid.UUID]) -> int:
 
 
 def _link(memory_id: uuid.UUID, target: uuid.UUID) -> None:
-    """Add ``target`` to ``memory_id``'s linked_memory_ids (a supersedes link)."""
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            UPDATE memories SET linked_memory_ids = coalesce(linked_memory_ids, '[]'::jsonb) || to_jsonb(%s::text)
-            WHERE id = %s AND NOT coalesce(linked_memory_ids, '[]'::jsonb) @> jsonb_build_array(%s::text)
-            """,
-            [str(target), memory_id, str(target)],
-        )
+    """``memory_id`` supersedes ``target``."""
+    links_add(memory_id=memory_id, links=[(target, "supersedes")])
 
 
 def _unlink(memory_id: uuid.UUID, target: uuid.UUID) -> None:
-    with connection.cursor() as cur:
-        cur.execute(
-            "UPDATE memories SET linked_memory_ids = linked_memory_ids - %s::text WHERE id = %s",
-            [str(target), memory_id],
-        )
+    links_remove(memory_id=memory_id, target=target, kind="supersedes")
 
 
 # --- entry points -----------------------------------------------------------------------------------

@@ -1,4 +1,9 @@
-"""Celery tasks of the graph app: thin wrappers around graph.services."""
+"""Celery tasks of the graph app: thin wrappers around graph.services.
+
+Extraction is queued after a write commits (a hint); the ``graph.extract_pending``
+sweep (beat, every two minutes) extracts whatever a lost hint left behind, since
+``graph_processed`` records what the extractor has seen.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +12,64 @@ import logging
 from celery import shared_task
 
 from graph import services
+from maintenance import jobs
+from maintenance.tasks import HINT, SCHEDULED
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=3)
+def _as_counts(report: services.GraphReport) -> dict:
+    return {
+        "memories": report.memories,
+        "edges": report.edges,
+        "entities": report.entities,
+        "superseded": report.superseded,
+        "errors": len(report.errors),
+    }
+
+
+@shared_task(name="graph.extract_memories", **HINT)
 def extract_memories(memory_ids: list[str]) -> dict:
-    report = services.graph_extract_memories(memory_ids=memory_ids)
-    return {"memories": report.memories, "edges": report.edges, "superseded": report.superseded}
+    return _as_counts(services.graph_extract_memories(memory_ids=memory_ids))
 
 
-@shared_task(acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=3)
-def extract_pending(limit: int = 1000) -> dict:
-    report = services.graph_extract_pending(limit=limit)
-    return {"memories": report.memories, "edges": report.edges, "superseded": report.superseded}
+def _extract_pending(*, recorder: jobs.JobRecorder, limit: int = 1000) -> None:
+    while True:
+        report = services.graph_extract_pending(limit=limit)
+        if report.skipped:
+            recorder.set(skipped=report.skipped)
+            return
+        if not report.memories and not report.errors:
+            return
+        recorder.add(memories=report.memories, edges=report.edges, superseded=report.superseded)
+        if report.errors:
+            recorder.fail("; ".join(report.errors[:5]))
+            return
 
 
-@shared_task(acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=2)
+@shared_task(name="graph.extract_pending", **SCHEDULED)
+def extract_pending() -> dict:
+    return jobs.run_job("graph_extract_pending", _extract_pending, lock=True, keep_idle=False).as_dict()
+
+
+@shared_task(name="graph.rebuild_bucket", **SCHEDULED)
 def rebuild_bucket(bucket_id: str) -> dict:
     from tenants.models import Bucket
 
-    bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
-    report = services.graph_rebuild(bucket=bucket)
-    return {"memories": report.memories, "edges": report.edges, "entities": report.entities}
+    def run(*, recorder: jobs.JobRecorder) -> None:
+        bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
+        report = services.graph_rebuild(bucket=bucket)
+        recorder.add(**{k: v for k, v in _as_counts(report).items() if k != "errors"})
+        if report.errors:
+            recorder.fail("; ".join(report.errors[:5]))
+
+    return jobs.run_job("graph_rebuild", run, lock=False).as_dict()
 
 
 def enqueue_extraction(memory_ids) -> None:
-    """Ask a worker to extract these memories. Never raises: if the broker is down the
-    extract_pending sweep finds them later (graph_processed has no row for them)."""
-    try:
-        extract_memories.delay([str(i) for i in memory_ids])
-    except Exception:
-        logger.warning("could not queue graph extraction for %d memories; the sweep will", len(memory_ids))
+    """Ask a worker to extract these memories. Never raises and never waits long on a
+    broker that is down (memories.hooks backs off); the sweep finds them later."""
+    from memories import hooks
+
+    ids = [str(i) for i in memory_ids]
+    hooks._publish(lambda: extract_memories.si(ids), what="graph extraction", count=len(ids))

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from engram_site.fields import StrictCharField
 from memories import ranking, retrieval, selectors, services
+from memories.links import RESERVED_PREFIX, link_kinds
 from memories.models import Attribution, Scope
 from tenants.models import Scope as TokenScope
 from tenants.selectors import bucket_get
@@ -41,6 +42,7 @@ class MetadataField(serializers.JSONField):
         "not_object": "Must be a JSON object.",
         "too_large": f"Must be at most {MAX_METADATA_BYTES} bytes as JSON.",
         "nul": "Must not contain NUL characters.",
+        "reserved": "Keys starting with '_engram' are reserved for Engram.",
     }
 
     def to_internal_value(self, data):
@@ -52,6 +54,8 @@ class MetadataField(serializers.JSONField):
             self.fail("too_large")
         if "\\u0000" in encoded or "\x00" in encoded:
             self.fail("nul")
+        if any(str(key).startswith(RESERVED_PREFIX) for key in data):
+            self.fail("reserved")
         return data
 
 
@@ -110,7 +114,11 @@ class MemoryOut(serializers.Serializer):
     superseded_at = serializers.DateTimeField(allow_null=True)
     superseded_by = serializers.UUIDField(allow_null=True)
     context = serializers.CharField(source="context_text", allow_null=True)
+    links = serializers.SerializerMethodField(help_text="kinds of the links in linked_memory_ids")
     enrichment = serializers.SerializerMethodField()
+
+    def get_links(self, memory) -> list[dict]:
+        return link_kinds(memory)
 
     def get_enrichment(self, memory) -> dict:
         def state(done: bool) -> str:

@@ -1,18 +1,94 @@
 """What happens after memories are committed: asynchronous enrichment.
 
 Called from ``transaction.on_commit`` by the write services, so nothing is
-queued for a write that rolled back.
+queued for a write that rolled back. What is queued is a *hint*: the database is
+the queue of record (rows with NULL derived columns, scan cursors), and the
+periodic sweeps redo anything a lost hint would have done. So these functions
+never raise, and when the broker is down they stop trying for a while instead
+of making every write wait for a connection timeout.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
+from collections.abc import Iterable
 
 logger = logging.getLogger(__name__)
 
+# After a failed publish, skip publishing for this long (per process): the sweeps
+# catch up, and writes do not pay a broker timeout each.
+BROKER_BACKOFF_SECONDS = 30.0
+# One quick retry (a broker blip), then give up. Measured against a Redis that is
+# down: ~0.07 s, where retry=False waits out the whole connect timeout (~2 s).
+PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.1, "interval_max": 0.1}
+
+_lock = threading.Lock()
+_suspended_until = 0.0
+
+
+def _ids(memory_ids: Iterable) -> list[str]:
+    return [str(i) for i in memory_ids]
+
+
+def _follow_up(ids: list[str]) -> list:
+    """Work that needs the embedding: classification, near-duplicates, links."""
+    from maintenance import tasks
+
+    return [tasks.classify_memories.si(ids), tasks.find_duplicates.si(ids), tasks.link_new_memories.si(ids)]
+
+
+def _publish(signature_factory, *, what: str, count: int) -> bool:
+    global _suspended_until
+    if time.monotonic() < _suspended_until:
+        logger.debug("broker recently unavailable; not queuing %s for %d memories (the sweep will)", what, count)
+        return False
+    try:
+        signature_factory().apply_async(retry=True, retry_policy=PUBLISH_RETRY_POLICY)
+        return True
+    except Exception as exc:
+        with _lock:
+            _suspended_until = time.monotonic() + BROKER_BACKOFF_SECONDS
+        logger.warning(
+            "could not queue %s for %d memories (%s: %s); the periodic sweep will pick them up. "
+            "Not retrying the broker for %.0fs.",
+            what, count, type(exc).__name__, exc, BROKER_BACKOFF_SECONDS,
+        )  # fmt: skip
+        return False
+
 
 def after_ingest(*, bucket_id: uuid.UUID, memory_ids: list[uuid.UUID]) -> None:
-    """Queue the background work new memories need. Never raises: a broker
-    outage must not turn a committed write into an error."""
-    logger.debug("ingested %d memories into bucket %s", len(memory_ids), bucket_id)
+    """Queue the background work new memories need: fill any derived column that
+    is still NULL, then classify, look for near-duplicates and record links. One
+    message per write (a chain). Never raises: a broker outage must not turn a
+    committed write into an error."""
+    try:
+        from celery import chain
+
+        from memories.tasks import enrich_memories
+
+        ids = _ids(memory_ids)
+        _publish(lambda: chain(enrich_memories.si(ids), *_follow_up(ids)), what="enrichment", count=len(ids))
+    except Exception:  # an import or signature bug must not fail a committed write either
+        logger.exception("after_ingest failed for %d memories in bucket %s", len(memory_ids), bucket_id)
+
+
+def after_enrichment(*, memory_ids: Iterable[uuid.UUID]) -> None:
+    """Queue the follow-up work for rows the enrichment sweep has just embedded
+    (their write-time hint may have been lost). Never raises."""
+    try:
+        from celery import chain
+
+        ids = _ids(memory_ids)
+        if ids:
+            _publish(lambda: chain(*_follow_up(ids)), what="follow-up work", count=len(ids))
+    except Exception:
+        logger.exception("after_enrichment failed for some memories")
+
+
+def reset_backoff() -> None:
+    """Forget a broker failure (tests; a process that knows the broker is back)."""
+    global _suspended_until
+    _suspended_until = 0.0

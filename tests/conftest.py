@@ -6,11 +6,44 @@ DATABASE_URL), in the ``test_engram`` database that pytest-django migrates.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from rest_framework.test import APIClient
 
 from tenants import services
 from tenants.models import Bucket, Tenant
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_broker(tmp_path_factory):
+    """Hints published by the test process (and by processes it starts) go to a broker
+    folder of this session, never to $ENGRAM_HOME/broker where a running
+    ``./engram serve`` would pick them up."""
+    from tests.support import use_broker
+
+    root = tmp_path_factory.mktemp("broker")
+    previous = {name: os.environ.get(name) for name in ("ENGRAM_BROKER_DIR", "CELERY_BROKER_URL", "REDIS_URL")}
+    os.environ.update(ENGRAM_BROKER_DIR=str(root), CELERY_BROKER_URL="", REDIS_URL="")
+    with use_broker("filesystem://", broker_dir=root):
+        yield root
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture
+def celery_eager():
+    """Tasks run in the calling process, synchronously, when they are queued."""
+    from engram_site.celery import app
+    from memories import hooks
+
+    hooks.reset_backoff()
+    app.conf.task_always_eager = True
+    yield app
+    app.conf.task_always_eager = False
 
 
 @pytest.fixture(autouse=True)

@@ -116,3 +116,134 @@ def wait_for(predicate, *, timeout: float, proc: subprocess.Popen | None = None,
             return
         time.sleep(interval)
     raise TimeoutError("condition not met in time")
+
+
+# --- Celery: brokers and real worker processes ------------------------------------------------
+
+
+@contextlib.contextmanager
+def use_broker(url: str, *, broker_dir: Path | None = None, queue: str | None = None):
+    """Point this process's Celery app at another broker for the block."""
+    from engram_site import broker
+    from engram_site.celery import app
+
+    names = ("broker_url", "broker_transport", "broker_transport_options", "task_default_queue")
+    saved = {name: app.conf[name] for name in names}
+    app.conf.broker_url = url
+    if url.startswith("filesystem://"):
+        app.conf.broker_transport = "engram_site.broker:Transport"
+        app.conf.broker_transport_options = broker.transport_options(Path(broker_dir))
+    else:
+        app.conf.broker_transport = None
+        app.conf.broker_transport_options = {"socket_connect_timeout": 2}
+    if queue:
+        app.conf.task_default_queue = queue
+    _reset_connections(app)
+    try:
+        yield app
+    finally:
+        for name, value in saved.items():
+            app.conf[name] = value
+        _reset_connections(app)
+
+
+def _reset_connections(app) -> None:
+    from kombu import pools
+
+    # kombu keeps connection and producer pools per broker URL, process-wide: close and
+    # forget them all, or the next use of the same URL gets a closed pool back.
+    pools.reset()
+    app._pool = None
+    app.amqp._producer_pool = None
+    for cached in ("queues", "default_queue", "router"):
+        app.amqp.__dict__.pop(cached, None)
+
+
+def test_database_url() -> str:
+    """A URL for the test database, for processes started by a test."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    host = s["HOST"] or "localhost"
+    if host.startswith("/"):
+        return f"postgresql://{s['USER']}@/{s['NAME']}?host={host}&port={s['PORT'] or 5432}"
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    return f"postgresql://{s['USER']}{password}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+test_database_url.__test__ = False  # not a test, despite the name
+
+
+class Worker:
+    """A Celery worker process (with its pool and, optionally, beat) in its own
+    process group, so that it can be stopped or killed whole by its PID."""
+
+    def __init__(self, proc: subprocess.Popen, log: Path):
+        self.proc = proc
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the worker, its pool processes and its beat: no shutdown, no acks."""
+        import signal
+
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 30) -> None:
+        import signal
+
+        if self.alive():
+            # SIGTERM to the main process only: a warm shutdown that lets the running
+            # task finish (its pool processes would die mid-task on a SIGTERM of their own).
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        # Pool processes outlive a killed parent only briefly; make sure none is left.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def celery_worker(env: dict[str, str], *, log: Path, beat: bool = False, queue: str = "engram", concurrency: int = 1):
+    """Start ``celery worker`` (prefork) and wait until it is ready; stop it afterwards."""
+    cmd = [
+        sys.executable, "-m", "celery", "-A", "engram_site", "worker",
+        "--concurrency", str(concurrency), "--queues", queue, "--loglevel", "info",
+        "--without-mingle", "--without-gossip", "--hostname", f"test-{os.getpid()}-{time.time_ns()}@%h",
+    ]  # fmt: skip
+    if beat:
+        cmd += ["--beat", "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"]
+    with open(log, "ab") as handle:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    worker = Worker(proc, log)
+    try:
+        deadline = time.time() + 90
+        while " ready." not in worker.output():
+            if not worker.alive() or time.time() > deadline:
+                raise RuntimeError(f"worker did not start ({proc.poll()}):\n{worker.output()[-4000:]}")
+            time.sleep(0.2)
+        yield worker
+    finally:
+        worker.stop()
+
+
+def redis_reachable(url: str = "redis://127.0.0.1:6379/0") -> bool:
+    try:
+        import redis
+
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except Exception:
+        return False

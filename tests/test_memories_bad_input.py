@@ -33,6 +33,7 @@ BAD_SINGLE = {
     "bad created_at": {"content": "ok", "created_at": "last tuesday"},
     "unknown field": {"content": "ok", "atributed_to": "user"},
     "agent_id not a string": {"content": "ok", "agent_id": {"a": 1}},
+    "reserved metadata key": {"content": "ok", "metadata": {"_engram_links": []}},
 }
 
 

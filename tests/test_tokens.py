@@ -136,12 +136,11 @@ def test_repeated_bad_tokens_are_throttled(db, settings):
 
 
 def test_per_token_rate_limit(tenant, settings):
-    from rest_framework.settings import api_settings
-
     rates = {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "token": "3/min"}
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
     from tenants.throttling import TokenRateThrottle
 
+    original = TokenRateThrottle.THROTTLE_RATES
     TokenRateThrottle.THROTTLE_RATES = rates
     try:
         client = make_client(tenant)
@@ -150,7 +149,9 @@ def test_per_token_rate_limit(tenant, settings):
         # Another token of the same tenant has its own budget.
         assert make_client(tenant).get("/api/v1/buckets").status_code == 200
     finally:
-        TokenRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
+        # The original class attribute: api_settings still holds this test's override here,
+        # and restoring from it left "3/min" in place for every later test.
+        TokenRateThrottle.THROTTLE_RATES = original
 
 
 def test_create_tenant_command_prints_token_last(db):

@@ -1,0 +1,161 @@
+"""Maintenance bookkeeping: job runs, near-duplicate review candidates, scan cursors."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+
+from engram_site.db import TransactionNow
+from memories.models import Memory
+from tenants.models import Bucket, Tenant
+
+
+class JobStatus(models.TextChoices):
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+
+
+class JobTrigger(models.TextChoices):
+    TASK = "task", "task (worker)"
+    COMMAND = "command", "management command"
+
+
+class JobRun(models.Model):
+    """One run of a maintenance job, from a worker task or a management command.
+
+    A run is created ``running`` when it starts and closed ``succeeded`` or
+    ``failed`` (with the error) when it ends. A run whose process died is closed
+    as failed by the next job that starts (see ``maintenance.jobs``), so a crash
+    is visible rather than a run that looks busy forever.
+    """
+
+    name = models.CharField(max_length=100)
+    trigger = models.CharField(max_length=20, choices=JobTrigger.choices, default=JobTrigger.TASK)
+    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.RUNNING)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Written with progress; a running job whose heartbeat stops is presumed dead.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Fraction done, 0..1, when the job knows its total up front.
+    progress = models.FloatField(null=True, blank=True)
+    counts = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    host = models.CharField(max_length=255, blank=True, default="")
+    pid = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        db_table = "maintenance_job_runs"
+        ordering = ["-started_at"]
+        indexes = [
+            # The admin list and "last runs of a job": ORDER BY started_at DESC, filtered by name.
+            models.Index(fields=["name", "-started_at"], name="jobruns_name_started"),
+            models.Index(fields=["-started_at"], name="jobruns_started"),
+            # Reaping runs whose process died: WHERE status = 'running'.
+            models.Index(fields=["started_at"], name="jobruns_running", condition=Q(status="running")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.started_at:%Y-%m-%d %H:%M:%S} {self.status}"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+class DuplicateStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    MERGED = "merged", "merged"
+    KEPT_BOTH = "kept_both", "kept both"
+
+
+class DuplicateCandidateQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant) -> DuplicateCandidateQuerySet:
+        return self.filter(tenant_id=tenant.pk)
+
+    def for_bucket(self, bucket: Bucket) -> DuplicateCandidateQuerySet:
+        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
+
+    def pending(self) -> DuplicateCandidateQuerySet:
+        return self.filter(status=DuplicateStatus.PENDING)
+
+
+class DuplicateCandidate(models.Model):
+    """Two memories of one bucket whose texts differ (so the hash did not catch them)
+    but whose embeddings are nearly the same: a pair for an operator to review.
+
+    The pair is stored ordered (``memory_a < memory_b``) so each pair has exactly
+    one row, whichever memory the scan found first. Tenant, bucket and both
+    memories cascade in the database (migration 0001).
+    """
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    memory_a = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    memory_b = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    similarity = models.FloatField()
+    status = models.CharField(max_length=20, choices=DuplicateStatus.choices, default=DuplicateStatus.PENDING)
+    created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DuplicateCandidateQuerySet.as_manager()
+
+    class Meta:
+        db_table = "duplicate_candidates"
+        ordering = ["-similarity"]
+        constraints = [
+            # One row per pair: the scan inserts with ON CONFLICT DO NOTHING on this index.
+            models.UniqueConstraint(fields=["memory_a", "memory_b"], name="dupcand_pair_unique"),
+            models.CheckConstraint(condition=Q(memory_a__lt=F("memory_b")), name="dupcand_pair_ordered"),
+        ]
+        indexes = [
+            # The review queue: WHERE tenant_id = ? AND bucket_id = ? AND status = 'pending'
+            # ORDER BY similarity DESC.
+            models.Index(fields=["tenant", "bucket", "status", "-similarity"], name="dupcand_review"),
+            # Cascade from a deleted memory looks candidates up by memory_b (memory_a is
+            # the leading column of the unique index).
+            models.Index(fields=["memory_b"], name="dupcand_memory_b"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_a_id} ~ {self.memory_b_id} ({self.similarity:.3f})"
+
+
+class ScanCursor(models.Model):
+    """How far an incremental job has scanned a bucket, in (created_at, id) order.
+
+    ``scan_near_duplicates`` and ``link_memories`` visit each memory once after
+    its embedding exists; the cursor is the last memory visited, so a run only
+    looks at rows after it.
+    """
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    job = models.CharField(max_length=50)
+    position_at = models.DateTimeField(null=True, blank=True)
+    position_id = models.UUIDField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "maintenance_scan_cursors"
+        constraints = [
+            # One cursor per bucket and job; also serves the lookup by (tenant, bucket, job).
+            models.UniqueConstraint(fields=["tenant", "bucket", "job"], name="scan_cursor_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} @ {self.position_at}"

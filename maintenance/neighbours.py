@@ -1,0 +1,73 @@
+"""Nearest neighbours of a stored memory inside its own bucket (pgvector kNN).
+
+The near-duplicate scan and the link pass ask, for one memory at a time, which
+other memories of the same bucket are closest to it. Like retrieval, small
+buckets are scanned exactly; larger ones walk the HNSW index with pgvector 0.8's
+iterative scan, so the bucket filter cannot starve the result. The query vector
+is read by a scalar subquery, so vectors never travel to Python and back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+
+from memories.retrieval import EXACT_SCAN_BELOW
+
+EF_SEARCH = 100
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    id: uuid.UUID
+    similarity: float
+
+
+def embedded_count(*, tenant_id, bucket_id) -> int:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM memories WHERE tenant_id = %s AND bucket_id = %s AND embedding IS NOT NULL",
+            [tenant_id, bucket_id],
+        )
+        return cur.fetchone()[0]
+
+
+def nearest(
+    *, tenant_id, bucket_id, memory_id, k: int, min_similarity: float = -1.0, exact: bool | None = None
+) -> list[Neighbour]:
+    """Up to ``k`` memories of the bucket closest to ``memory_id`` (itself excluded),
+    most similar first, with cosine similarity >= ``min_similarity``."""
+    if exact is None:
+        exact = embedded_count(tenant_id=tenant_id, bucket_id=bucket_id) < EXACT_SCAN_BELOW
+    probe = "(SELECT embedding FROM memories WHERE id = %s)"
+    where = "m.tenant_id = %s AND m.bucket_id = %s AND m.embedding IS NOT NULL AND m.id <> %s"
+    if exact:
+        sql = f"""
+            WITH b AS MATERIALIZED (SELECT m.id, m.embedding AS v FROM memories m WHERE {where}),
+                 q AS (SELECT {probe} AS v)
+            SELECT b.id, 1 - (b.v <=> q.v) AS similarity FROM b, q
+            WHERE q.v IS NOT NULL ORDER BY b.v <=> q.v LIMIT %s
+        """
+        params = [tenant_id, bucket_id, memory_id, memory_id, k]
+    else:
+        sql = f"""
+            SELECT m.id, 1 - (m.embedding <=> {probe}) AS similarity FROM memories m
+            WHERE {where} ORDER BY m.embedding <=> {probe} LIMIT %s
+        """
+        params = [memory_id, tenant_id, bucket_id, memory_id, memory_id, k]
+    with transaction.atomic(), connection.cursor() as cur:
+        if not exact:
+            # pgvector 0.8 iterative scans keep walking the graph until enough rows of
+            # this bucket are found (the index is shared by all buckets).
+            cur.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true), "
+                "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                [str(max(EF_SEARCH, k))],
+            )
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    found = [Neighbour(id=row[0], similarity=float(row[1])) for row in rows if row[1] is not None]
+    found.sort(key=lambda n: n.similarity, reverse=True)
+    return [n for n in found if n.similarity >= min_similarity]

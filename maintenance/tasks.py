@@ -1,0 +1,93 @@
+"""Celery tasks of the maintenance jobs: each body is one service call.
+
+Names are explicit and stable: django-celery-beat's schedules and queued
+messages refer to tasks by name. Tasks take ids, never objects, and are
+idempotent, so ``acks_late`` + ``reject_on_worker_lost`` (run again after a
+crash) and bounded retries are safe.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+
+from maintenance import jobs, services
+
+# Connection trouble is worth a few retries with backoff; anything else is a bug or
+# a bad row, recorded in the job run and left for the next scheduled run.
+RETRYABLE = (OperationalError, InterfaceError)
+HINT = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": RETRYABLE,
+    "retry_backoff": 5,
+    "retry_backoff_max": 300,
+    "retry_jitter": True,
+    "max_retries": 5,
+}
+SCHEDULED = {**HINT, "max_retries": 2}
+
+
+# --- hints: follow-up work for new memories (hooks.after_ingest / after_enrichment) ---------------
+
+
+@shared_task(name="maintenance.classify_memories", **HINT)
+def classify_memories(memory_ids: list[str]) -> dict:
+    return services.memories_classify(memory_ids=memory_ids)
+
+
+@shared_task(name="maintenance.find_duplicates", **HINT)
+def find_duplicates(memory_ids: list[str]) -> dict:
+    return services.near_duplicates_find_for(memory_ids=memory_ids)
+
+
+@shared_task(name="maintenance.link_new_memories", **HINT)
+def link_new_memories(memory_ids: list[str]) -> dict:
+    return services.links_find_for(memory_ids=memory_ids)
+
+
+# --- scheduled jobs (maintenance/schedules.py), recorded as JobRuns -------------------------------
+
+
+@shared_task(name="maintenance.enrichment_sweep", **SCHEDULED)
+def enrichment_sweep() -> dict:
+    # Every minute: runs that found nothing to do are not kept.
+    return jobs.run_job("enrichment_sweep", services.enrichment_sweep, keep_idle=False).as_dict()
+
+
+@shared_task(name="maintenance.embed_missing", **SCHEDULED)
+def embed_missing() -> dict:
+    return jobs.run_job("embed_missing", services.missing_fill, kind="embeddings").as_dict()
+
+
+@shared_task(name="maintenance.lemmatize_missing", **SCHEDULED)
+def lemmatize_missing() -> dict:
+    return jobs.run_job("lemmatize_missing", services.missing_fill, kind="lemmas").as_dict()
+
+
+@shared_task(name="maintenance.classify", **SCHEDULED)
+def classify() -> dict:
+    return jobs.run_job("classify", services.memories_classify, lock=True, keep_idle=False).as_dict()
+
+
+@shared_task(name="maintenance.scan_near_duplicates", **SCHEDULED)
+def scan_near_duplicates() -> dict:
+    return jobs.run_job("scan_near_duplicates", services.near_duplicates_scan, lock=True, keep_idle=False).as_dict()
+
+
+@shared_task(name="maintenance.link_memories", **SCHEDULED)
+def link_memories() -> dict:
+    return jobs.run_job("link_memories", services.links_pass, lock=True, keep_idle=False).as_dict()
+
+
+@shared_task(name="maintenance.reindex_hnsw", **SCHEDULED)
+def reindex_hnsw() -> dict:
+    return jobs.run_job("reindex_hnsw", services.hnsw_reindex, lock=True).as_dict()
+
+
+@shared_task(name="maintenance.prune_job_runs", **SCHEDULED)
+def prune_job_runs() -> int:
+    return jobs.job_runs_prune(older_than=timedelta(days=settings.ENGRAM_JOB_RETENTION_DAYS))

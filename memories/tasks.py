@@ -1,0 +1,36 @@
+"""Celery tasks of the memories app: thin wrappers around memories.services.
+
+Hints only: the database is the queue of record. If one of these is lost (broker
+down, worker killed), the rows it would have filled still have NULL columns and
+the enrichment sweep (maintenance.enrichment_sweep, every minute) fills them.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+
+from memories import services
+
+
+class EnrichmentIncomplete(RuntimeError):
+    """Some rows could not be enriched (model or lemmatizer unavailable): retry later."""
+
+
+@shared_task(
+    name="memories.enrich_memories",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(EnrichmentIncomplete, OperationalError, InterfaceError),
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=5,
+)
+def enrich_memories(memory_ids: list[str]) -> dict:
+    """Fill the derived columns of these memories (those still missing; idempotent)."""
+    report = services.memories_enrich_all_pending(memory_ids=memory_ids, batch_size=settings.ENGRAM_ENRICH_BATCH_SIZE)
+    if report.failed:
+        raise EnrichmentIncomplete("; ".join(report.errors))
+    return report.counts()

@@ -1,0 +1,102 @@
+"""link_memories: refines / cites links, stored so that readers can tell the kind."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from maintenance import services
+from memories.links import LINKS_KEY
+from memories.models import Memory
+from memories.services import MemoryInput, memories_ingest
+
+pytestmark = pytest.mark.django_db
+
+NURSE = "My sister Anna works as a nurse in Boston."
+NURSE_DETAIL = "My sister Anna works as a nurse in Boston at Mass General, in the cardiology ward."
+
+
+def write(bucket, *contents, days_ago: int = 0):
+    at = timezone.now() - timedelta(days=days_ago)
+    items = [MemoryInput(content=c, created_at=at + timedelta(seconds=i)) for i, c in enumerate(contents)]
+    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
+
+
+def link(*args) -> dict:
+    out = io.StringIO()
+    call_command("link_memories", *args, stdout=out, stderr=io.StringIO())
+    return json.loads(out.getvalue())["counts"]
+
+
+def links_of(memory_id):
+    memory = Memory.objects.get(pk=memory_id)
+    return memory.linked_memory_ids, (memory.metadata or {}).get(LINKS_KEY, [])
+
+
+def test_a_newer_memory_that_adds_detail_refines_the_older_one(bucket):
+    [older] = write(bucket, NURSE, days_ago=10)
+    [newer] = write(bucket, NURSE_DETAIL)
+    counts = link()
+    assert counts["refines"] == 1
+    assert links_of(newer) == ([str(older)], [{"id": str(older), "kind": "refines"}])
+    assert links_of(older) == ([], [])  # links point from the newer memory to the one it builds on
+
+
+def test_similar_but_different_facts_are_not_links(bucket):
+    write(bucket, "My favourite colour is blue.", "I live in Seattle.", days_ago=5)
+    ids = write(bucket, "My favourite colour is green.", "I live in Portland.", "I enjoy baking bread on Sundays.")
+    assert link()["refines"] == 0
+    assert all(links_of(i) == ([], []) for i in ids)
+
+
+def test_naming_a_memory_by_id_or_quoting_it_cites_it(bucket, other_bucket):
+    [plan] = write(bucket, "We are moving to Lisbon next spring", days_ago=3)
+    [foreign] = write(other_bucket, "A memory of another tenant")
+    by_id, by_quote = write(
+        bucket,
+        f"The moving plan ({plan}) is confirmed; see also {foreign}.",
+        'At dinner Mom repeated "we are moving to Lisbon next spring" to everyone.',
+    )
+    counts = link()
+    assert counts["cites"] == 2
+    assert links_of(by_id) == ([str(plan)], [{"id": str(plan), "kind": "cites"}])  # the other tenant's id: ignored
+    assert links_of(by_quote) == ([str(plan)], [{"id": str(plan), "kind": "cites"}])
+
+
+def test_links_are_recorded_once_and_existing_links_are_kept(bucket):
+    [older] = write(bucket, NURSE, days_ago=10)
+    [newer] = write(bucket, NURSE_DETAIL)
+    superseded = "00000000-0000-0000-0000-0000000000aa"
+    Memory.objects.filter(pk=newer).update(linked_memory_ids=[superseded], metadata={"source": "chat"})
+    link()
+    link("--full")
+    assert services.links_find_for(memory_ids=[newer])["refines"] == 1  # found again, stored once
+    ids, kinds = links_of(newer)
+    assert ids == [superseded, str(older)]
+    assert kinds == [{"id": str(older), "kind": "refines"}]
+    assert Memory.objects.get(pk=newer).metadata["source"] == "chat"
+
+
+def test_the_pass_is_incremental_and_runs_the_graph_supersession_pass_on_changed_buckets(bucket, monkeypatch):
+    import graph.services
+
+    calls = []
+    monkeypatch.setattr(graph.services, "supersession_pass", lambda *, bucket: calls.append(bucket.pk))
+    write(bucket, NURSE)
+    assert link()["scanned"] == 1
+    assert calls == [bucket.pk]
+    assert link()["scanned"] == 0  # nothing new: no rescan, no supersession pass
+    assert calls == [bucket.pk]
+
+
+def test_without_a_graph_app_the_supersedes_step_is_skipped(bucket, monkeypatch):
+    monkeypatch.setitem(sys.modules, "graph.services", None)  # import fails
+    write(bucket, NURSE)
+    counts = link()
+    assert counts["scanned"] == 1 and counts["superseded"] == 0
