@@ -33,15 +33,19 @@ FUSION_METHODS = ("rrf", "score")
 
 @dataclass(frozen=True)
 class RankingConfig:
+    # Chosen on the conversational evaluation set (bench/eval, docs/RETRIEVAL.md): RRF with a
+    # small k keeps the best ranks of each list distinct (k=60 flattens them until hybrid
+    # ranks below vector alone); BM25 and the graph are strong on names, dates and exact
+    # words but noisy on paraphrases, so they count less than the vector lists.
     fusion: str = "rrf"
-    rrf_k: float = 10.0
+    rrf_k: float = 5.0
     weights: Mapping[str, float] = field(
         default_factory=lambda: {
             "vector": 1.0,
             "vector_context": 0.5,
-            "keyword": 1.0,
-            "keyword_context": 0.5,
-            "graph": 0.5,
+            "keyword": 0.5,
+            "keyword_context": 0.25,
+            "graph": 0.25,
         }
     )
     # Candidates each signal contributes before fusion (bounded: latency must not grow with the bucket).
@@ -51,7 +55,7 @@ class RankingConfig:
     bm25_b: float = 0.3
     # Recency: score *= (1 - w) + w * 0.5 ** (age_days / half_life).
     recency_half_life_days: float = 365.0
-    recency_weight: float = 0.1
+    recency_weight: float = 0.3
     # Scope-aware weighting (seed 000): specific facts answer "which/what do I have" questions,
     # general ones (preferences, tendencies) answer "do I like" questions.
     scope_match_boost: float = 0.1

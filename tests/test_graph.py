@@ -219,6 +219,21 @@ def test_placeholder_learns_its_name(bucket):
     assert not Entity.objects.for_bucket(bucket).filter(normalized_name="user sister").exists()
 
 
+def test_placeholder_merges_into_an_entity_known_by_name_in_the_same_batch(bucket):
+    ingest(
+        bucket,
+        ("Anna called me yesterday.", at(2022, 1)),
+        ("My sister lives in Denver.", at(2022, 2)),
+        ("My sister Anna is a nurse.", at(2023, 1)),
+        ("My sister loves jazz.", at(2023, 2)),
+    )
+    assert {("Anna", "lives_in", "Denver"), ("User", "sister", "Anna"), ("Anna", "likes", "jazz")} <= facts(bucket)
+    assert Entity.objects.for_bucket(bucket).filter(normalized_name="anna").count() == 1
+    assert not Entity.objects.for_bucket(bucket).filter(normalized_name="user sister").exists()
+    graph_rebuild(bucket=bucket)
+    assert ("Anna", "lives_in", "Denver") in facts(bucket)
+
+
 def test_rebuild_is_idempotent_and_matches_incremental_extraction(bucket):
     ingest(
         bucket,
