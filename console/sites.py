@@ -1,0 +1,104 @@
+"""The operator console's admin site.
+
+``ConsoleAdminSite`` is ``admin.site`` (installed through ``ConsoleAdminConfig`` in
+place of ``django.contrib.admin``), so every ``@admin.register`` lands on it. It adds
+the console pages (console/views.py) under ``/admin/console/`` and puts the pending
+review count and the console's pages on the index.
+
+Tenant scoping (console/scoping.py) cannot be forgotten by a new model admin:
+``register`` closes every admin that is not a ``TenantScopedAdmin`` to tenant operators
+(superusers only). The login form counts failures per address and per username
+(console/login.py) and answers 429 past the limits.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.admin.apps import AdminConfig
+from django.urls import path, reverse
+
+# (Models and forms are imported inside the methods: this module is imported while the
+# app registry is still loading, for ConsoleAdminConfig.)
+
+
+class ConsoleAdminSite(admin.AdminSite):
+    site_header = "Engram console"
+    site_title = "Engram console"
+    index_title = "Operator console"
+    index_template = "console/index.html"
+
+    @property
+    def login_form(self):
+        from console.login import ThrottledAuthenticationForm
+
+        return ThrottledAuthenticationForm
+
+    def register(self, model_or_iterable, admin_class=None, **options):
+        from console.scoping import superuser_only
+
+        # Data outside any tenant (users, schedules, job runs, ...) and any admin that does
+        # not declare how it is scoped are for superusers only.
+        super().register(model_or_iterable, superuser_only(admin_class or admin.ModelAdmin), **options)
+
+    def login(self, request, extra_context=None):
+        response = super().login(request, extra_context)
+        form = (getattr(response, "context_data", None) or {}).get("form")
+        wait = getattr(form, "throttled_for", 0)
+        if wait:
+            response.status_code = 429
+            response["Retry-After"] = str(wait)
+        return response
+
+    def get_urls(self):
+        from console import views
+
+        def page(route: str, view, name: str):
+            return path(f"console/{route}", self.admin_view(view), name=name)
+
+        return [
+            page("", views.home, "console_home"),
+            page("health/", views.health, "console_health"),
+            page("review/", views.review_queue, "console_review"),
+            page("review/confirm/", views.review_confirm, "console_review_confirm"),
+            page("bucket-merge/", views.bucket_merge, "console_bucket_merge"),
+            page("topics/", views.topics_index, "console_topics"),
+            page("topics/<uuid:bucket_id>/", views.topics_bucket, "console_topics_bucket"),
+            page("topics/<uuid:bucket_id>/memories/", views.topic_detail, "console_topic_detail"),
+            page("playground/", views.playground, "console_playground"),
+        ] + super().get_urls()
+
+    # The console's pages, in the navigation sidebar of every admin page.
+    PAGES = (
+        ("Near-duplicate review", "console_review", "maintenance.view_duplicatecandidate"),
+        ("Topics", "console_topics", "memories.view_memory"),
+        ("Merge buckets", "console_bucket_merge", "tenants.change_bucket"),
+        ("Retrieval playground", "console_playground", "memories.view_memory"),
+        ("Health", "console_health", "tenants.view_tenant"),
+    )
+
+    def each_context(self, request):
+        context = super().each_context(request)
+        if context.get("available_apps") is not None and getattr(request.user, "is_staff", False):
+            pages = [
+                {"name": name, "object_name": url_name, "admin_url": reverse(f"{self.name}:{url_name}"),
+                 "view_only": True, "perms": {"view": True}}
+                for name, url_name, perm in self.PAGES
+                if request.user.has_perm(perm)
+            ]  # fmt: skip
+            if pages:
+                console = {
+                    "name": "Operator console", "app_label": "console", "app_url": reverse(f"{self.name}:console_home"),
+                    "has_module_perms": True, "models": pages,
+                }  # fmt: skip
+                context["available_apps"] = [console, *context["available_apps"]]
+        return context
+
+    def index(self, request, extra_context=None):
+        from console.selectors import console_summary
+
+        extra_context = {**(extra_context or {}), "console": console_summary(user=request.user)}
+        return super().index(request, extra_context)
+
+
+class ConsoleAdminConfig(AdminConfig):
+    default_site = "console.sites.ConsoleAdminSite"

@@ -1,0 +1,325 @@
+"""The operator console in a real browser: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, installed by ``./engram``) driven by Selenium against a live server.
+
+Each step saves a screenshot (under ``$ENGRAM_HOME/screenshots/console/<test>/``, printed
+at the end of each test) and checks the database, not only the page. Selenium never
+downloads a browser or a driver: both paths are given, and Selenium Manager is kept offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.contrib.sessions.models import Session
+
+from audit.models import AuditEvent
+from maintenance.models import DuplicateCandidate
+from maintenance.services import near_duplicates_find_for
+from memories import access
+from memories.models import Memory, MemoryAccess
+from memories.services import MemoryInput, memories_ingest
+from tenants import services as tenant_services
+from tenants.models import ApiToken, Bucket, Tenant
+
+CHROMIUM = os.environ.get("ENGRAM_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("ENGRAM_CHROMEDRIVER", "/usr/bin/chromedriver")
+CHROMIUM_FLAGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1100",
+]  # fmt: skip
+PASSWORD = "console-test-pw-91"
+
+try:
+    import selenium  # noqa: F401
+
+    _missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (Path(p).exists() and os.access(p, os.X_OK))]
+    SKIP_REASON = f"{', '.join(_missing)} not installed (apt-get install chromium chromium-driver)" if _missing else ""
+except ImportError:
+    SKIP_REASON = "selenium is not installed (pip install -r requirements-dev.txt)"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "ok"),
+]
+
+COFFEE = "I prefer dark roast coffee in the morning."
+COFFEE_AGAIN = "In the morning I prefer a dark roast coffee."
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never fetch anything
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(90)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+class Console:
+    """The browser, the live server and a screenshot folder for one test."""
+
+    def __init__(self, driver, base_url: str, name: str):
+        self.driver = driver
+        self.base = base_url
+        self.shots = Path(settings.ENGRAM_HOME) / "screenshots" / "console" / name
+        shutil.rmtree(self.shots, ignore_errors=True)
+        self.shots.mkdir(parents=True)
+        self.count = 0
+        driver.delete_all_cookies()
+
+    def open(self, path: str) -> None:
+        self.driver.get(self.base + path)
+
+    def find(self, css: str):
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions as ec
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        return WebDriverWait(self.driver, 30).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+    def all(self, css: str) -> list:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_elements(By.CSS_SELECTOR, css)
+
+    def click(self, css: str) -> None:
+        """Click and wait until the next page has loaded (a mark left on the old page's
+        window is gone, and the new document is complete)."""
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.driver.execute_script("window.__engramOldPage = true;")
+        self.find(css).click()
+        WebDriverWait(self.driver, 60).until(
+            lambda d: d.execute_script("return !window.__engramOldPage && document.readyState === 'complete';")
+        )
+        self.find("body")
+
+    def type(self, css: str, text: str) -> None:
+        element = self.find(css)
+        element.clear()
+        element.send_keys(text)
+
+    def select(self, css: str, value: str) -> None:
+        from selenium.webdriver.support.ui import Select
+
+        Select(self.find(css)).select_by_value(value)
+
+    def text(self, css: str = "body") -> str:
+        return self.find(css).text
+
+    def shot(self, label: str) -> Path:
+        self.count += 1
+        path = self.shots / f"{self.count:02d}-{label}.png"
+        self.driver.save_screenshot(str(path))
+        return path
+
+    def login(self, user: User) -> None:
+        self.open("/admin/login/?next=/admin/")
+        self.type("#id_username", user.username)
+        self.type("#id_password", PASSWORD)
+        self.shot("login")
+        self.click("input[type=submit]")
+        assert "operator console" in self.text("#console-panel").lower()
+        # The database holds the operator's session.
+        sessions = [s.get_decoded() for s in Session.objects.all()]
+        assert any(s.get("_auth_user_id") == str(user.pk) for s in sessions)
+
+    def report(self) -> None:
+        print(f"\nscreenshots: {self.shots} ({self.count} files)")
+
+
+@pytest.fixture
+def console(browser, live_server, request):
+    page = Console(browser, live_server.url, request.node.name)
+    yield page
+    page.report()
+
+
+@pytest.fixture
+def operator(transactional_db) -> User:
+    return User.objects.create_superuser("operator", email="", password=PASSWORD)
+
+
+def write(bucket, *contents) -> list:
+    items = [MemoryInput(content=c) for c in contents]
+    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
+
+
+def test_log_in_create_a_tenant_and_a_token_see_the_secret_once_and_revoke_it(console, operator):
+    console.login(operator)
+    console.shot("index")
+    assert console.text("#pending-review-count") == "0"
+
+    # A tenant, through its admin form (the slug is filled in by the page's script).
+    console.open("/admin/tenants/tenant/add/")
+    console.type("#id_name", "Acme Robotics")
+    console.shot("tenant-form")
+    console.click("input[name=_save]")
+    tenant = Tenant.objects.get(name="Acme Robotics")
+    assert tenant.slug == "acme-robotics"
+    assert AuditEvent.objects.filter(action="tenant.create", tenant=tenant, actor_label="operator").exists()
+    console.shot("tenant-saved")
+
+    # A token: the secret is on the page once, and only its hash is stored.
+    console.open("/admin/tenants/apitoken/add/")
+    console.select("#id_tenant", str(tenant.pk))
+    console.type("#id_name", "agent-1")
+    console.shot("token-form")
+    console.click("input[name=_save]")
+    console.shot("token-secret-shown-once")
+    match = re.search(r"\b(egm_[A-Za-z0-9_-]{20,})", console.text(".messagelist"))
+    assert match, console.text(".messagelist")
+    secret = match.group(1)
+    token = ApiToken.objects.get(name="agent-1", tenant=tenant)
+    assert token.token_hash == hashlib.sha256(secret.encode()).hexdigest() and token.prefix == secret[:12]
+    assert sorted(token.scopes) == ["read", "write"] and token.revoked_at is None
+    assert AuditEvent.objects.filter(action="token.create", object_ids=[str(token.pk)]).exists()
+    console.open("/admin/tenants/apitoken/")
+    assert secret not in console.driver.page_source and token.prefix in console.text("#result_list")
+
+    # The token works, and its last use shows up in the list.
+    request = urllib.request.Request(console.base + "/api/v1/buckets", headers={"Authorization": f"Bearer {secret}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+    console.open("/admin/tenants/apitoken/")
+    assert "-" not in console.text("td.field-last_used_at").strip()[:1]
+    console.shot("token-list-last-use")
+
+    # Revoke: a confirmation page first.
+    console.find(f"input[name=_selected_action][value='{token.pk}']").click()
+    console.select("select[name=action]", "revoke")
+    console.click("button[name=index]")
+    console.shot("revoke-confirmation")
+    token.refresh_from_db()
+    assert token.revoked_at is None
+    console.click("#confirm-action")
+    console.shot("revoked")
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert AuditEvent.objects.filter(action="token.revoke", object_ids=[str(token.pk)]).exists()
+
+
+def test_review_queue_merge_a_pair(console, operator):
+    tenant = tenant_services.tenant_create(name="Acme")
+    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    coffee, again, other = write(bucket, COFFEE, COFFEE_AGAIN, "My sister Anna works as a nurse in Boston.")
+    Memory.objects.filter(pk=again).update(hint_tags=["morning"])
+    near_duplicates_find_for(memory_ids=[again])
+    pair = DuplicateCandidate.objects.get()
+    assert {pair.memory_a_id, pair.memory_b_id} == {coffee, again}
+
+    console.login(operator)
+    assert console.text("#pending-review-count") == "1"
+    console.shot("index-one-pending")
+    console.click("#console-panel a[href$='/console/review/']")
+    console.shot("review-queue")
+    assert COFFEE in console.text(f"#pair-{pair.pk}") and COFFEE_AGAIN in console.text(f"#pair-{pair.pk}")
+    keep = "a" if pair.memory_a_id == coffee else "b"
+    console.click(f"#pair-{pair.pk} .merge-keep-{keep}")
+    console.shot("merge-confirmation")
+    assert Memory.objects.filter(pk=again).exists()  # nothing happens before the confirmation
+    console.click("#confirm-merge")
+    console.shot("merged")
+    assert "Merged 1 pair" in console.text(".messagelist")
+    assert set(Memory.objects.for_bucket(bucket).values_list("id", flat=True)) == {coffee, other}
+    assert Memory.objects.get(pk=coffee).hint_tags == ["morning"]
+    assert not DuplicateCandidate.objects.exists()
+    event = AuditEvent.objects.get(action="duplicate.merge")
+    assert (event.actor_kind, event.actor_label, event.details["removed_id"]) == ("operator", "operator", str(again))
+
+
+def test_bucket_merge_preview_and_confirm(console, operator):
+    tenant = tenant_services.tenant_create(name="Acme")
+    inbox = tenant_services.bucket_create(tenant=tenant, name="inbox")
+    archive = tenant_services.bucket_create(tenant=tenant, name="archive")
+    inbox_id = inbox.pk
+    write(inbox, COFFEE, "I live in Lisbon.", "My cat is called Miso.")
+    [kept] = write(archive, COFFEE)
+
+    console.login(operator)
+    console.open("/admin/console/bucket-merge/")
+    console.select("#id_source", str(inbox.pk))
+    console.select("#id_target", str(archive.pk))
+    console.shot("merge-form")
+    console.click("#preview-merge")
+    console.shot("merge-preview")
+    assert (console.text("#plan-move"), console.text("#plan-dedup")) == ("2", "1")
+    assert Memory.objects.for_bucket(inbox).count() == 3  # the preview changed nothing
+    console.click("#confirm-merge")
+    console.shot("merged")
+    assert "Merged “inbox” into “archive”" in console.text(".messagelist")
+    assert not Bucket.objects.filter(pk=inbox.pk).exists()
+    assert Memory.objects.for_bucket(archive).count() == 3 and Memory.objects.filter(pk=kept).exists()
+    assert tenant_services._rows_left_in(Bucket(pk=inbox_id)) == []
+    event = AuditEvent.objects.get(action="bucket.merge")
+    assert event.details["deduplicated"] == 1 and event.actor_label == "operator"
+
+
+def test_playground_query_with_explain(console, operator):
+    tenant = tenant_services.tenant_create(name="Acme")
+    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    coffee, *_ = write(bucket, COFFEE, "I live in Lisbon.", "My cat is called Miso.", "I run 5k on Saturdays.")
+
+    console.login(operator)
+    console.open("/admin/console/playground/")
+    console.select("#id_bucket", str(bucket.pk))
+    console.type("#id_query", "what coffee do I like in the morning?")
+    console.select("#id_mode", "hybrid")
+    console.shot("playground-form")
+    console.click("#run-search")
+    console.shot("playground-results")
+    assert "mode used: hybrid" in console.text("#search-summary")
+    rows = console.all("#search-results tr.search-hit")
+    assert rows and COFFEE in rows[0].text
+    assert "vector" in rows[0].text and "keyword" in rows[0].text and "recency" in rows[0].text
+    access.flush()
+    assert not MemoryAccess.objects.filter(memory_id=coffee).exists()
+    assert not Memory.objects.filter(pk=coffee, last_accessed_at__isnull=False).exists()
+
+
+def test_topics_and_health_pages(console, operator):
+    tenant = tenant_services.tenant_create(name="Acme")
+    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    ids = write(bucket, "I like ramen.", "We had lasagna.", "Our cat Miso is twelve.", "The car needs tyres.")
+    Memory.objects.filter(pk__in=ids[:2]).update(classified_topic="food")
+    Memory.objects.filter(pk=ids[2]).update(classified_topic="pets")
+
+    console.login(operator)
+    console.open(f"/admin/console/topics/{bucket.pk}/")
+    console.shot("topics")
+    assert "(unlabelled)" in console.text("#topic-groups")
+    console.select("#rename-from", "food")
+    console.type("#rename-to", "cooking")
+    console.click("#rename-topic")
+    console.shot("topic-rename-confirmation")
+    assert console.text("#topic-count") == "2" and Memory.objects.filter(classified_topic="food").count() == 2
+    console.click("#confirm-topics")
+    console.shot("topic-renamed")
+    assert Memory.objects.filter(classified_topic="cooking").count() == 2
+    assert AuditEvent.objects.get(action="topic.rename").object_count == 2
+
+    console.open("/admin/console/health/")
+    console.shot("health")
+    assert "Acme" in console.text("#health-tenants")
+    assert "idx_memories_embedding_hnsw" in console.text("#health-indexes")

@@ -1,0 +1,192 @@
+"""The console's pages through Django's test client: what they show, what they change, who may."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from maintenance.models import DuplicateCandidate, JobRun, JobStatus
+from memories.models import Memory, MemoryAccess
+from memories.services import MemoryInput, memories_ingest
+from tenants import services as tenant_services
+from tenants.models import Bucket
+
+pytestmark = pytest.mark.django_db
+
+COFFEE = "I prefer dark roast coffee in the morning."
+COFFEE_AGAIN = "In the morning I prefer a dark roast coffee."
+
+
+def write(bucket, *contents, **fields) -> list:
+    items = [MemoryInput(content=c, **fields) for c in contents]
+    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
+
+
+def candidate(bucket, x, y, similarity=0.97) -> DuplicateCandidate:
+    a, b = sorted([x, y])
+    return DuplicateCandidate.objects.create(
+        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_a_id=a, memory_b_id=b, similarity=similarity
+    )
+
+
+def test_the_index_shows_pending_reviews_and_the_console_pages(admin_client, bucket):
+    candidate(bucket, *write(bucket, COFFEE, COFFEE_AGAIN))
+    page = admin_client.get("/admin/").content.decode()
+    assert 'id="pending-review-count" class="console-badge">1</span>' in page
+    for url in ("/admin/console/review/", "/admin/console/topics/", "/admin/console/bucket-merge/",
+                "/admin/console/playground/", "/admin/console/health/", "/admin/audit/auditevent/"):  # fmt: skip
+        assert url in page
+        assert admin_client.get(url).status_code == 200, url
+
+
+def test_health_shows_counts_waiting_rows_reviews_jobs_and_the_hnsw_index(admin_client, bucket, settings):
+    write(bucket, COFFEE, COFFEE_AGAIN)
+    settings.ENGRAM_EMBEDDINGS_ENABLED = False
+    write(bucket, "The model was down for this one.")
+    settings.ENGRAM_EMBEDDINGS_ENABLED = True
+    candidate(bucket, *Memory.objects.for_bucket(bucket).values_list("id", flat=True)[:2])
+    now = timezone.now()
+    JobRun.objects.create(
+        name="reindex_hnsw", status=JobStatus.SUCCEEDED, started_at=now, finished_at=now,
+        counts={"idx_memories_embedding_hnsw": {"size_before": 4096, "size_after": 2048, "seconds": 0.5}},
+    )  # fmt: skip
+    JobRun.objects.create(name="classify", status=JobStatus.FAILED, started_at=now, error="model exploded")
+    response = admin_client.get("/admin/console/health/")
+    report = response.context["report"]
+    [row] = [t for t in report.tenants if t.tenant.pk == bucket.tenant_id]
+    assert (row.buckets, row.memories, row.pending_embeddings, row.pending_lemmas, row.pending_reviews) == (
+        1,
+        3,
+        1,
+        0,
+        1,
+    )
+    [hnsw] = [i for i in report.indexes if i.name == "idx_memories_embedding_hnsw"]
+    assert hnsw.size_bytes > 0 and hnsw.valid and hnsw.last_reindex_result["seconds"] == 0.5
+    assert {run.name: run.status for run in report.jobs} == {"reindex_hnsw": "succeeded", "classify": "failed"}
+    page = response.content.decode()
+    assert "idx_memories_embedding_hnsw" in page and "4.0\xa0KB → 2.0\xa0KB" in page and "model exploded" in page
+
+
+def test_review_queue_shows_pairs_side_by_side_and_merges_only_after_confirmation(admin_client, bucket):
+    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN, hint_tags=["drinks"])
+    pair = candidate(bucket, coffee, again)
+    page = admin_client.get("/admin/console/review/").content.decode()
+    assert COFFEE in page and COFFEE_AGAIN in page and "0.970" in page and "drinks" in page
+    keep = "a" if pair.memory_a_id == coffee else "b"
+    confirm = admin_client.post("/admin/console/review/confirm/", {"pair": f"{pair.pk}:{keep}"})
+    assert confirm.status_code == 200 and b"Yes, merge 1 pair" in confirm.content
+    assert Memory.objects.filter(pk=again).exists()  # nothing yet
+    done = admin_client.post(
+        "/admin/console/review/confirm/",
+        {"action": f"merge_{keep}", "candidates": [pair.pk], "confirm": "yes"},
+    )
+    assert done.status_code == 302
+    assert list(Memory.objects.for_bucket(bucket).values_list("id", flat=True)) == [coffee]
+    event = AuditEvent.objects.get(action="duplicate.merge")
+    assert (event.actor_kind, event.actor_label) == ("operator", "admin")
+
+
+def test_review_keep_both_acts_at_once_and_bulk_actions_work(admin_client, bucket):
+    ids = write(bucket, COFFEE, COFFEE_AGAIN, "I drink coffee every morning.")
+    first, second = candidate(bucket, ids[0], ids[1]), candidate(bucket, ids[1], ids[2], 0.91)
+    admin_client.post("/admin/console/review/confirm/", {"pair": f"{first.pk}:keep_both"})
+    first.refresh_from_db()
+    assert first.status == "kept_both"
+    admin_client.post(
+        "/admin/console/review/confirm/", {"action": "merge_older", "candidates": [second.pk], "confirm": "yes"}
+    )
+    assert set(Memory.objects.for_bucket(bucket).values_list("id", flat=True)) == {ids[0], ids[1]}
+
+
+def test_bucket_merge_page_previews_then_merges(admin_client, bucket):
+    target = tenant_services.bucket_create(tenant=bucket.tenant, name="archive")
+    write(bucket, COFFEE, "I live in Lisbon.")
+    write(target, COFFEE)
+    form = {"source": bucket.pk, "target": target.pk, "remove_source": "on"}
+    preview = admin_client.post("/admin/console/bucket-merge/", form)
+    assert preview.status_code == 200
+    plan = preview.context["plan"]
+    assert (plan.memories_to_move, plan.memories_to_dedup) == (1, 1)
+    assert Bucket.objects.filter(pk=bucket.pk).exists()
+    done = admin_client.post("/admin/console/bucket-merge/", {**form, "confirm": "yes"})
+    assert done.status_code == 302
+    assert not Bucket.objects.filter(pk=bucket.pk).exists() and Memory.objects.for_bucket(target).count() == 2
+
+
+def test_bucket_merge_page_refuses_buckets_of_two_tenants(admin_client, bucket, other_bucket):
+    write(bucket, COFFEE)
+    response = admin_client.post(
+        "/admin/console/bucket-merge/", {"source": bucket.pk, "target": other_bucket.pk, "confirm": "yes"}
+    )
+    assert response.status_code == 200 and b"same tenant" in response.content
+    assert Memory.objects.for_bucket(bucket).count() == 1
+
+
+def test_the_bucket_admin_action_opens_the_merge_page(admin_client, bucket):
+    response = admin_client.post(
+        "/admin/tenants/bucket/", {"action": "merge_into_another", "_selected_action": [bucket.pk]}
+    )
+    assert response.status_code == 302 and response["Location"].endswith(
+        f"/admin/console/bucket-merge/?source={bucket.pk}"
+    )
+
+
+def test_topics_page_groups_renames_after_confirmation_and_reclassifies(admin_client, bucket, monkeypatch):
+    ids = write(bucket, "I like ramen.", "Our cat Miso is twelve.", "The car needs new tyres.")
+    Memory.objects.filter(pk=ids[0]).update(classified_topic="food")
+    Memory.objects.filter(pk=ids[1]).update(classified_topic="pets")
+    url = f"/admin/console/topics/{bucket.pk}/"
+    page = admin_client.get(url).content.decode()
+    assert "food" in page and "pets" in page and "(unlabelled)" in page and "I like ramen." in page
+    confirm = admin_client.post(url, {"action": "rename", "rename_from": "food", "rename_to": "cooking"})
+    assert confirm.status_code == 200 and confirm.context["count"] == 1
+    assert Memory.objects.get(pk=ids[0]).classified_topic == "food"
+    admin_client.post(url, {"action": "rename", "rename_from": "food", "rename_to": "cooking", "confirm": "yes"})
+    assert Memory.objects.get(pk=ids[0]).classified_topic == "cooking"
+    admin_client.post(url, {"action": "merge", "topics": ["cooking", "pets"], "merge_into": "home", "confirm": "yes"})
+    assert set(Memory.objects.filter(pk__in=ids[:2]).values_list("classified_topic", flat=True)) == {"home"}
+    calls = []
+
+    def fake_reclassify(**kwargs):
+        calls.append(kwargs)
+        return {"selected": 1, "classified": 1}
+
+    monkeypatch.setattr("maintenance.services.topics_reclassify", fake_reclassify)
+    admin_client.post(url, {"action": "reclassify", "topics": ["__unlabelled__"]})
+    assert calls[0]["topics"] == [None] and calls[0]["bucket"] == bucket
+    detail = admin_client.get(f"/admin/console/topics/{bucket.pk}/memories/?topic=__unlabelled__")
+    assert "The car needs new tyres." in detail.content.decode()
+
+
+def test_playground_explains_results_and_does_not_touch_last_accessed(admin_client, bucket):
+    ids = write(bucket, COFFEE, "I live in Lisbon.", "My cat is called Miso.")
+    response = admin_client.get(
+        "/admin/console/playground/", {"bucket": bucket.pk, "query": "coffee in the morning", "mode": "hybrid",
+                                       "limit": 5, "include_superseded": "on"},
+    )  # fmt: skip
+    assert response.status_code == 200
+    result = response.context["result"]
+    assert result.hits[0].id == ids[0] and result.hits[0].explain["signals"]
+    page = response.content.decode()
+    assert COFFEE in page and "keyword" in page and "recency" in page
+    from memories import access
+
+    access.flush()
+    assert not MemoryAccess.objects.exists()
+    assert not Memory.objects.filter(last_accessed_at__isnull=False).exists()
+
+
+def test_staff_without_permissions_cannot_use_the_console(client, bucket):
+    User.objects.create_user("viewer", password="pw-123456789", is_staff=True)
+    client.login(username="viewer", password="pw-123456789")
+    for url in ("/admin/console/health/", "/admin/console/review/", "/admin/console/bucket-merge/",
+                f"/admin/console/topics/{bucket.pk}/", "/admin/console/playground/"):  # fmt: skip
+        assert client.get(url).status_code == 403, url
+
+
+def test_the_console_needs_a_login(client):
+    response = client.get("/admin/console/health/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
