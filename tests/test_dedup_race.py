@@ -63,3 +63,84 @@ def test_concurrent_processes_writing_overlapping_content_leave_one_row_each(buc
     # ...and exactly one writer per text created it.
     created = [line["content"] for lines in outputs for line in lines if not line["deduplicated"]]
     assert sorted(created) == sorted(texts)
+
+
+def test_batches_sharing_texts_in_opposite_orders_wait_for_each_other_instead_of_deadlocking(bucket):
+    """Batch rows are inserted in hash order, so two transactions holding texts of each
+    other's batches queue on the unique index rather than deadlock (which PostgreSQL
+    resolves by failing one of them)."""
+    import threading
+
+    from django.db import connections, transaction
+
+    from memories.services import MemoryInput, memories_ingest
+    from memories.text import text_hash
+
+    first, second = sorted(["The boiler was serviced in May", "The roof was repaired in June"], key=text_hash)
+    holding, go = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def holder():  # holds `first` uncommitted, then writes `second`
+        try:
+            with transaction.atomic():
+                memories_ingest(bucket=bucket, items=[MemoryInput(content=first)])
+                holding.set()
+                go.wait(30)
+                outcome["holder"] = memories_ingest(bucket=bucket, items=[MemoryInput(content=second)])
+        except Exception as exc:
+            outcome["holder"] = exc
+        finally:
+            connections.close_all()
+
+    def batch():  # the same two texts, in the other order
+        try:
+            items = [MemoryInput(content=second), MemoryInput(content=first)]
+            outcome["batch"] = memories_ingest(bucket=bucket, items=items)
+        except Exception as exc:
+            outcome["batch"] = exc
+        finally:
+            connections.close_all()
+
+    def deadlocks() -> int:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_stat_clear_snapshot()")
+            cur.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+            return cur.fetchone()[0]
+
+    before = deadlocks()
+    threads = [threading.Thread(target=holder), threading.Thread(target=batch)]
+    threads[0].start()
+    assert holding.wait(60)
+    threads[1].start()
+    deadline = time.monotonic() + 30
+    with connection.cursor() as cur:  # wait until the batch queues behind the holder
+        while time.monotonic() < deadline:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            if cur.fetchone()[0]:
+                break
+            time.sleep(0.05)
+    go.set()
+    for thread in threads:
+        thread.join(60)
+
+    assert not isinstance(outcome["holder"], Exception), outcome["holder"]
+    assert not isinstance(outcome["batch"], Exception), outcome["batch"]
+    assert [r.deduplicated for r in outcome["batch"]] == [True, True]
+    assert Memory.objects.filter(bucket=bucket).count() == 2
+    assert deadlocks() == before  # not even one resolved by a retry
+
+
+def test_a_transaction_rolled_back_by_a_deadlock_answers_409_retry_not_503():
+    from django.db import OperationalError
+    from psycopg.errors import DeadlockDetected
+
+    from engram_site.exceptions import api_exception_handler
+
+    try:
+        try:
+            raise DeadlockDetected("deadlock detected")
+        except DeadlockDetected as cause:
+            raise OperationalError("deadlock detected") from cause
+    except OperationalError as exc:
+        response = api_exception_handler(exc, {})
+    assert response.status_code == 409 and response.data["code"] == "retry"

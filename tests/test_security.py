@@ -1,0 +1,166 @@
+"""Security basics: the production profile, secrets kept out of logs, tokens, CSRF, headers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import subprocess
+import sys
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from audit.models import AuditEvent
+from tenants import services
+from tenants.models import ApiToken
+from tests.conftest import make_client
+from tests.support import ROOT, base_env, test_database_url
+
+PRODUCTION = {
+    "ENGRAM_ENV": "production",
+    "SECRET_KEY": secrets.token_urlsafe(64),
+    "ALLOWED_HOSTS": "engram.example.com",
+}
+
+
+def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+SHOW_SETTINGS = """
+import django, json
+django.setup()
+from django.conf import settings as s
+print(json.dumps({name: getattr(s, name, None) for name in (
+    "DEBUG", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SESSION_COOKIE_HTTPONLY", "SECURE_HSTS_SECONDS",
+    "SECURE_SSL_REDIRECT", "X_FRAME_OPTIONS", "SECURE_CONTENT_TYPE_NOSNIFF")}))
+"""
+
+
+@pytest.mark.django_db
+def test_check_deploy_is_clean_in_the_production_profile():
+    env = base_env(DATABASE_URL=test_database_url(), **PRODUCTION)
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no issues" in proc.stdout
+
+
+@pytest.mark.django_db
+def test_production_profile_has_debug_off_and_secure_cookies():
+    proc = run_python(SHOW_SETTINGS, base_env(DATABASE_URL=test_database_url(), **PRODUCTION))
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert shown["DEBUG"] is False
+    assert shown["SESSION_COOKIE_SECURE"] is True
+    assert shown["CSRF_COOKIE_SECURE"] is True
+    assert shown["SESSION_COOKIE_HTTPONLY"] is True
+    assert shown["SECURE_HSTS_SECONDS"] >= 31536000
+    assert shown["SECURE_SSL_REDIRECT"] is True
+    assert shown["X_FRAME_OPTIONS"] == "DENY"
+
+
+@pytest.mark.django_db
+def test_debug_is_off_unless_asked_for_even_in_development():
+    env = base_env(DATABASE_URL=test_database_url(), ENGRAM_ENV="development")
+    env.pop("ENGRAM_DEBUG", None)
+    proc = run_python(SHOW_SETTINGS, env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["DEBUG"] is False
+
+
+@pytest.mark.django_db
+def test_production_refuses_to_start_without_a_secret_key():
+    env = base_env(DATABASE_URL=test_database_url(), **{**PRODUCTION, "SECRET_KEY": ""})
+    proc = run_python("import django; django.setup()", env)
+    assert proc.returncode != 0
+    assert "SECRET_KEY must be set" in proc.stderr
+
+
+def test_token_check_is_constant_time(db, tenant, monkeypatch):
+    import hmac
+
+    from tenants import models
+
+    issued = services.token_issue(tenant=tenant, name="ct", scopes=["read"])
+    calls = []
+    real = hmac.compare_digest
+
+    def spy(a, b):
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(models.hmac, "compare_digest", spy)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {issued.secret}")
+    assert client.get("/api/v1/buckets").status_code == 200
+    assert calls, "the token's hash must be compared with hmac.compare_digest"
+    assert all(issued.secret not in (a, b) for a, b in calls)  # hashes are compared, never the secret
+
+
+@pytest.mark.django_db
+def test_secrets_and_tokens_never_reach_the_logs_or_the_audit_log(tenant, bucket, caplog):
+    caplog.set_level(logging.DEBUG)
+    api = make_client(tenant, scopes=("read", "write", "admin"))
+    wrong = "egm_" + secrets.token_urlsafe(32)
+    # Successful and failed requests, a write, a search, a revoked token, a bad header.
+    assert api.post(f"/api/v1/buckets/{bucket.pk}/memories", {"content": "The vault code is kept elsewhere"},
+                    format="json").status_code == 201  # fmt: skip
+    assert api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "vault", "mode": "keyword"},
+                    format="json").status_code == 200  # fmt: skip
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {wrong}").get("/api/v1/buckets").status_code == 401
+    assert Client(HTTP_AUTHORIZATION=f"Token {wrong}").get("/api/v1/buckets").status_code == 401
+    revoked = services.token_issue(tenant=tenant, name="old", scopes=["read"])
+    services.token_revoke(token=revoked.token)
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {revoked.secret}").get("/api/v1/buckets").status_code == 401
+
+    logged = "\n".join(f"{r.getMessage()} {r.args!r} {r.__dict__}" for r in caplog.records)
+    audited = json.dumps(list(AuditEvent.objects.values()), default=str)
+    stored = json.dumps(list(ApiToken.objects.values()), default=str)
+    for secret in (api.secret, wrong, revoked.secret):
+        assert secret not in logged
+        assert secret not in audited
+        assert secret not in stored
+    assert caplog.records, "the requests above should have logged something (a 401 at least)"
+
+
+@pytest.mark.django_db
+def test_admin_login_needs_a_csrf_token():
+    user = get_user_model().objects.create_superuser("root", "root@example.com", "a-long-password-1")
+    browser = Client(enforce_csrf_checks=True)
+    response = browser.post("/admin/login/", {"username": user.username, "password": "a-long-password-1"})
+    assert response.status_code == 403
+    assert "_auth_user_id" not in browser.session
+
+
+@pytest.mark.django_db
+def test_admin_sends_security_headers_and_httponly_session_cookie():
+    get_user_model().objects.create_superuser("root", "root@example.com", "a-long-password-1")
+    browser = Client()
+    page = browser.get("/admin/login/")
+    assert page["X-Frame-Options"] == "DENY"
+    assert page["X-Content-Type-Options"] == "nosniff"
+    assert page["Referrer-Policy"] == "same-origin"
+    response = browser.post("/admin/login/", {"username": "root", "password": "a-long-password-1"})
+    assert response.status_code == 302
+    cookie = response.cookies["sessionid"]
+    assert cookie["httponly"]
+    assert cookie["samesite"].lower() == "lax"
+
+
+@pytest.mark.django_db
+def test_api_answers_never_carry_a_session_or_csrf_cookie(api, bucket):
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "anything"}, format="json")
+    assert response.status_code == 200
+    assert "sessionid" not in response.cookies
+    assert "csrftoken" not in response.cookies
