@@ -10,6 +10,13 @@ back to turn ids to score:
 - all@10: the fraction of questions whose evidence is *all* in the top 10;
 - MRR: the reciprocal rank of the first evidence turn within the top 20, averaged.
 
+With ``--ingest conversations`` each session goes through ``POST .../conversations`` instead (one
+source per session, message timestamps as above), is distilled into statements in the background,
+and the evidence turns are mapped to the memories derived from them through the source's provenance
+(``GET /sources/{id}``): a turn counts as found at k if any memory derived from it is among the top
+k memories. ``--speaker`` also sends the user's first name as the conversation's ``speaker`` with
+``resolve_first_person`` (the user's "I" and "my" become their name).
+
 Ranking variants (``--variant NAME=JSON``, repeatable) send their JSON as the search request's
 ``ranking`` field, so fusion settings can be compared in one run; ``--ranking JSON`` is a base that
 every variant extends. Results are deterministic, so there is no ``--repeat``; search latency
@@ -150,13 +157,14 @@ def expand_to_turns(memory_ids: Sequence[str], memory_turns: dict[str, list[str]
     seen: set[str] = set()
     for mid in memory_ids:
         turns = memory_turns.get(str(mid))
-        if not turns:
+        new = [tid for tid in dict.fromkeys(turns or ()) if tid not in seen]
+        if not new:
+            # A distractor, or (distilled ingest) another memory of turns already ranked: it
+            # still takes its rank, so k counts memories, not turns.
             ranked.append(f"~{mid}")
             continue
-        for tid in turns:
-            if tid not in seen:
-                seen.add(tid)
-                ranked.append(tid)
+        seen.update(new)
+        ranked.extend(new)
     return ranked
 
 
@@ -168,6 +176,20 @@ def score_question(ranked_turns: Sequence[str], evidence: Sequence[str]) -> dict
 
 
 METRICS = (*(f"r@{k}" for k in KS), f"all@{ALL_FOUND_K}", "mrr")
+TOKEN_BUDGETS = (128, 256, 512)
+
+
+def recall_within_tokens(hits: Sequence[Sequence], evidence: Sequence[str], budget: int) -> float:
+    """Share of the evidence turns among the best hits that fit in ``budget`` tokens together
+    (hits in rank order, ``[token_count, turn ids]``): what an agent's context would hold."""
+    found: set[str] = set()
+    used = 0
+    for tokens, turns in hits:
+        used += tokens
+        if used > budget:
+            break
+        found.update(turns)
+    return len(found & set(evidence)) / len(set(evidence)) if evidence else 0.0
 
 
 def aggregate(records: Iterable[dict]) -> dict[str, float]:
@@ -232,6 +254,10 @@ class IngestedConversation:
     deduplicated: int
     seconds: float
     distractors: int = 0
+    # --ingest conversations: the sources, their memories and the sentences the distiller dropped
+    sources: list[str] = field(default_factory=list)
+    memories: int = 0
+    dropped: int = 0
 
 
 DISTRACTOR_FIELDS = ("content", "attributed_to", "agent_id", "run_id", "hint_tags", "created_at")
@@ -293,6 +319,59 @@ def ingest_conversation(
     )
 
 
+def session_messages(session: dict) -> list[dict]:
+    """The messages one session becomes for POST .../conversations (times as in session_memories)."""
+    return [
+        {"role": m["attributed_to"], "content": m["content"], "timestamp": m["created_at"]}
+        for m in session_memories(session)
+    ]
+
+
+def submit_conversation(
+    client: Any, conv: dict, bucket_name: str, distractors: Sequence[dict] = (), speaker: bool = False
+) -> IngestedConversation:
+    """Create the bucket and submit every session as a conversation source (processed in the background)."""
+    bucket_id = client.create_bucket(bucket_name, description=f"retrieval eval: {conv['id']} ({conv['user_name']})")
+    seconds = 0.0
+    for batch in _runs(list(distractors)):
+        seconds += client.ingest(bucket_id, batch).elapsed
+    sources = []
+    for session in conv["sessions"]:
+        body: dict[str, Any] = {"title": session["id"], "messages": session_messages(session)}
+        if speaker:
+            body.update(speaker=conv["user_name"].split()[0], resolve_first_person=True)
+        resp = client.request("POST", f"/api/v1/buckets/{bucket_id}/conversations", body, expect=202)
+        seconds += resp.elapsed
+        sources.append(str(resp.data["id"]))
+    return IngestedConversation(conv["id"], bucket_id, {}, {}, 0, seconds, len(distractors), sources=sources)
+
+
+def collect_provenance(client: Any, conv: dict, ingested: IngestedConversation, timeout: float = 3600.0) -> None:
+    """Wait until the conversation's sources are done, then map turn ids to the memories derived
+    from them: message i of a session is chunk i of its source."""
+    deadline = time.monotonic() + timeout
+    turn_memory: dict[str, str] = {}
+    memory_turns: dict[str, list[str]] = defaultdict(list)
+    for session, source_id in zip(conv["sessions"], ingested.sources, strict=True):
+        while True:
+            data = client.request("GET", f"/api/v1/sources/{source_id}?chunk_limit=1000", expect=200).data
+            if data["status"] == "done":
+                break
+            if data["status"] == "failed" or time.monotonic() > deadline:
+                raise RuntimeError(f"source {source_id} ({session['id']}) is {data['status']}: {data['error']}")
+            time.sleep(1.0)
+        for chunk in data["chunks"]:
+            tid = session["turns"][chunk["ordinal"]]["id"]
+            for memory in chunk["memories"]:
+                turn_memory.setdefault(tid, str(memory["id"]))
+                memory_turns[str(memory["id"])].append(tid)
+        ingested.deduplicated += data["memories_deduplicated"]
+        ingested.memories += data["memories_created"]
+        ingested.dropped += data["dropped"]
+    ingested.turn_memory = turn_memory
+    ingested.memory_turns = dict(memory_turns)
+
+
 def run_searches(
     client: Any,
     dataset: Dataset,
@@ -335,6 +414,11 @@ def run_searches(
                         "conversation_id": q["conversation_id"],
                         "evidence": q["evidence"],
                         "ranked_turns": ranked[:limit],
+                        # per hit, in rank order: its token count and the turns it derives from
+                        "hits": [
+                            [hit.get("token_count") or 0, list(conv.memory_turns.get(str(hit["id"]), ()))]
+                            for hit in resp.data["results"]
+                        ],
                         "scores": score_question(ranked, q["evidence"]),
                         "latency_ms": resp.elapsed * 1000.0,
                     }
@@ -365,6 +449,8 @@ def render_report(
     machine: dict[str, Any],
     command: str,
     limit: int,
+    ingest_mode: str = "raw",
+    speaker: bool = False,
 ) -> str:
     summary = dataset.summary()
     type_counts = ", ".join(f"{t} {summary['types'].get(t, 0)}" for t in QUESTION_TYPES)
@@ -387,8 +473,16 @@ def render_report(
         f"- `{_relative(dataset.path)}`: {summary['conversations']} conversations, {sessions} sessions, "
         f"{summary['turns']} turns, {summary['questions']} questions",
         f"- question types: {type_counts}",
-        f"- ingested {memories} turns as memories ({dedup} deduplicated) in {sessions} batch requests, "
-        f"{ingest_s:.1f} s of request time (distractors included)",
+        (
+            f"- ingested {memories} turns as memories ({dedup} deduplicated) in {sessions} batch requests, "
+            f"{ingest_s:.1f} s of request time (distractors included)"
+            if ingest_mode == "raw"
+            else f"- ingested through `POST /conversations` ({sum(len(c.sources) for c in ingest.values())} sources, "
+            f"one per session{', first person resolved to the user' if speaker else ''}): "
+            f"{sum(c.memories for c in ingest.values())} memories created, {dedup} statements deduplicated, "
+            f"{sum(c.dropped for c in ingest.values())} sentences dropped; {memories} of {summary['turns']} turns "
+            "have at least one memory; a turn counts as found at k if any memory derived from it is in the top k"
+        ),
         (
             f"- distractors: {distractors // max(len(ingest), 1)} generated memories about other people in each "
             f"conversation's bucket ({distractors} in all)"
@@ -429,6 +523,19 @@ def render_report(
             )
         headers = ["mode", *METRICS, "p50 ms", "p95 ms", "mode used"]
         lines += [common.markdown_table(headers, rows, "l" + "r" * (len(headers) - 2) + "l"), ""]
+
+        rows = []
+        for mode in modes:
+            recs = [r for r in by_key[(v.name, mode)] if "hits" in r]
+            if recs:
+                cells = [_fmt(sum(recall_within_tokens(r["hits"], r["evidence"], b) for r in recs) / len(recs))
+                         for b in TOKEN_BUDGETS]  # fmt: skip
+                tokens = statistics.median(sum(t for t, _ in r["hits"][:10]) for r in recs)
+                rows.append([mode, *cells, f"{tokens:.0f}"])
+        if rows:
+            lines += ["Recall within a token budget (the best results whose token counts fit, in rank order):", ""]
+            headers = ["mode", *(f"r@{b} tok" for b in TOKEN_BUDGETS), "median tokens of top 10"]
+            lines += [common.markdown_table(headers, rows, "l" + "r" * (len(headers) - 1)), ""]
 
         lines += [f"Recall@10 / all@{ALL_FOUND_K} by question type:", ""]
         rows = []
@@ -498,18 +605,42 @@ def evaluate(
     ingested: dict[str, IngestedConversation] | None = None,
     distractors: Sequence[Sequence[dict]] | None = None,
     after_ingest: Any = None,
+    ingest_mode: str = "raw",
+    speaker: bool = False,
+    after_submit: Any = None,
 ) -> tuple[dict[str, IngestedConversation], list[dict]]:
     """Ingest every conversation, then run every search. ``ingested`` (filled as buckets are
-    created) lets the caller clean up even when a step fails halfway."""
+    created) lets the caller clean up even when a step fails halfway. ``ingest_mode`` is ``raw``
+    (turns as memories) or ``conversations`` (sessions through the conversations endpoint;
+    ``after_submit`` runs once everything is submitted, e.g. to process the sources)."""
     ingested = {} if ingested is None else ingested
     for i, conv in enumerate(dataset.conversations):
         extra = distractors[i] if distractors else ()
-        ingested[conv["id"]] = ingest_conversation(client, conv, f"{bucket_prefix}-{conv['id']}", extra)
+        name = f"{bucket_prefix}-{conv['id']}"
+        if ingest_mode == "conversations":
+            ingested[conv["id"]] = submit_conversation(client, conv, name, extra, speaker=speaker)
+            continue
+        ingested[conv["id"]] = ingest_conversation(client, conv, name, extra)
         if progress:
             c = ingested[conv["id"]]
             common.log(
                 f"ingested {conv['id']}: {len(c.turn_memory)} turns + {c.distractors} distractors in {c.seconds:.2f}s"
             )
+    if ingest_mode == "conversations":
+        started = time.perf_counter()
+        if after_submit is not None:
+            after_submit()
+        for conv in dataset.conversations:
+            c = ingested[conv["id"]]
+            collect_provenance(client, conv, c)
+            if progress:
+                common.log(
+                    f"distilled {conv['id']}: {len(c.sources)} sources, {c.memories} memories created "
+                    f"({c.deduplicated} deduplicated, {c.dropped} sentences dropped), "
+                    f"{len(c.turn_memory)} turns with memories"
+                )
+        if progress:
+            common.log(f"sources processed and collected in {time.perf_counter() - started:.1f}s")
     if settle > 0:
         common.log(f"waiting {settle:.0f}s for asynchronous enrichment")
         time.sleep(settle)
@@ -529,6 +660,15 @@ def _build_graph(target: Any) -> None:
     common.log("building the knowledge graph (rebuild_graph --all)")
     target.private._manage("rebuild_graph", "--all", timeout=3600)
     common.log(f"graph built in {time.perf_counter() - started:.1f}s")
+
+
+def _process_sources(target: Any) -> None:
+    """A private server runs no worker unless --with-worker: distil the submitted sources with
+    the same command an operator would use (manage.py process_sources), in the server's home."""
+    started = time.perf_counter()
+    common.log("processing the submitted sources (manage.py process_sources)")
+    target.private._manage("process_sources", "--no-progress", timeout=7200)
+    common.log(f"sources processed in {time.perf_counter() - started:.1f}s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -565,6 +705,18 @@ def main(argv: list[str] | None = None) -> int:
         "--build-graph",
         action="store_true",
         help="after ingest, build the knowledge graph synchronously (manage.py rebuild_graph --all; private server)",
+    )
+    parser.add_argument(
+        "--ingest",
+        choices=["raw", "conversations"],
+        default="raw",
+        help="raw: turns as memories (default); conversations: each session through POST .../conversations, "
+        "distilled in the background, turns mapped to memories through the sources' provenance",
+    )
+    parser.add_argument(
+        "--speaker",
+        action="store_true",
+        help="with --ingest conversations: send the user's first name as speaker, with resolve_first_person",
     )
     parser.add_argument("--self-test", action="store_true", help="run the offline checks and exit")
     common.add_server_args(parser)
@@ -604,6 +756,9 @@ def main(argv: list[str] | None = None) -> int:
                 ingested=ingested,
                 distractors=distractors,
                 after_ingest=(lambda: _build_graph(target)) if args.build_graph else None,
+                ingest_mode=args.ingest,
+                speaker=args.speaker,
+                after_submit=(lambda: _process_sources(target)) if target.private and not args.with_worker else None,
             )
         finally:
             if not target.private and not args.keep_buckets:
@@ -621,6 +776,8 @@ def main(argv: list[str] | None = None) -> int:
         machine=machine,
         command=command,
         limit=args.limit,
+        ingest_mode=args.ingest,
+        speaker=args.speaker,
     )
     print(report)
     if not args.no_write:
@@ -697,11 +854,19 @@ def self_test() -> int:
     assert all_found_at(ranked, ["t3", "t10"], 10) == 1.0
     assert reciprocal_rank(ranked, ["t4", "t9"]) == 0.25
     assert reciprocal_rank(ranked, ["zz"]) == 0.0
-    assert expand_to_turns(["m2", "mX", "m1", "m2"], {"m1": ["a"], "m2": ["b", "c"]}) == ["b", "c", "~mX", "a"]
+    assert expand_to_turns(["m2", "mX", "m1"], {"m1": ["a"], "m2": ["b", "c"]}) == ["b", "c", "~mX", "a"]
+    # distilled ingest: a second memory of an already-ranked turn keeps its rank (k counts memories)
+    assert expand_to_turns(["m1", "m3", "m2"], {"m1": ["a"], "m3": ["a"], "m2": ["b"]}) == ["a", "~m3", "b"]
+    assert recall_at(expand_to_turns(["m1", "m3", "m2"], {"m1": ["a"], "m3": ["a"], "m2": ["b"]}), ["b"], 2) == 0.0
     assert recall_at(expand_to_turns(["d1", "d2", "m1"], {"m1": ["a"]}), ["a"], 2) == 0.0
     agg = aggregate([{"scores": score_question(ranked, ["t1"])}, {"scores": score_question(ranked, ["t6", "t30"])}])
     assert agg["n"] == 2 and agg["r@5"] == 0.5 and agg["r@10"] == 0.75 and agg["all@10"] == 0.5
     assert abs(agg["mrr"] - (1.0 + 1 / 6) / 2) < 1e-9
+
+    hits = [[50, ["a"]], [100, []], [40, ["b", "c"]], [500, ["d"]]]
+    assert recall_within_tokens(hits, ["a", "b"], 128) == 0.5
+    assert recall_within_tokens(hits, ["a", "c"], 190) == 1.0
+    assert recall_within_tokens(hits, ["d"], 10_000) == 1.0 and recall_within_tokens(hits, ["a"], 10) == 0.0
 
     # variants
     vs = parse_variants(

@@ -71,7 +71,8 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # The admin, with the operator console's site (console/sites.py) as admin.site.
+    "console.sites.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -88,6 +89,9 @@ INSTALLED_APPS = [
     "memories",
     "graph",
     "maintenance",
+    "console",
+    "audit",
+    "sources",
 ]
 
 MIDDLEWARE = [
@@ -99,6 +103,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A database outage is a 503 on every page (the console too), not only in the API.
+    "engram_site.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "engram_site.urls"
@@ -148,12 +154,26 @@ DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache (throttling state) ------------------------------------------------------
+# "default" holds the per-token request rate; "shared" holds the failure counters (admin
+# logins, bad API tokens, engram_site/throttle.py), which must be one count for every
+# worker process: an attacker must not get a fresh budget per worker.
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},
+        "shared": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},
+    }
 else:
-    # Per process: throttling counts per web worker on the embedded default.
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CACHES = {
+        # Per process: the per-token rate counts per web worker on the embedded default.
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        # Files every process of the machine shares, without a server.
+        "shared": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(ENGRAM_HOME / "cache"),
+            "OPTIONS": {"MAX_ENTRIES": 50_000},
+        },
+    }
 
 # --- Auth, sessions, security --------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -162,6 +182,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Failed admin logins allowed per client address and per username ("N/period": s, m, h, d,
+# e.g. "20/15m"); beyond them the login form answers 429 without checking the password.
+ENGRAM_LOGIN_FAILURES_PER_ADDRESS = env_str("ENGRAM_LOGIN_FAILURES_PER_ADDRESS", "20/15m")
+ENGRAM_LOGIN_FAILURES_PER_USERNAME = env_str("ENGRAM_LOGIN_FAILURES_PER_USERNAME", "10/15m")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600)
 CSRF_COOKIE_HTTPONLY = True
@@ -207,7 +231,8 @@ REST_FRAMEWORK = {
         "auth_failures": env_str("ENGRAM_AUTH_FAILURE_RATE", "30/min"),
     },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's JSON parser plus limits on nesting and numbers (engram_site/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["engram_site.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "engram_site.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -226,6 +251,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_AUTHENTICATION": [],
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    # The search request's `mode` and the answer's `mode_used` share one enum in the schema.
+    "ENUM_NAME_OVERRIDES": {"SearchModeEnum": "memories.retrieval.MODES"},
 }
 
 # --- Models ---------------------------------------------------------------------------
@@ -237,8 +264,16 @@ ENGRAM_LEMMATIZER_ENABLED = True
 ENGRAM_GRAPH_ENABLED = env_str("ENGRAM_GRAPH", "on").lower() not in {"off", "0", "false", "no"}
 # Load the embedding model when a web process starts instead of on the first request.
 ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", not TESTING)
-# last_accessed_at is written by a background thread per process (False: only on flush()).
+# Access times are recorded by a background thread per process (False: only on flush()).
 ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", not TESTING)
+# A memory's last_accessed_at is rewritten at most this often (seconds); see memories/access.py.
+ENGRAM_ACCESS_RESOLUTION = env_int("ENGRAM_ACCESS_RESOLUTION", 3600)
+# Bucket statistics for BM25 (size, document frequencies) are recounted by a background
+# thread when they expire, instead of by the search that finds them expired.
+ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", not TESTING)
+# A hybrid search runs its vector and graph signals in threads of their own, each with its
+# own database connection, while the request thread runs BM25 (tests see one connection).
+ENGRAM_SEARCH_PARALLEL = env_bool("ENGRAM_SEARCH_PARALLEL", not TESTING)
 
 # --- Background work (Celery + django-celery-beat) -------------------------------------
 # The database is the queue of record: a write stores its row, and rows whose derived
@@ -297,6 +332,9 @@ ENGRAM_LLM_BASE_URL = env_str("ENGRAM_LLM_BASE_URL")  # e.g. http://127.0.0.1:11
 ENGRAM_LLM_API_KEY = env_str("ENGRAM_LLM_API_KEY")
 ENGRAM_LLM_MODEL = env_str("ENGRAM_LLM_MODEL")
 ENGRAM_LLM_TIMEOUT = env_float("ENGRAM_LLM_TIMEOUT", 30.0)
+# Distiller of documents and conversations (docs/SOURCES.md): "rules" (sentence splitting and
+# clean-up, no network) or "llm" (the ENGRAM_LLM_* endpoint; falls back to rules when it fails).
+ENGRAM_DISTILLER = (env_str("ENGRAM_DISTILLER") or "rules").lower()
 # Cosine similarity at or above which two memories of a bucket become a near-duplicate
 # candidate for review. With all-MiniLM-L6-v2, reworded facts score ~0.90-0.99; facts
 # that differ in one detail ("Thursday" / "Friday") score as high, which is why these

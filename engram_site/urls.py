@@ -8,6 +8,7 @@ api_v1 = [
     path("", include("tenants.urls")),
     path("", include("memories.urls")),
     path("", include("graph.urls")),
+    path("", include("sources.urls")),
 ]
 
 urlpatterns = [
@@ -18,3 +19,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
+
+# JSON errors for /api/ URLs that reach no API view (engram_site/exceptions.py).
+handler400 = "engram_site.exceptions.bad_request"
+handler404 = "engram_site.exceptions.not_found"
+handler500 = "engram_site.exceptions.server_error"

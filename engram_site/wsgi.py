@@ -1,3 +1,4 @@
+import io
 import os
 
 from django.core.wsgi import get_wsgi_application
@@ -5,9 +6,32 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+
+class ChunkedBodies:
+    """Read a chunked request body (no Content-Length) so that Django sees it.
+
+    gunicorn accepts ``Transfer-Encoding: chunked`` and hands the decoded body on, but Django
+    reads exactly CONTENT_LENGTH bytes: without one, a valid JSON body would arrive empty and
+    be answered with a baffling "content: This field is required.". The body is read up to one
+    byte past DATA_UPLOAD_MAX_MEMORY_SIZE, so an oversized one still gets the API's 413.
+    """
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    def __call__(self, environ, start_response):
+        if not environ.get("CONTENT_LENGTH") and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            body = environ["wsgi.input"].read(self.limit + 1)
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
+        return self.app(environ, start_response)
+
+
 application = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402
+
+application = ChunkedBodies(application, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 
 if settings.ENGRAM_PRELOAD_MODELS:
     from memories import embedding

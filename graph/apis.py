@@ -3,14 +3,16 @@ memories behind an edge."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiTypes, extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from engram_site.fields import StrictCharField, StrictDateTimeField, StrictSerializer
+from engram_site.openapi import errors, limit_offset_page
+from engram_site.pagination import LimitOffsetPagination, limit_field, offset_field
 from graph import selectors
-from memories.apis import MemoryOut, StrictSerializer
+from memories.apis import MemoryOut
 from tenants.selectors import bucket_get
 
 
@@ -45,24 +47,23 @@ class EdgeOut(serializers.Serializer):
         return edge.valid_to is None
 
 
-class GraphPagination(LimitOffsetPagination):
-    default_limit = 50
-    max_limit = 500
+class EntityDetailOut(EntityOut):
+    current_edges = EdgeOut(many=True)
+    historical_edges = EdgeOut(many=True)
 
 
 class EntityListApi(APIView):
     class Params(StrictSerializer):
-        q = serializers.CharField(required=False, max_length=200)
-        type = serializers.CharField(required=False, max_length=20)
-        limit = serializers.IntegerField(required=False, min_value=1)
-        offset = serializers.IntegerField(required=False, min_value=0)
+        q = StrictCharField(required=False, max_length=200, help_text="matches names and aliases")
+        type = StrictCharField(required=False, max_length=20)
+        limit = limit_field()
+        offset = offset_field()
 
     @extend_schema(
         operation_id="entities_list",
-        parameters=[OpenApiParameter("q", OpenApiTypes.STR), OpenApiParameter("type", OpenApiTypes.STR),
-                    OpenApiParameter("limit", OpenApiTypes.INT), OpenApiParameter("offset", OpenApiTypes.INT)],
-        responses=EntityOut(many=True),
-    )  # fmt: skip
+        parameters=[Params],
+        responses={200: limit_offset_page("EntityPage", EntityOut(many=True)), **errors(400, 404)},
+    )
     def get(self, request, bucket_id):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Params(data=request.query_params.dict())
@@ -70,19 +71,19 @@ class EntityListApi(APIView):
         entities = selectors.entity_list(
             bucket=bucket, query=params.validated_data.get("q"), type=params.validated_data.get("type")
         )
-        paginator = GraphPagination()
+        paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(entities, request, view=self)
         return paginator.get_paginated_response(EntityOut(page, many=True).data)
 
 
 class EntityDetailApi(APIView):
     class Params(StrictSerializer):
-        as_of = serializers.DateTimeField(required=False)
+        as_of = StrictDateTimeField(required=False, help_text="only edges valid at this time")
 
     @extend_schema(
         operation_id="entities_retrieve",
-        parameters=[OpenApiParameter("as_of", OpenApiTypes.DATETIME, description="only edges valid at this time")],
-        responses=EntityOut,
+        parameters=[Params],
+        responses={200: EntityDetailOut, **errors(400, 404)},
     )
     def get(self, request, entity_id):
         entity = selectors.entity_get(tenant=request.auth.tenant, entity_id=entity_id, token=request.auth)
@@ -100,19 +101,17 @@ class EntityDetailApi(APIView):
 
 class EdgeListApi(APIView):
     class Params(StrictSerializer):
-        valid_at = serializers.DateTimeField(required=False)
-        entity = serializers.UUIDField(required=False)
-        predicate = serializers.CharField(required=False, max_length=60)
-        limit = serializers.IntegerField(required=False, min_value=1)
-        offset = serializers.IntegerField(required=False, min_value=0)
+        valid_at = StrictDateTimeField(required=False, help_text="only edges valid at this time")
+        entity = serializers.UUIDField(required=False, help_text="only edges touching this entity")
+        predicate = StrictCharField(required=False, max_length=60)
+        limit = limit_field()
+        offset = offset_field()
 
     @extend_schema(
         operation_id="edges_list",
-        parameters=[OpenApiParameter("valid_at", OpenApiTypes.DATETIME), OpenApiParameter("entity", OpenApiTypes.UUID),
-                    OpenApiParameter("predicate", OpenApiTypes.STR), OpenApiParameter("limit", OpenApiTypes.INT),
-                    OpenApiParameter("offset", OpenApiTypes.INT)],
-        responses=EdgeOut(many=True),
-    )  # fmt: skip
+        parameters=[Params],
+        responses={200: limit_offset_page("EdgePage", EdgeOut(many=True)), **errors(400, 404)},
+    )
     def get(self, request, bucket_id):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Params(data=request.query_params.dict())
@@ -121,13 +120,19 @@ class EdgeListApi(APIView):
         edges = selectors.edge_list(
             bucket=bucket, valid_at=data.get("valid_at"), entity_id=data.get("entity"), predicate=data.get("predicate")
         )
-        paginator = GraphPagination()
+        paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(edges, request, view=self)
         return paginator.get_paginated_response(EdgeOut(page, many=True).data)
 
 
 class EdgeMemoriesApi(APIView):
-    @extend_schema(operation_id="edges_memories", responses=MemoryOut(many=True))
+    @extend_schema(
+        operation_id="edges_memories",
+        responses={
+            200: inline_serializer("EdgeMemories", {"edge": EdgeOut(), "results": MemoryOut(many=True)}),
+            **errors(404),
+        },
+    )
     def get(self, request, edge_id):
         edge = selectors.edge_get(tenant=request.auth.tenant, edge_id=edge_id, token=request.auth)
         memories = selectors.edge_memories(edge=edge)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 
@@ -56,8 +57,10 @@ class Entity(models.Model):
         indexes = [
             # Entity lookup by name when resolving mentions and query entities (the unique
             # index above serves (tenant, bucket, normalized_name) prefix lookups too).
-            # Alias lookup: aliases @> ARRAY[name].
             models.Index(fields=["tenant", "bucket"], name="graph_entities_bucket"),
+            # The query's entities by alias (graph retrieval's seeds: aliases && ARRAY[...]),
+            # the other arm of its OR with normalized_name = ANY(...).
+            GinIndex(fields=["aliases"], name="graph_entities_aliases"),
         ]
 
     def __str__(self) -> str:

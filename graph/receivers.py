@@ -43,3 +43,11 @@ def reopen_closed_facts(sender, *, bucket_id, memory_id, states, **kwargs):
     bucket = Bucket.objects.filter(pk=bucket_id).first()
     if bucket is not None:
         graph_forget_memory(bucket=bucket, memory_id=memory_id, timelines=timelines)
+
+
+@receiver(signals.memories_absorbing)
+def move_graph_to_survivors(sender, *, mapping, **kwargs):
+    # Inside the merge's transaction: an error here rolls the merge back.
+    from graph.services import graph_absorb_memories
+
+    graph_absorb_memories(mapping=mapping)

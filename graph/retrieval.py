@@ -21,16 +21,31 @@ from graph import nlp
 from memories import lemmatizer
 
 MAX_DEPTH = 3
-MAX_EDGES_PER_HOP = 2000
-_WORD = re.compile(r"[\w'-]+")
+# Bounds that keep the walk's cost independent of the bucket's size (see _walk).
+EDGES_PER_SEED = 100
+EDGES_PER_ENTITY = 10
+MAX_FRONTIER = 50
+# Memories counted per reached entity (a seed, or one reached through edges): an entity
+# half the bucket mentions says little, and counting all of it would cost as much.
+MENTIONS_PER_SEED = 100
+MENTIONS_PER_ENTITY = 10
+_WORD = re.compile(r"[\w'’-]+")
+
+
+# Words whose referent only the parse can resolve ("my sister" is the user's sister, known
+# by the alias "user sister"). Without them, names in the query are found by the word
+# n-grams alone, and the spaCy parse (a few milliseconds of CPU per query) is skipped.
+_NEEDS_PARSE = re.compile(r"\b(i|me|my|mine|we|us|our|ours|you|your|he|him|his|she|her|they|them|their)\b", re.I)
 
 
 def query_entity_keys(query: str) -> list[str]:
     keys: list[str] = []
-    try:
-        doc = nlp.get_pipeline()(query)
-    except nlp.PipelineUnavailable:
-        doc = None
+    doc = None
+    if _NEEDS_PARSE.search(query):
+        try:
+            doc = nlp.get_pipeline()(query)
+        except nlp.PipelineUnavailable:
+            doc = None
     if doc is not None:
         resolver = extraction._Resolver(doc, extraction.speaker_ref("user"), [])
         for token in doc:
@@ -40,7 +55,8 @@ def query_entity_keys(query: str) -> list[str]:
                     keys.append(ref.key)
                     if ref.alias:
                         keys.append(ref.alias)
-    words = [w.casefold() for w in _WORD.findall(query)]
+    # Possessives name the owner: "Linnea's" is Linnea.
+    words = [re.sub(r"['’]s$", "", w.casefold()) for w in _WORD.findall(query)]
     stops = lemmatizer.stop_words()
     for size in (3, 2, 1):
         for start in range(len(words) - size + 1):
@@ -75,64 +91,162 @@ def _names(ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
         return dict(cur.fetchall())
 
 
+def _walk(bucket, seeds: dict[uuid.UUID, str], moment: datetime):
+    """Breadth-first over edges valid at ``moment``, at most :data:`MAX_DEPTH` hops.
+
+    Returns ``(depth, parent, edge_memories)``: each reached entity's depth (seeds: 1) and
+    the step that reached it (``(near, predicate, forward)``, None for seeds), and the
+    memories behind the edges walked, ``{memory_id: (depth, near, predicate, far, literal,
+    forward)}``. Every hop is bounded whatever the bucket's size: each entity contributes
+    its newest :data:`EDGES_PER_SEED` (a seed) or :data:`EDGES_PER_ENTITY` edges in each
+    direction, and the next frontier keeps the :data:`MAX_FRONTIER` most specific new
+    entities (fewest mentions) — a hub such as a city half the bucket mentions is reached,
+    but not walked through.
+    """
+    depth: dict[uuid.UUID, int] = dict.fromkeys(seeds, 1)
+    parent: dict[uuid.UUID, tuple | None] = dict.fromkeys(seeds)
+    edge_memories: dict[uuid.UUID, tuple] = {}
+    frontier = list(seeds)
+    with connection.cursor() as cur:
+        for level in range(1, MAX_DEPTH + 1):
+            if not frontier:
+                break
+            quota = EDGES_PER_SEED if level == 1 else EDGES_PER_ENTITY
+            # One index probe per entity and direction (graph_edges_subject / _object:
+            # tenant, bucket, entity, valid_from), newest first.
+            cur.execute(
+                """
+                SELECT e.subject_id, e.predicate, e.object_entity_id, e.object_literal, e.source_memory_id,
+                       e.forward, coalesce(g.mention_count, 0)
+                FROM unnest(%s::uuid[]) f(id)
+                CROSS JOIN LATERAL (
+                    (SELECT subject_id, predicate, object_entity_id, object_literal, source_memory_id,
+                            true AS forward, object_entity_id AS far
+                     FROM graph_edges
+                     WHERE tenant_id = %s AND bucket_id = %s AND subject_id = f.id
+                       AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)
+                     ORDER BY valid_from DESC LIMIT %s)
+                    UNION ALL
+                    (SELECT subject_id, predicate, object_entity_id, object_literal, source_memory_id,
+                            false, subject_id
+                     FROM graph_edges
+                     WHERE tenant_id = %s AND bucket_id = %s AND object_entity_id = f.id
+                       AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)
+                     ORDER BY valid_from DESC LIMIT %s)
+                ) e
+                LEFT JOIN graph_entities g ON g.id = e.far
+                """,
+                [
+                    frontier,
+                    bucket.tenant_id, bucket.pk, moment, moment, quota,
+                    bucket.tenant_id, bucket.pk, moment, moment, quota,
+                ],
+            )  # fmt: skip
+            candidates: dict[uuid.UUID, tuple] = {}
+            for subject_id, predicate, object_id, literal, memory_id, forward, mentions in cur.fetchall():
+                near, far = (subject_id, object_id) if forward else (object_id, subject_id)
+                edge_memories.setdefault(memory_id, (level, near, predicate, far, literal, forward))
+                if far is not None and far not in depth and far not in candidates:
+                    candidates[far] = (mentions, (near, predicate, forward))
+            frontier = []
+            if level < MAX_DEPTH:
+                for far, (_mentions, step) in sorted(candidates.items(), key=lambda c: (c[1][0], str(c[0])))[
+                    :MAX_FRONTIER
+                ]:
+                    depth[far] = level + 1
+                    parent[far] = step
+                    frontier.append(far)
+    return depth, parent, edge_memories
+
+
+def _path(entity: uuid.UUID, parent: dict, names: dict) -> str:
+    steps = []
+    while parent.get(entity) is not None:
+        near, predicate, forward = parent[entity]
+        far_name = names.get(entity, "?")
+        steps.append(f" —{predicate}→ {far_name}" if forward else f" ←{predicate}— {far_name}")
+        entity = near
+    return names.get(entity, "?") + "".join(reversed(steps))
+
+
 def graph_signal(*, bucket, query: str, filters, config, now: datetime):
-    """``([(memory_id, 1/depth), ...] best first, {memory_id: path})`` for the query."""
+    """``([(memory_id, score), ...] best first, {memory_id: path})`` for the query.
+
+    A memory scores the sum of 1/depth over the reached entities it mentions (at most
+    :data:`MENTIONS_PER_SEED` memories of a seed, :data:`MENTIONS_PER_ENTITY` of an entity
+    reached through edges) and the walked edges it is the source of — so one naming two
+    entities of the question outranks one naming either. Paths are built only for the
+    memories returned.
+    """
     moment = filters.as_of or now
     seeds = _seeds(bucket, query)
     if not seeds:
         return [], {}
-    paths: dict[uuid.UUID, str] = dict(seeds)  # entity -> how we got there
-    frontier = set(seeds)
-    visited = set(seeds)
-    reached: dict[uuid.UUID, tuple[int, str]] = {}
-    with connection.cursor() as cur:
-        for depth in range(1, MAX_DEPTH + 1):
-            if not frontier:
-                break
-            cur.execute(
-                """
-                SELECT memory_id, entity_id FROM graph_mentions
-                WHERE tenant_id = %s AND bucket_id = %s AND entity_id = ANY(%s) LIMIT %s
-                """,
-                [bucket.tenant_id, bucket.pk, list(frontier), MAX_EDGES_PER_HOP],
-            )
-            for memory_id, entity_id in cur.fetchall():
-                reached.setdefault(memory_id, (depth, f"{paths[entity_id]} (mentioned)"))
-            cur.execute(
-                """
-                SELECT subject_id, predicate, object_entity_id, object_literal, source_memory_id
-                FROM graph_edges
-                WHERE tenant_id = %s AND bucket_id = %s
-                  AND (subject_id = ANY(%s) OR object_entity_id = ANY(%s))
-                  AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)
-                ORDER BY confidence DESC, valid_from DESC
-                LIMIT %s
-                """,
-                [bucket.tenant_id, bucket.pk, list(frontier), list(frontier), moment, moment, MAX_EDGES_PER_HOP],
-            )
-            edges = cur.fetchall()
-            next_frontier: set[uuid.UUID] = set()
-            names = _names({e[0] for e in edges} | {e[2] for e in edges if e[2]} - set(paths))
-            names.update({k: v.split(" —")[-1] for k, v in paths.items()})
-            for subject_id, predicate, object_id, literal, memory_id in edges:
-                forward = subject_id in frontier
-                near, far = (subject_id, object_id) if forward else (object_id, subject_id)
-                far_name = names.get(far, literal or "?") if far else literal
-                step = f" —{predicate}→ {far_name}" if forward else f" ←{predicate}— {far_name}"
-                reached.setdefault(memory_id, (depth, paths[near] + step))
-                if far is not None and far not in visited:
-                    visited.add(far)
-                    next_frontier.add(far)
-                    paths[far] = paths[near] + step
-            frontier = next_frontier
-    if not reached:
-        return [], {}
+    depth, parent, edge_memories = _walk(bucket, seeds, moment)
+    entities = list(depth)
     where, params = filters.sql(bucket)
+    # Mentions and edges are of this bucket already: the memories table is only read when
+    # filters narrow the bucket.
+    narrowed = where != type(filters)().sql(bucket)[0]
+    join = f"JOIN memories m ON m.id = s.memory_id WHERE {where}" if narrowed else ""
     with connection.cursor() as cur:
-        cur.execute(f"SELECT m.id FROM memories m WHERE {where} AND m.id = ANY(%s)", [*params, list(reached)])
-        allowed = {row[0] for row in cur.fetchall()}
-    ranked = sorted(
-        ((memory_id, 1.0 / depth) for memory_id, (depth, _path) in reached.items() if memory_id in allowed),
-        key=lambda item: (-item[1], str(item[0])),
-    )[: config.candidates]
-    return ranked, {memory_id: reached[memory_id][1] for memory_id, _score in ranked}
+        cur.execute(
+            f"""
+            WITH reached(entity_id, weight, quota) AS (SELECT * FROM unnest(%s::uuid[], %s::float8[], %s::int[])),
+            via_edges(memory_id, weight) AS (SELECT * FROM unnest(%s::uuid[], %s::float8[])),
+            hits AS (
+                SELECT mn.memory_id, r.weight, r.entity_id
+                FROM reached r
+                CROSS JOIN LATERAL (
+                    -- The entities are this bucket's (seeds and edges were read with tenant and
+                    -- bucket), and so are their mentions: an index-only scan of
+                    -- graph_mentions_entity (entity, memory), without the heap.
+                    SELECT memory_id FROM graph_mentions
+                    WHERE entity_id = r.entity_id
+                    ORDER BY memory_id LIMIT r.quota
+                ) mn
+                UNION ALL
+                SELECT memory_id, weight, NULL FROM via_edges
+            ),
+            scored AS (
+                SELECT memory_id, sum(weight) AS score,
+                       (array_agg(entity_id ORDER BY weight DESC) FILTER (WHERE entity_id IS NOT NULL))[1] AS best
+                FROM hits GROUP BY memory_id
+            )
+            SELECT s.memory_id, s.score, s.best FROM scored s {join}
+            ORDER BY s.score DESC, s.memory_id
+            LIMIT %s
+            """,
+            [
+                entities, [1.0 / depth[e] for e in entities],
+                [MENTIONS_PER_SEED if depth[e] == 1 else MENTIONS_PER_ENTITY for e in entities],
+                list(edge_memories), [1.0 / edge_memories[m][0] for m in edge_memories],
+                *(params if narrowed else []), config.candidates,
+            ],
+        )  # fmt: skip
+        rows = cur.fetchall()
+    if not rows:
+        return [], {}
+    # Names for the paths of the memories returned only.
+    wanted: set[uuid.UUID] = set()
+    for memory_id, _score, best in rows:
+        node = edge_memories[memory_id][1] if memory_id in edge_memories else best
+        hop = edge_memories.get(memory_id)
+        if hop is not None and hop[3] is not None:
+            wanted.add(hop[3])
+        while node is not None:
+            wanted.add(node)
+            node = parent[node][0] if parent.get(node) else None
+    names = _names(wanted)
+    names.update({entity: name for entity, name in seeds.items()})
+    paths = {}
+    for memory_id, _score, best in rows:
+        hop = edge_memories.get(memory_id)
+        if hop is not None:
+            _level, near, predicate, far, literal, forward = hop
+            far_name = names.get(far, literal or "?") if far else literal
+            step = f" —{predicate}→ {far_name}" if forward else f" ←{predicate}— {far_name}"
+            paths[memory_id] = _path(near, parent, names) + step
+        else:
+            paths[memory_id] = _path(best, parent, names) + " (mentioned)"
+    return [(memory_id, float(score)) for memory_id, score, _best in rows], paths

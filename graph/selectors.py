@@ -18,6 +18,8 @@ def entity_list(*, bucket: Bucket, query: str | None = None, type: str | None = 
     entities = Entity.objects.for_bucket(bucket)
     if query:
         key = normalize_name(query)
+        if not key:  # only punctuation or articles ("!!!", "the"): it names nothing, not everything
+            return entities.none()
         entities = entities.filter(Q(normalized_name__contains=key) | Q(aliases__contains=[key]))
     if type:
         entities = entities.filter(type=type.upper())

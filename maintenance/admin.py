@@ -7,6 +7,9 @@ import json
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
+from audit.services import Actor
+from console.actions import confirm_action, confirmed
+from console.scoping import TenantScopedAdmin
 from maintenance import services
 from maintenance.models import DuplicateCandidate, DuplicateStatus, JobRun, JobStatus
 
@@ -15,6 +18,9 @@ STATUS_COLOURS = {JobStatus.RUNNING: "#2563eb", JobStatus.SUCCEEDED: "#15803d", 
 
 @admin.register(JobRun)
 class JobRunAdmin(admin.ModelAdmin):
+    """Job runs span every tenant: superusers only (``ConsoleAdminSite`` makes every admin
+    that is not tenant-scoped so)."""
+
     list_display = ["name", "status_badge", "trigger", "started_at", "duration", "progress_percent", "summary", "host"]
     list_filter = ["status", "name", "trigger"]
     search_fields = ["name", "error"]
@@ -59,17 +65,28 @@ class JobRunAdmin(admin.ModelAdmin):
 
 
 @admin.register(DuplicateCandidate)
-class DuplicateCandidateAdmin(admin.ModelAdmin):
+class DuplicateCandidateAdmin(TenantScopedAdmin):
+    """The raw list of candidates; operators review pending pairs side by side in the
+    console's review queue (/admin/console/review/), which calls the same services."""
+
     list_display = ["pair", "similarity_display", "status", "bucket", "tenant", "created_at", "reviewed_at"]
     list_filter = ["status", "tenant"]
     list_select_related = ["memory_a", "memory_b", "bucket", "tenant"]
-    readonly_fields = ["tenant", "bucket", "memory_a", "memory_b", "similarity", "created_at", "reviewed_at"]
-    fields = readonly_fields + ["status"]
-    actions = ["keep_both"]
+    readonly_fields = ["tenant", "bucket", "memory_a", "memory_b", "similarity", "status", "created_at", "reviewed_at"]
+    fields = readonly_fields
+    actions = ["keep_both", "merge_keep_older", "merge_keep_newer"]
     show_full_result_count = False
     list_per_page = 50
 
     def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        # Decisions are made by the actions (and the review queue), never by editing a row.
+        return obj is None and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        # A deleted pair would be suggested again by the next scan: decide it instead.
         return False
 
     @admin.display(description="memories")
@@ -82,7 +99,32 @@ class DuplicateCandidateAdmin(admin.ModelAdmin):
 
     @admin.action(description="Keep both (not duplicates)")
     def keep_both(self, request, queryset):
-        count = services.duplicate_candidates_resolve(
-            candidates=queryset.filter(status=DuplicateStatus.PENDING), status=DuplicateStatus.KEPT_BOTH
-        )
-        self.message_user(request, f"{count} pair(s) marked as kept both.", messages.SUCCESS)
+        result = services.duplicates_keep_both(candidates=queryset, actor=Actor.operator(request.user, request))
+        self.message_user(request, f"{result.done} pair(s) marked as kept both.", messages.SUCCESS)
+
+    def _merge(self, request, queryset, keep: str, action: str):
+        pending = queryset.filter(status=DuplicateStatus.PENDING).select_related("memory_a", "memory_b")
+        if not confirmed(request):
+            return confirm_action(
+                request,
+                queryset=pending,
+                action=action,
+                title="Merge near-duplicates",
+                message=(
+                    f"For each pair, the {keep} memory absorbs the other (tags and links united, references "
+                    "re-pointed) and the other memory is deleted."
+                ),
+                button=f"Yes, merge {len(pending)} pair(s)",
+                describe=lambda c: f"{c.memory_a.content[:80]}  ~  {c.memory_b.content[:80]} ({c.similarity:.3f})",
+            )
+        result = services.duplicates_merge(candidates=pending, keep=keep, actor=Actor.operator(request.user, request))
+        self.message_user(request, f"Merged {result.done} pair(s), {result.skipped} skipped.", messages.SUCCESS)
+        return None
+
+    @admin.action(description="Merge, keeping the older memory…", permissions=["change"])
+    def merge_keep_older(self, request, queryset):
+        return self._merge(request, queryset, "older", "merge_keep_older")
+
+    @admin.action(description="Merge, keeping the newer memory…", permissions=["change"])
+    def merge_keep_newer(self, request, queryset):
+        return self._merge(request, queryset, "newer", "merge_keep_newer")

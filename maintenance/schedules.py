@@ -59,6 +59,20 @@ DEFAULT_SCHEDULES = [
         expire_seconds=120,
     ),
     DefaultSchedule(
+        name="engram: sources sweep",
+        task="sources.sweep",
+        description="Distil documents and conversations a lost hint, a dead worker or a failure left unfinished.",
+        every_seconds=60,
+        expire_seconds=60,
+    ),
+    DefaultSchedule(
+        name="engram: apply access times",
+        task="maintenance.apply_access_times",
+        description="Copy when searches returned memories into memories.last_accessed_at, off the search path.",
+        every_seconds=300,
+        expire_seconds=300,
+    ),
+    DefaultSchedule(
         name="engram: reindex HNSW",
         task="maintenance.reindex_hnsw",
         description="REINDEX CONCURRENTLY the embedding indexes (HNSW quality drifts as rows are added).",

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.services import Actor, audit_record
+from engram_site.exceptions import Conflict, DomainError, NotFound
 from maintenance import neighbours
 from maintenance.jobs import JobRecorder
-from maintenance.models import DuplicateStatus, ScanCursor
+from maintenance.models import DuplicateCandidate, DuplicateStatus, ScanCursor
 from memories import lemmatizer
 from memories.links import RESERVED_PREFIX, links_add
 from memories.models import Memory
@@ -559,3 +561,239 @@ def links_find_for(*, memory_ids: Iterable) -> dict:
             totals[kind] += n
         totals["scanned"] += 1
     return totals
+
+
+# --- near-duplicate review: merge / keep both (the console's review queue) -----------------------------
+
+KEEP_CHOICES = ("a", "b")
+BULK_KEEP_CHOICES = ("a", "b", "older", "newer")
+
+
+@dataclass(frozen=True)
+class DuplicateMergeResult:
+    candidate_id: int
+    kept_id: uuid.UUID
+    removed_id: uuid.UUID
+
+
+@dataclass
+class BulkReviewResult:
+    done: int = 0
+    # Candidates already resolved, or removed by an earlier merge of the same batch.
+    skipped: int = 0
+
+
+def duplicate_candidates_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
+    """Candidates naming an absorbed memory name its survivor instead (``memories_absorbing``).
+
+    A pair that becomes a memory with itself is deleted; a pair that already exists
+    keeps one row, and a decision (kept both) wins over a pending state, so a pair an
+    operator said to keep is never suggested again.
+    """
+    if not mapping:
+        return 0
+    changed = 0
+    with connection.cursor() as cur:
+        # memory_a leads dupcand_pair_unique, memory_b has dupcand_memory_b.
+        cur.execute(
+            "SELECT id FROM duplicate_candidates WHERE memory_a_id = ANY(%s) OR memory_b_id = ANY(%s) ORDER BY id",
+            [list(mapping), list(mapping)],
+        )
+        ids = [row[0] for row in cur.fetchall()]
+    for start in range(0, len(ids), 5000):
+        changed += _repoint_candidates(ids[start : start + 5000], mapping)
+    return changed
+
+
+def _repoint_candidates(ids: list[int], mapping: dict[uuid.UUID, uuid.UUID]) -> int:
+    changed = 0
+    for candidate in DuplicateCandidate.objects.filter(pk__in=ids).order_by("pk").select_for_update():
+        a = mapping.get(candidate.memory_a_id, candidate.memory_a_id)
+        b = mapping.get(candidate.memory_b_id, candidate.memory_b_id)
+        if a == b:
+            candidate.delete()
+            continue
+        a, b = sorted([a, b])  # uuid order == PostgreSQL's uuid order (dupcand_pair_ordered)
+        existing = DuplicateCandidate.objects.filter(memory_a_id=a, memory_b_id=b).exclude(pk=candidate.pk).first()
+        if existing is not None:
+            if existing.status == DuplicateStatus.PENDING and candidate.status != DuplicateStatus.PENDING:
+                existing.status, existing.reviewed_at = candidate.status, candidate.reviewed_at
+                existing.save(update_fields=["status", "reviewed_at"])
+            candidate.delete()
+            continue
+        candidate.memory_a_id, candidate.memory_b_id = a, b
+        candidate.save(update_fields=["memory_a", "memory_b"])
+        changed += 1
+    return changed
+
+
+def duplicate_merge(*, candidate: DuplicateCandidate, keep: str, actor: Actor) -> DuplicateMergeResult:
+    """Resolve a near-duplicate pair by keeping one memory (``keep``: "a" or "b").
+
+    In one transaction: the kept memory absorbs the other (tags and links united,
+    other memories' links, supersession, graph mentions and edges and other candidates
+    re-pointed to it — ``memories.merge.memories_absorb``), and the other memory is
+    **deleted**. The candidate row goes with it (its foreign keys cascade), so the
+    audit event ``duplicate.merge`` — which keeps the removed memory's content — is
+    the record of the decision.
+    """
+    if keep not in KEEP_CHOICES:
+        raise DomainError(f"keep must be one of {list(KEEP_CHOICES)}.")
+    from memories.merge import memories_absorb
+
+    with transaction.atomic():
+        locked = DuplicateCandidate.objects.select_for_update().filter(pk=candidate.pk).first()
+        if locked is None:
+            raise NotFound("This pair is no longer in the review queue.")
+        if locked.status != DuplicateStatus.PENDING:
+            raise Conflict(f"This pair was already reviewed ({locked.get_status_display()}).", code="already_reviewed")
+        kept, removed = (
+            (locked.memory_a_id, locked.memory_b_id) if keep == "a" else (locked.memory_b_id, locked.memory_a_id)
+        )
+        gone = Memory.objects.filter(pk=removed).values("content", "created_at", "hint_tags", "attributed_to").first()
+        locked.status, locked.reviewed_at = DuplicateStatus.MERGED, timezone.now()
+        locked.save(update_fields=["status", "reviewed_at"])
+        memories_absorb(mapping={removed: kept})
+        audit_record(
+            actor=actor,
+            action="duplicate.merge",
+            tenant=Tenant(pk=locked.tenant_id),
+            object_type="memory",
+            object_ids=[kept, removed],
+            details={
+                "candidate_id": locked.pk,
+                "bucket_id": str(locked.bucket_id),
+                "similarity": round(locked.similarity, 4),
+                "kept_id": str(kept),
+                "removed_id": str(removed),
+                "removed": {**(gone or {}), "content": (gone or {}).get("content", "")[:2000]},
+            },
+        )
+    return DuplicateMergeResult(candidate_id=locked.pk, kept_id=kept, removed_id=removed)
+
+
+def duplicate_keep_both(*, candidate: DuplicateCandidate, actor: Actor) -> bool:
+    """Mark a pair as not duplicates. The scans insert pairs with ON CONFLICT DO NOTHING
+    on the pair's unique index, so this pair is never suggested again."""
+    return duplicates_keep_both(candidates=DuplicateCandidate.objects.filter(pk=candidate.pk), actor=actor).done == 1
+
+
+def duplicates_keep_both(*, candidates, actor: Actor) -> BulkReviewResult:
+    """Keep both memories of every pending pair in ``candidates`` (one audit event per tenant)."""
+    result = BulkReviewResult()
+    with transaction.atomic():
+        rows = list(candidates.select_for_update().order_by("pk"))
+        pending = [c for c in rows if c.status == DuplicateStatus.PENDING]
+        result.skipped = len(rows) - len(pending)
+        DuplicateCandidate.objects.filter(pk__in=[c.pk for c in pending]).update(
+            status=DuplicateStatus.KEPT_BOTH, reviewed_at=timezone.now()
+        )
+        result.done = len(pending)
+        by_tenant: dict = {}
+        for c in pending:
+            by_tenant.setdefault(c.tenant_id, []).append(c)
+        for tenant_id, group in by_tenant.items():
+            audit_record(
+                actor=actor,
+                action="duplicate.keep_both",
+                tenant=Tenant(pk=tenant_id),
+                object_type="duplicate_candidate",
+                object_ids=[c.pk for c in group],
+                details={"pairs": [[str(c.memory_a_id), str(c.memory_b_id)] for c in group[:50]]},
+            )
+    return result
+
+
+def duplicates_merge(*, candidates, keep: str, actor: Actor) -> BulkReviewResult:
+    """Merge every pending pair in ``candidates``, keeping "a", "b", the "older" or the
+    "newer" memory of each. Each pair is its own transaction (and audit event); pairs an
+    earlier merge of the batch removed or re-pointed are skipped."""
+    if keep not in BULK_KEEP_CHOICES:
+        raise DomainError(f"keep must be one of {list(BULK_KEEP_CHOICES)}.")
+    result = BulkReviewResult()
+    for candidate_id in list(candidates.order_by("-similarity", "pk").values_list("pk", flat=True)):
+        candidate = DuplicateCandidate.objects.filter(pk=candidate_id, status=DuplicateStatus.PENDING).first()
+        if candidate is None:
+            result.skipped += 1
+            continue
+        side = keep
+        if keep in ("older", "newer"):
+            times = dict(
+                Memory.objects.filter(pk__in=[candidate.memory_a_id, candidate.memory_b_id]).values_list(
+                    "id", "created_at"
+                )
+            )
+            a_older = (times.get(candidate.memory_a_id), str(candidate.memory_a_id)) <= (
+                times.get(candidate.memory_b_id),
+                str(candidate.memory_b_id),
+            )
+            side = "a" if a_older == (keep == "older") else "b"
+        try:
+            duplicate_merge(candidate=candidate, keep=side, actor=actor)
+        except (NotFound, Conflict):
+            result.skipped += 1
+            continue
+        result.done += 1
+    return result
+
+
+# --- bucket merges: candidates and scan cursors follow (tenants.services.bucket_merge) ---------------
+
+
+def maintenance_bucket_merge(*, source: Bucket, target: Bucket, oldest_moved: datetime | None) -> dict:
+    """Move ``source``'s review candidates to ``target`` and drop its scan cursors.
+
+    The target's cursors are moved back to ``oldest_moved`` (the oldest memory that
+    moved), so the hourly near-duplicate and link scans compare the moved memories
+    with the target's own: the database stays the queue of record, nothing depends
+    on a hint.
+    """
+    candidates = DuplicateCandidate.objects.for_bucket(source).update(bucket_id=target.pk)
+    ScanCursor.objects.filter(tenant_id=source.tenant_id, bucket_id=source.pk).delete()
+    rewound = 0
+    if oldest_moved is not None:
+        # (oldest_moved, nil uuid): the next scan starts with the oldest moved memory.
+        rewound = ScanCursor.objects.filter(
+            tenant_id=target.tenant_id, bucket_id=target.pk, position_at__gte=oldest_moved
+        ).update(position_at=oldest_moved, position_id=uuid.UUID(int=0))
+    return {"duplicate_candidates": candidates, "cursors_rewound": rewound}
+
+
+# --- topics: re-run classification for a selection (the console's topic page) -------------------------
+
+RECLASSIFY_MAX = 5000
+
+
+def topics_reclassify(
+    *,
+    bucket: Bucket,
+    actor: Actor,
+    memory_ids: Iterable | None = None,
+    topics: Iterable[str | None] | None = None,
+    classifier=None,
+) -> dict:
+    """Classify again the memories of ``bucket`` given by id and/or by topic (``None``:
+    the unlabelled ones), overwriting labels a classifier or an operator set (labels
+    a client set are kept; rows without an embedding wait for the enrichment sweep).
+    At most :data:`RECLASSIFY_MAX` memories per call; ``manage.py classify --bucket``
+    does whole buckets."""
+    selection = Q(pk__in=[])
+    if memory_ids is not None:
+        selection |= Q(pk__in=list(memory_ids))
+    for topic in topics or []:
+        selection |= Q(classified_topic__isnull=True) if topic is None else Q(classified_topic=topic)
+    ids = list(Memory.objects.for_bucket(bucket).filter(selection).values_list("id", flat=True)[: RECLASSIFY_MAX + 1])
+    if len(ids) > RECLASSIFY_MAX:
+        raise DomainError(
+            f"More than {RECLASSIFY_MAX} memories selected; use `manage.py classify --bucket {bucket.pk} --force`."
+        )
+    counts = memories_classify(memory_ids=ids, bucket=bucket, force=True, classifier=classifier) if ids else {}
+    audit_record(
+        actor=actor,
+        action="topic.reclassify",
+        tenant=bucket.tenant,
+        object_type="memory",
+        object_ids=ids,
+        details={"bucket_id": str(bucket.pk), "topics": list(topics or []), "counts": counts},
+    )
+    return {"selected": len(ids), **counts}

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from maintenance import jobs, services
+from memories import access
 
 # Connection trouble is worth a few retries with backoff; anything else is a bug or
 # a bad row, recorded in the job run and left for the next scheduled run.
@@ -86,6 +87,11 @@ def link_memories() -> dict:
 @shared_task(name="maintenance.reindex_hnsw", **SCHEDULED)
 def reindex_hnsw() -> dict:
     return jobs.run_job("reindex_hnsw", services.hnsw_reindex, lock=True).as_dict()
+
+
+@shared_task(name="maintenance.apply_access_times", **SCHEDULED)
+def apply_access_times() -> dict:
+    return jobs.run_job("apply_access_times", access.apply_pending, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.prune_job_runs", **SCHEDULED)

@@ -1,10 +1,40 @@
+from django import forms
 from django.contrib import admin
+from django.db import transaction
 
+from audit.services import Actor, audit_record
+from console.scoping import TenantScopedAdmin
+from memories import services
 from memories.models import Memory
+from memories.text import text_hash
+
+
+class MemoryForm(forms.ModelForm):
+    class Meta:
+        model = Memory
+        fields = list(services.EDITABLE_FIELDS)
+
+    def clean_content(self):
+        content = (self.cleaned_data.get("content") or "").strip()
+        if not content:
+            raise forms.ValidationError("The content must not be empty.")
+        if self.instance.pk and "content" in self.changed_data:
+            clash = (
+                Memory.objects.filter(
+                    tenant_id=self.instance.tenant_id, bucket_id=self.instance.bucket_id, text_hash=text_hash(content)
+                )
+                .exclude(pk=self.instance.pk)
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if clash:
+                raise forms.ValidationError(f"Another memory of this bucket already has this content ({clash}).")
+        return content
 
 
 @admin.register(Memory)
-class MemoryAdmin(admin.ModelAdmin):
+class MemoryAdmin(TenantScopedAdmin):
+    form = MemoryForm
     list_display = [
         "short_content",
         "bucket",
@@ -21,6 +51,10 @@ class MemoryAdmin(admin.ModelAdmin):
     show_full_result_count = False
     list_per_page = 50
     date_hierarchy = "created_at"
+    fields = [
+        "id", "tenant", "bucket", *services.EDITABLE_FIELDS, "text_hash", "text_lemmatized", "token_count",
+        "last_accessed_at", "linked_memory_ids", "superseded_at", "superseded_by", "context_text",
+    ]  # fmt: skip
     readonly_fields = [
         "id",
         "tenant",
@@ -28,12 +62,49 @@ class MemoryAdmin(admin.ModelAdmin):
         "text_hash",
         "text_lemmatized",
         "token_count",
-        "created_at",
         "last_accessed_at",
         "linked_memory_ids",
+        "superseded_at",
+        "superseded_by",
+        "context_text",
     ]
-    exclude = ["embedding"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("embedding", "context_embedding")
+
+    def has_add_permission(self, request):
+        # Memories are written through the API (dedup, lemmas, embeddings at ingest).
+        return False
 
     @admin.display(description="content")
     def short_content(self, obj):
         return obj.content if len(obj.content) <= 100 else obj.content[:97] + "…"
+
+    # Edits and deletes go through the same services as the API, and are audited.
+
+    def save_model(self, request, obj, form, change):
+        changes = {name: form.cleaned_data[name] for name in form.changed_data if name in services.EDITABLE_FIELDS}
+        if not changes:
+            return
+        memory = services.memory_update(memory=obj, **changes)
+        audit_record(
+            actor=Actor.operator(request.user, request), action="memory.update", tenant=memory.tenant,
+            object_type="memory", object_ids=[memory.pk], details={"fields": sorted(changes)},
+        )  # fmt: skip
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, Memory.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            memories = list(queryset.select_related("tenant").defer("embedding", "context_embedding"))
+            for memory in memories:
+                services.memory_delete(memory=memory)
+            for tenant_id in {m.tenant_id for m in memories}:
+                mine = [m for m in memories if m.tenant_id == tenant_id]
+                audit_record(
+                    actor=Actor.operator(request.user, request), action="memory.delete", tenant=mine[0].tenant,
+                    object_type="memory", object_ids=[m.pk for m in mine],
+                    details={"bucket_ids": sorted({str(m.bucket_id) for m in mine}),
+                             "contents": [m.content[:200] for m in mine[:20]]},
+                )  # fmt: skip

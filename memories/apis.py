@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import json
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiTypes, extend_schema, inline_serializer
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from engram_site.fields import StrictCharField
+from audit.services import audit_record, request_actor
+from engram_site.fields import (
+    JSONObjectField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictDateTimeField,
+    StrictIntegerField,
+    StrictSerializer,
+    character_error,
+)
+from engram_site.openapi import BODY, cursor_page, errors
+from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
+from engram_site.parsers import json_depth_exceeds
 from memories import ranking, retrieval, selectors, services
 from memories.links import RESERVED_PREFIX, link_kinds
 from memories.models import Attribution, Scope
@@ -23,37 +34,47 @@ MAX_TAGS = 50
 MAX_TAG_CHARS = 100
 MAX_ID_CHARS = 200
 MAX_METADATA_BYTES = 16_384
+MAX_METADATA_DEPTH = 32
 MAX_QUERY_CHARS = 4_000
 
 
-class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know: a typo must not be silently ignored."""
+def _json_strings(value):
+    """Every key and string value in parsed JSON (iterative: depth is checked separately)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            yield from (key for key in node if isinstance(key, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = set(data) - set(self.fields)
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in sorted(unknown)})
-        return super().to_internal_value(data)
 
-
-class MetadataField(serializers.JSONField):
+class MetadataField(JSONObjectField):
     default_error_messages = {
-        "not_object": "Must be a JSON object.",
+        "too_deep": f"Must not be nested more than {MAX_METADATA_DEPTH} levels deep.",
         "too_large": f"Must be at most {MAX_METADATA_BYTES} bytes as JSON.",
         "nul": "Must not contain NUL characters.",
+        "control": "{message}",
         "reserved": "Keys starting with '_engram' are reserved for Engram.",
     }
 
     def to_internal_value(self, data):
-        data = super().to_internal_value(data)
-        if not isinstance(data, dict):
-            self.fail("not_object")
-        encoded = json.dumps(data, ensure_ascii=False)
-        if len(encoded.encode()) > MAX_METADATA_BYTES:
+        data = super().to_internal_value(data)  # an object
+        # Depth first: json.dumps below (and psycopg, and reading the row back) recurse.
+        if json_depth_exceeds(data, MAX_METADATA_DEPTH):
+            self.fail("too_deep")
+        # Characters before size: a lone surrogate ("\udc80") cannot even be encoded to measure it.
+        for text in _json_strings(data):
+            message = character_error(text)
+            if message is not None and "\x00" in text:
+                self.fail("nul")  # PostgreSQL's jsonb cannot hold \u0000
+            if message is not None:
+                self.fail("control", message=message)
+        if len(json.dumps(data, ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
             self.fail("too_large")
-        if "\\u0000" in encoded or "\x00" in encoded:
-            self.fail("nul")
         if any(str(key).startswith(RESERVED_PREFIX) for key in data):
             self.fail("reserved")
         return data
@@ -84,12 +105,12 @@ class MemoryIn(StrictSerializer):
     hint_root = _optional_text(1_000)
     hint_tags = TagsField(required=False, allow_null=True)
     metadata = MetadataField(required=False, allow_null=True)
-    created_at = serializers.DateTimeField(required=False, allow_null=True)
+    created_at = StrictDateTimeField(required=False, allow_null=True)
 
 
 class MemoryBatchIn(StrictSerializer):
     memories = MemoryIn(many=True, allow_empty=False, max_length=MAX_BATCH)
-    sequence = serializers.BooleanField(
+    sequence = StrictBooleanField(
         default=True, help_text="Treat the batch as a sequence (each item gets its predecessors as context)."
     )
 
@@ -99,14 +120,16 @@ class MemoryOut(serializers.Serializer):
     bucket_id = serializers.UUIDField()
     content = serializers.CharField()
     created_at = serializers.DateTimeField()
-    last_accessed_at = serializers.DateTimeField(allow_null=True)
+    last_accessed_at = serializers.DateTimeField(
+        source="last_access", allow_null=True, help_text="when a search last returned it (to the hour)"
+    )
     attributed_to = serializers.CharField(allow_null=True)
     agent_id = serializers.CharField(allow_null=True)
     run_id = serializers.CharField(allow_null=True)
     source_actor_id = serializers.CharField(allow_null=True)
     hint_root = serializers.CharField(allow_null=True)
     hint_tags = serializers.ListField(child=serializers.CharField(), allow_null=True)
-    metadata = serializers.JSONField(allow_null=True)
+    metadata = JSONObjectField(allow_null=True)
     classified_scope = serializers.CharField(allow_null=True)
     classified_topic = serializers.CharField(allow_null=True)
     token_count = serializers.IntegerField(allow_null=True)
@@ -148,11 +171,18 @@ def _to_input(data: dict) -> services.MemoryInput:
     return services.MemoryInput(**data)
 
 
+MemoryWrite = PolymorphicProxySerializer(
+    component_name="MemoryWrite",
+    serializers=[MemoryIn, MemoryBatchIn],
+    resource_type_field_name=None,
+)
+
+
 class BucketMemoriesApi(APIView):
     @extend_schema(
         operation_id="memories_create",
-        request={"application/json": OpenApiTypes.OBJECT},
-        responses={201: IngestOut},
+        request=MemoryWrite,
+        responses={201: IngestOut, **errors(404, *BODY)},
         description=(
             'Write one memory (a memory object) or a batch ({"memories": [...], "sequence": true}, up to '
             f"{MAX_BATCH} items). Results come back in input order; a memory whose normalised text already exists "
@@ -175,45 +205,33 @@ class BucketMemoriesApi(APIView):
         else:
             raise serializers.ValidationError({"non_field_errors": ['Send one memory object or {"memories": [...]}.']})
         results = services.memories_ingest(bucket=bucket, items=items, sequence=sequence)
+        audit_record(actor=request_actor(request), action="memory.create", tenant=bucket.tenant, object_type="memory", object_ids=[r.id for r in results], details={"bucket_id": str(bucket.pk), "deduplicated": sum(r.deduplicated for r in results)})  # fmt: skip  # noqa: E501
         return Response(
             {"results": [{"id": r.id, "deduplicated": r.deduplicated} for r in results]},
             status=status.HTTP_201_CREATED,
         )
 
     class ListParams(StrictSerializer):
-        cursor = serializers.CharField(required=False)
-        page_size = serializers.IntegerField(required=False, min_value=1, max_value=500)
-        hint_tags = serializers.CharField(required=False, help_text="comma-separated; all must be present")
-        agent_id = serializers.CharField(required=False)
-        run_id = serializers.CharField(required=False)
+        cursor = cursor_field()
+        page_size = page_size_field()
+        hint_tags = StrictCharField(
+            required=False, max_length=MAX_TAGS * (MAX_TAG_CHARS + 1), help_text="comma-separated; all must be present"
+        )
+        agent_id = StrictCharField(required=False, max_length=MAX_ID_CHARS)
+        run_id = StrictCharField(required=False, max_length=MAX_ID_CHARS)
         attributed_to = serializers.ChoiceField(choices=Attribution.choices, required=False)
         classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False)
-        classified_topic = serializers.CharField(required=False)
-        created_after = serializers.DateTimeField(required=False)
-        created_before = serializers.DateTimeField(required=False)
-        pending = serializers.BooleanField(required=False, allow_null=True, default=None)
+        classified_topic = StrictCharField(required=False, max_length=100)
+        created_after = StrictDateTimeField(required=False)
+        created_before = StrictDateTimeField(required=False)
+        pending = serializers.BooleanField(
+            required=False, help_text="true: only rows awaiting enrichment; false: only enriched rows"
+        )
 
     @extend_schema(
         operation_id="memories_list",
-        parameters=[
-            OpenApiParameter(name, OpenApiTypes.STR, required=False)
-            for name in (
-                "cursor",
-                "hint_tags",
-                "agent_id",
-                "run_id",
-                "attributed_to",
-                "classified_scope",
-                "classified_topic",
-                "created_after",
-                "created_before",
-            )
-        ]  # fmt: skip
-        + [
-            OpenApiParameter("page_size", OpenApiTypes.INT, required=False),
-            OpenApiParameter("pending", OpenApiTypes.BOOL, required=False, description="only rows awaiting enrichment"),
-        ],
-        responses=MemoryOut(many=True),
+        parameters=[ListParams],
+        responses={200: cursor_page("MemoryPage", MemoryOut(many=True)), **errors(400, 404)},
     )
     def get(self, request, bucket_id):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
@@ -226,16 +244,9 @@ class BucketMemoriesApi(APIView):
         if "hint_tags" in values:
             values["hint_tags"] = [t.strip() for t in values["hint_tags"].split(",") if t.strip()]
         memories = selectors.memory_list(bucket=bucket, filters=retrieval.SearchFilters(**values), pending=pending)
-        paginator = MemoryCursorPagination()
+        paginator = CreatedCursorPagination()
         page = paginator.paginate_queryset(memories, request, view=self)
         return paginator.get_paginated_response(MemoryOut(page, many=True).data)
-
-
-class MemoryCursorPagination(CursorPagination):
-    ordering = ("-created_at", "-id")
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
 class MemoryUpdateIn(StrictSerializer):
@@ -247,32 +258,48 @@ class MemoryUpdateIn(StrictSerializer):
     hint_root = _optional_text(1_000)
     hint_tags = TagsField(required=False, allow_null=True)
     metadata = MetadataField(required=False, allow_null=True)
-    created_at = serializers.DateTimeField(required=False)
+    created_at = StrictDateTimeField(required=False)
     classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False, allow_null=True)
     classified_topic = _optional_text(100)
+
+
+class MemoryDetailOut(MemoryOut):
+    # --- sources app (docs/SOURCES.md): provenance, read from the sources' link table -----
+    source = serializers.SerializerMethodField(help_text="{source_id, chunk_id, kind, title} it came from, or null")
+
+    def get_source(self, memory) -> dict | None:
+        from sources.selectors import memory_source  # sources depends on memories, not the reverse
+
+        return memory_source(memory=memory)
 
 
 class MemoryDetailApi(APIView):
     def _memory(self, request, memory_id):
         return selectors.memory_get(tenant=request.auth.tenant, memory_id=memory_id, token=request.auth)
 
-    @extend_schema(operation_id="memories_retrieve", responses=MemoryOut)
+    @extend_schema(operation_id="memories_retrieve", responses={200: MemoryDetailOut, **errors(404)})
     def get(self, request, memory_id):
         memory = self._memory(request, memory_id)
-        return Response(MemoryOut(memory).data)
+        return Response(MemoryDetailOut(memory).data)
 
-    @extend_schema(operation_id="memories_update", request=MemoryUpdateIn, responses=MemoryOut)
+    @extend_schema(
+        operation_id="memories_update",
+        request=MemoryUpdateIn,
+        responses={200: MemoryDetailOut, **errors(404, 409, *BODY)},
+    )
     def patch(self, request, memory_id):
         memory = self._memory(request, memory_id)
         changes = MemoryUpdateIn(data=request.data)
         changes.is_valid(raise_exception=True)
         memory = services.memory_update(memory=memory, **changes.validated_data)
-        return Response(MemoryOut(memory).data)
+        audit_record(actor=request_actor(request), action="memory.update", tenant=memory.tenant, object_type="memory", object_ids=[memory.pk], details={"fields": sorted(changes.validated_data)})  # fmt: skip  # noqa: E501
+        return Response(MemoryDetailOut(memory).data)
 
-    @extend_schema(operation_id="memories_destroy", responses={204: None})
+    @extend_schema(operation_id="memories_destroy", responses={204: None, **errors(404)})
     def delete(self, request, memory_id):
         memory = self._memory(request, memory_id)
         services.memory_delete(memory=memory)
+        audit_record(actor=request_actor(request), action="memory.delete", tenant=memory.tenant, object_type="memory", object_ids=[memory.pk], details={"bucket_id": str(memory.bucket_id)})  # fmt: skip  # noqa: E501
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -283,12 +310,12 @@ class SearchFiltersIn(StrictSerializer):
     attributed_to = serializers.ChoiceField(choices=Attribution.choices, required=False)
     classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False)
     classified_topic = StrictCharField(max_length=100, required=False)
-    created_after = serializers.DateTimeField(required=False)
-    created_before = serializers.DateTimeField(required=False)
-    include_superseded = serializers.BooleanField(
+    created_after = StrictDateTimeField(required=False)
+    created_before = StrictDateTimeField(required=False)
+    include_superseded = StrictBooleanField(
         required=False, help_text="include memories a newer fact has superseded (demoted; default true)"
     )
-    as_of = serializers.DateTimeField(
+    as_of = StrictDateTimeField(
         required=False, help_text="search memory as it stood at this time (newer memories and facts are ignored)"
     )
 
@@ -304,7 +331,7 @@ class SearchHitOut(serializers.Serializer):
     source_actor_id = serializers.CharField(allow_null=True)
     hint_root = serializers.CharField(allow_null=True)
     hint_tags = serializers.ListField(child=serializers.CharField(), allow_null=True)
-    metadata = serializers.JSONField(allow_null=True)
+    metadata = JSONObjectField(allow_null=True)
     classified_scope = serializers.CharField(allow_null=True)
     classified_topic = serializers.CharField(allow_null=True)
     token_count = serializers.IntegerField(allow_null=True)
@@ -324,15 +351,16 @@ class SearchApi(APIView):
     # Searching is reading, even though the query travels in a POST body.
     required_scopes = {"POST": TokenScope.READ}
 
+    @extend_schema_serializer(component_name="Search")
     class Input(StrictSerializer):
         query = StrictCharField(max_length=MAX_QUERY_CHARS)
         mode = serializers.ChoiceField(choices=retrieval.MODES, default="hybrid")
-        limit = serializers.IntegerField(min_value=1, max_value=retrieval.MAX_LIMIT, required=False)
-        token_budget = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False)
+        limit = StrictIntegerField(min_value=1, max_value=retrieval.MAX_LIMIT, required=False)
+        token_budget = StrictIntegerField(min_value=1, max_value=1_000_000, required=False)
         filters = SearchFiltersIn(required=False)
-        explain = serializers.BooleanField(default=False)
-        ranking = serializers.JSONField(required=False, help_text="overrides of the ranking defaults")
-        now = serializers.DateTimeField(required=False, help_text="evaluate recency and relative dates at this time")
+        explain = StrictBooleanField(default=False)
+        ranking = JSONObjectField(required=False, help_text="overrides of the ranking defaults")
+        now = StrictDateTimeField(required=False, help_text="evaluate recency and relative dates at this time")
 
         def validate_ranking(self, value):
             try:
@@ -341,7 +369,7 @@ class SearchApi(APIView):
                 raise serializers.ValidationError(str(exc)) from None
             return value
 
-    @extend_schema(operation_id="memories_search", request=Input, responses=SearchOut)
+    @extend_schema(operation_id="memories_search", request=Input, responses={200: SearchOut, **errors(404, *BODY)})
     def post(self, request, bucket_id):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Input(data=request.data)

@@ -107,14 +107,28 @@ def embed_texts(texts: list[str], *, batch_size: int = 64) -> np.ndarray:
         vectors = model.encode(
             texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
+        vectors = np.asarray(vectors, dtype=np.float32)
     except Exception as exc:
         raise EmbeddingUnavailable(f"embedding failed: {exc}") from exc
-    return np.asarray(vectors, dtype=np.float32)
+    if vectors.shape != (len(texts), DIMENSIONS):
+        # A broken model (or install) answering garbage: no row may be stored with it.
+        raise EmbeddingUnavailable(f"embedding model returned shape {vectors.shape} for {len(texts)} texts")
+    return vectors
+
+
+def usable(vector: np.ndarray) -> bool:
+    """Whether a vector from the model can be stored and compared: finite and of unit
+    length. A model that answers NaN or zeros for some input (numerical trouble, a
+    corrupted weight file) must neither fail a write nor poison a search."""
+    return bool(np.isfinite(vector).all()) and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-2
 
 
 @lru_cache(maxsize=1024)
 def _embed_query_cached(text: str) -> bytes:
-    return embed_texts([text])[0].tobytes()
+    vector = embed_texts([text])[0]
+    if not usable(vector):  # raised, so not cached
+        raise EmbeddingUnavailable("embedding model returned an unusable vector (NaN or zero) for the query")
+    return vector.tobytes()
 
 
 def embed_query(text: str) -> np.ndarray:

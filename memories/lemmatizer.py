@@ -67,7 +67,7 @@ KEPT_WORDS = frozenset(
     """
     name call move first last give show side top front back bottom put make see go get say take keep full
     part empty serious one two three four five six seven eight nine ten eleven twelve fifteen twenty forty
-    fifty sixty hundred several never nobody alone home
+    fifty sixty hundred several never nobody alone home third
     """.split()
 )
 
@@ -88,6 +88,10 @@ def _terms_from_doc(doc, stops: frozenset[str]) -> list[str]:
         if token.is_space or token.is_punct:
             continue
         lemma = token.lemma_ or token.text
+        # A stop word stays one whatever its lemma: the lookup table turns "does" into "doe"
+        # and "well" into "good" (unless the lemma is a word we keep: "made" → "make").
+        if token.text in stops and lemma not in KEPT_WORDS:
+            continue
         # URLs, paths, code: keep their word pieces ("example", "com", "foo").
         for piece in _TERM.findall(lemma):
             piece = piece[:MAX_TERM_LENGTH]

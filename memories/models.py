@@ -213,3 +213,31 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return self.content[:80]
+
+    def last_access(self):
+        """When retrieval last surfaced this memory: ``last_accessed_at``, or the newer
+        time still waiting in ``memory_access`` when the queryset was annotated with it
+        (memories.access.with_pending)."""
+        return self.__dict__.get("last_accessed_seen", self.last_accessed_at)
+
+
+class MemoryAccess(models.Model):
+    """When retrieval last surfaced a memory, until the access-times job copies it into
+    ``memories.last_accessed_at`` (memories/access.py).
+
+    Rewriting a memories row rewrites its entries in every index, two HNSW graphs
+    included (several milliseconds of database CPU per row, measured at 100k rows), so
+    searches record here — a narrow table with one btree — and the job updates the
+    memories rows in the background, at most once per ``ENGRAM_ACCESS_RESOLUTION``.
+    """
+
+    memory = models.OneToOneField(
+        Memory, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    accessed_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "memory_access"
+
+    def __str__(self) -> str:
+        return f"{self.memory_id} at {self.accessed_at}"

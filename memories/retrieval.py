@@ -8,6 +8,7 @@ decides how to render them.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -15,11 +16,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from memories import access, embedding, lemmatizer, ranking
@@ -36,11 +38,28 @@ BUDGET_DEFAULT_LIMIT = 100  # with a token budget and no explicit limit, the bud
 # (they still score the candidates the rarer terms find): "the", "like", "user" would
 # otherwise make every query scan most of the bucket.
 COMMON_TERM_SHARE = 0.25
-MAX_KEYWORD_MATCHES = 5000
+# The rarest query terms fetch candidates while their document frequencies add up to this;
+# pairs of the other terms (each in at most PAIR_TERM_SHARE of the bucket) fetch the
+# documents holding both (see _candidate_query).
+CANDIDATE_BUDGET = 1500
+PAIR_TERM_SHARE = 0.05
+MAX_PAIR_TERMS = 8
+# A document's length for BM25: its number of terms, counted from its space-separated
+# lemmas (the text its tsvector is made of) without unnesting the tsvector; the bucket
+# average is taken the same way.
+_TERMS = "(length({0}) - length(replace({0}, ' ', '')) + 1)"
+_DOC_LENGTH = {
+    "lemmatized_tsv": _TERMS.format("coalesce(m.text_lemmatized, '')"),
+    "context_tsv": _TERMS.format("coalesce(m.text_lemmatized, '') || ' ' || m.context_lemmatized"),
+}
+# At most this many matching documents are scored per signal.
+MAX_KEYWORD_MATCHES = 3000
 # Buckets this small are searched exactly: cheaper than an index walk, and exact.
 EXACT_SCAN_BELOW = 2000
 
 _STATS_TTL = 60.0
+_STATS_STALE_MAX = 3600.0  # an older size is not served, even while a refresh runs
+_DF_TTL = 600.0
 
 
 @dataclass
@@ -112,13 +131,20 @@ class SearchResult:
 class _BucketStats:
     """Per-process cache of bucket size, average document lengths and term document
     frequencies. IDF tolerates being a little stale; counting on every query would not
-    be affordable at 100k memories. An entry expires after ``_STATS_TTL`` seconds, or
-    sooner when this process has written enough to the bucket to matter (any write to
-    a small bucket, 5% of a large one)."""
+    be affordable at 100k memories.
+
+    Sizes are refreshed after ``_STATS_TTL`` seconds, document frequencies after
+    ``_DF_TTL`` (a term's share of a large bucket moves slowly). Both are dropped at once
+    when this process has written enough to the bucket to matter (any write to a small
+    bucket, 5% of a large one). An expired size is served while a background thread
+    counts again (``ENGRAM_STATS_BACKGROUND``), so no search waits for a full count of a
+    large bucket; without a cached size the search counts itself.
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._entries: dict[uuid.UUID, dict] = {}
+        self._refreshing: set[uuid.UUID] = set()
 
     def clear(self) -> None:
         with self._lock:
@@ -136,14 +162,43 @@ class _BucketStats:
 
     def _entry(self, bucket: Bucket) -> dict | None:
         entry = self._entries.get(bucket.pk)
-        if entry and time.monotonic() - entry["at"] < _STATS_TTL:
+        if entry is None:
+            return None
+        age = time.monotonic() - entry["at"]
+        if age < _STATS_TTL:
+            return entry
+        if age < _STATS_STALE_MAX and self._refresh_in_background(bucket):
             return entry
         return None
+
+    def _refresh_in_background(self, bucket: Bucket) -> bool:
+        if not getattr(settings, "ENGRAM_STATS_BACKGROUND", False):
+            return False
+        with self._lock:
+            if bucket.pk in self._refreshing:
+                return True
+            self._refreshing.add(bucket.pk)
+
+        def refresh():
+            try:
+                self._count(bucket)
+            except Exception:  # the next search counts synchronously
+                logger.warning("refreshing the statistics of bucket %s failed", bucket.pk, exc_info=True)
+            finally:
+                connection.close()  # this thread's own connection
+                with self._lock:
+                    self._refreshing.discard(bucket.pk)
+
+        threading.Thread(target=refresh, name="engram-bucket-stats", daemon=True).start()
+        return True
 
     def size(self, bucket: Bucket) -> dict:
         entry = self._entry(bucket)
         if entry:
             return entry["size"]
+        return self._count(bucket)
+
+    def _count(self, bucket: Bucket) -> dict:
         with connection.cursor() as cur:
             cur.execute(
                 """
@@ -158,10 +213,10 @@ class _BucketStats:
             total, with_context, embedded, context_embedded = cur.fetchone()
             # Average lengths from a recent sample: exact enough for BM25, bounded in cost.
             cur.execute(
-                """
-                SELECT avg(length(lemmatized_tsv)), avg(length(context_tsv))
-                FROM (SELECT lemmatized_tsv, context_tsv FROM memories
-                      WHERE tenant_id = %s AND bucket_id = %s ORDER BY created_at DESC LIMIT 2000) s
+                f"""
+                SELECT avg({_DOC_LENGTH["lemmatized_tsv"]}), avg({_DOC_LENGTH["context_tsv"]})
+                FROM (SELECT text_lemmatized, context_lemmatized FROM memories
+                      WHERE tenant_id = %s AND bucket_id = %s ORDER BY created_at DESC LIMIT 2000) m
                 """,
                 [bucket.tenant_id, bucket.pk],
             )
@@ -174,15 +229,25 @@ class _BucketStats:
             "avgdl": float(avgdl or 1.0),
             "avgdl_context": float(avgdl_context or 1.0),
         }
+        now = time.monotonic()
         with self._lock:
-            self._entries[bucket.pk] = {"at": time.monotonic(), "size": stats, "df": {}, "writes": 0}
+            previous = self._entries.get(bucket.pk)
+            # Document frequencies outlive a size refresh (_DF_TTL), unless the bucket changed a lot.
+            keep_df = previous is not None and now - previous["df_at"] < _DF_TTL
+            self._entries[bucket.pk] = {
+                "at": now,
+                "size": stats,
+                "df": previous["df"] if keep_df else {},
+                "df_at": previous["df_at"] if keep_df else now,
+                "writes": previous["writes"] if keep_df else 0,
+            }
         return stats
 
     def document_frequencies(self, bucket: Bucket, column: str, lexemes: list[str]) -> dict[str, int]:
         entry = self._entry(bucket)
         if entry is None:
             self.size(bucket)
-            entry = self._entry(bucket)
+            entry = self._entries.get(bucket.pk)
         cache = entry["df"] if entry else {}
         result = {lx: cache[(column, lx)] for lx in lexemes if (column, lx) in cache}
         missing = [lx for lx in lexemes if lx not in result]
@@ -231,9 +296,52 @@ def _tsquery(lexemes: list[str]) -> str:
     return " | ".join("'" + lexeme.replace("'", "''").replace("\\", "\\\\") + "'" for lexeme in lexemes)
 
 
+def _candidate_query(present: list[str], df: dict[str, int], n: int) -> tuple[str, bool]:
+    """The tsquery that fetches BM25 candidates, and whether it may match more than
+    :data:`MAX_KEYWORD_MATCHES` documents (then they are ordered before the cut).
+
+    The rarest terms fetch every document holding them, while their document frequencies
+    add up to at most :data:`CANDIDATE_BUDGET` (always at least the rarest one). Pairs of
+    the remaining terms in at most :data:`PAIR_TERM_SHARE` of the bucket fetch the documents
+    holding both (two of them together can outweigh one rare term), rarest pairs first,
+    while the upper bound of the matches (the smaller frequency of each pair) stays within
+    :data:`MAX_KEYWORD_MATCHES`. Other terms fetch nothing ("user", "like" would make every
+    query read most of the bucket) but still score the candidates.
+    """
+    ordered = sorted(present, key=lambda lx: (df[lx], lx))
+    rare: list[str] = []
+    total = 0
+    for lx in ordered:
+        if rare and total + df[lx] > CANDIDATE_BUDGET:
+            break
+        rare.append(lx)
+        total += df[lx]
+    others = [lx for lx in ordered[len(rare) :] if df[lx] <= PAIR_TERM_SHARE * n][:MAX_PAIR_TERMS]
+    pairs = sorted(
+        ((a, b) for i, a in enumerate(others) for b in others[i + 1 :]), key=lambda p: (min(df[p[0]], df[p[1]]), p)
+    )
+    parts = [_tsquery([lx]) for lx in rare]
+    for a, b in pairs:
+        bound = min(df[a], df[b])
+        if total + bound > MAX_KEYWORD_MATCHES:
+            break
+        parts.append(f"({_tsquery([a])} & {_tsquery([b])})")
+        total += bound
+    return " | ".join(parts), total > MAX_KEYWORD_MATCHES
+
+
 def _bm25(
     bucket: Bucket, lexemes: list[str], filters: SearchFilters, config: ranking.RankingConfig, *, context: bool
 ) -> list[tuple[uuid.UUID, float]]:
+    """BM25 over the lemmatised text (``context``: memory + sequence context), best first.
+
+    Candidates come from :func:`_candidate_query`, so the cost follows them, not the bucket.
+    Each is scored exactly: term frequency from the lexeme's positions, saturating with
+    ``k1``; document length (distinct lexemes, as the bucket average is counted) against
+    the bucket's average, weighted by ``b``; Lucene's IDF within the bucket. Only the
+    query's own lexemes are unnested: ``setweight`` marks them and ``ts_filter`` keeps them,
+    both in C, so scoring a candidate costs about a microsecond.
+    """
     if not lexemes:
         return []
     stats = bucket_stats.size(bucket)
@@ -247,37 +355,37 @@ def _bm25(
     if not present:
         return []
     # Lucene's BM25 IDF (never negative).
-    idf = {lx: math.log(1 + (n - df[lx] + 0.5) / (df[lx] + 0.5)) for lx in present}
-    rare = [lx for lx in present if df[lx] <= COMMON_TERM_SHARE * n] or present
-    expected_matches = sum(df[lx] for lx in rare)
+    idf = [math.log(1 + (n - df[lx] + 0.5) / (df[lx] + 0.5)) for lx in present]
+    candidate_query, too_many = _candidate_query(present, df, n)
     where, params = filters.sql(bucket)
     context_guard = " AND m.context_lemmatized IS NOT NULL" if context else ""
-    # When more documents match than we score, keep the ones ts_rank likes best.
-    order = f"ORDER BY ts_rank(m.{column}, %s::tsquery) DESC" if expected_matches > MAX_KEYWORD_MATCHES else ""
-    order_params = [_tsquery(rare)] if order else []
+    # Only when even the rarest term is too common to read in full (a query of common words
+    # only) are the matches ordered, by ts_rank, before the cut.
+    order = f"ORDER BY ts_rank(m.{column}, %s::tsquery) DESC" if too_many else ""
+    order_params = [candidate_query] if order else []
     sql = f"""
         WITH q(lexeme, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
         cand AS (
-            SELECT m.id, m.{column} AS tsv FROM memories m
+            SELECT m.id, {_DOC_LENGTH[column]} AS dl,
+                   ts_filter(setweight(m.{column}, 'A', %s::text[]), '{{a}}') AS terms
+            FROM memories m
             WHERE {where}{context_guard} AND m.{column} @@ %s::tsquery
             {order}
             LIMIT %s
         )
-        SELECT c.id, sum(x.idf * x.tf * (%s + 1) / (x.tf + %s * (1 - %s + %s * x.dl / %s))) AS score
+        SELECT c.id, sum(q.idf * u.tf * (%s + 1) / (u.tf + %s * (1 - %s + %s * c.dl / %s))) AS score
         FROM cand c
         CROSS JOIN LATERAL (
-            SELECT q.idf, u.tf, sum(u.tf) OVER () AS dl
-            FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS tf FROM unnest(c.tsv)) u
-            LEFT JOIN q ON q.lexeme = u.lexeme
-        ) x
-        WHERE x.idf IS NOT NULL
+            SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS tf FROM unnest(c.terms)
+        ) u
+        JOIN q ON q.lexeme = u.lexeme
         GROUP BY c.id
         ORDER BY score DESC, c.id
         LIMIT %s
     """
     k1, b = config.bm25_k1, config.bm25_b
     all_params = [
-        present, [idf[lx] for lx in present], *params, _tsquery(rare), *order_params, MAX_KEYWORD_MATCHES,
+        present, idf, present, *params, candidate_query, *order_params, MAX_KEYWORD_MATCHES,
         k1, k1, b, b, avgdl, config.candidates,
     ]  # fmt: skip
     with connection.cursor() as cur:
@@ -367,7 +475,78 @@ _ROW_COLUMNS = (
     "linked_memory_ids", "superseded_at", "superseded_by",
 )  # fmt: skip
 
-_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-embed")
+_executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="engram-search")
+
+
+def _in_thread(function, *args, **kwargs):
+    """Run one signal in an executor thread, on that thread's own database connection
+    (kept between searches; closed first if it broke or outlived DB_CONN_MAX_AGE), in a
+    transaction of its own (SET LOCAL of the HNSW settings lives as long as it)."""
+    close_old_connections()
+    return _in_transaction(function, *args, **kwargs)
+
+
+def _in_transaction(function, *args, **kwargs):
+    with transaction.atomic():
+        return function(*args, **kwargs)
+
+
+def close_search_connections() -> None:
+    """Close the database connections of the executor threads (each thread runs exactly one
+    closing task: they wait for each other). Tests call it before the test database goes."""
+    workers = _executor._max_workers
+    barrier = threading.Barrier(workers)
+
+    def close():
+        barrier.wait(timeout=30)
+        connection.close()
+
+    for future in [_executor.submit(close) for _ in range(workers)]:
+        future.result(timeout=60)
+
+
+class _Done:
+    """A signal computed in the calling thread, with the interface of a Future."""
+
+    def __init__(self, function, *args, **kwargs):
+        try:
+            self._value, self._error = function(*args, **kwargs), None
+        except Exception as exc:
+            self._value, self._error = None, exc
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _start(function, *args, **kwargs):
+    """Start a signal: in an executor thread when ENGRAM_SEARCH_PARALLEL is on (the
+    database answers it on another core while this thread runs the lexical signals),
+    else right here."""
+    if getattr(settings, "ENGRAM_SEARCH_PARALLEL", False):
+        return _executor.submit(_in_thread, function, *args, **kwargs)
+    return _Done(_in_transaction, function, *args, **kwargs)
+
+
+def _keyword_signals(bucket: Bucket, query: str, filters: SearchFilters, config: ranking.RankingConfig, now):
+    """BM25 over the memory and over memory + context (that one in another thread when
+    ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query."""
+    lexemes = _query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
+    context_side = _start(_bm25, bucket, lexemes, filters, config, context=True)
+    return _bm25(bucket, lexemes, filters, config, context=False), context_side.result()
+
+
+def _vector_signals(bucket: Bucket, query: str, filters: SearchFilters, config: ranking.RankingConfig):
+    """Embed the query, then both nearest-neighbour lists. EmbeddingUnavailable when the model is."""
+    query_vector = embedding.embed_query(query)  # checked for NaN / zeros there
+    vector = _vector(bucket, query_vector, filters, config, context=False)
+    vector_context = _vector(bucket, query_vector, filters, config, context=True)
+    return vector, vector_context
+
+
+# Django has psycopg hand JSONB back as text (its JSONField decodes it); raw rows decode here.
+_JSON_COLUMNS = ("metadata", "linked_memory_ids")
 
 
 def _fetch_rows(bucket: Bucket, ids: list[uuid.UUID]) -> dict[uuid.UUID, dict]:
@@ -378,7 +557,41 @@ def _fetch_rows(bucket: Bucket, ids: list[uuid.UUID]) -> dict[uuid.UUID, dict]:
             f"SELECT {', '.join(_ROW_COLUMNS)} FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id = ANY(%s)",
             [bucket.tenant_id, bucket.pk, ids],
         )
-        return {row[0]: dict(zip(_ROW_COLUMNS, row, strict=True)) for row in cur.fetchall()}
+        rows = {row[0]: dict(zip(_ROW_COLUMNS, row, strict=True)) for row in cur.fetchall()}
+    for row in rows.values():
+        for column in _JSON_COLUMNS:
+            if isinstance(row[column], str):
+                row[column] = json.loads(row[column])
+    return rows
+
+
+def _fetch_contenders(
+    bucket: Bucket, fused: dict, config: ranking.RankingConfig, k: int | None, wanted_scope, people
+) -> dict[uuid.UUID, dict]:
+    """The rows of the fused candidates that can still reach the top ``k`` once boosted.
+
+    Boosts multiply the fused score by at least ``min_boost`` and at most ``max_boost``
+    (their bounds under ``config``), so a candidate whose fused score is below the k-th
+    one's x min_boost / max_boost cannot overtake it: its row is not read. With a token
+    budget (``k`` None) any candidate may fit, so all are read; if rows of the top k were
+    deleted meanwhile, the rest are read too.
+    """
+    ids = list(fused)
+    if k is None or len(ids) <= k:
+        return _fetch_rows(bucket, ids)
+    max_boost = (
+        (1.0 + config.scope_match_boost if wanted_scope else 1.0)
+        * (1.0 + config.person_boost if people else 1.0)
+        * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
+    )
+    min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight)
+    best = sorted(ids, key=lambda memory_id: -fused[memory_id])
+    threshold = fused[best[k - 1]] * min_boost / max_boost
+    contenders = [memory_id for memory_id in ids if fused[memory_id] >= threshold]
+    rows = _fetch_rows(bucket, contenders)
+    if sum(1 for memory_id in best[:k] if memory_id in rows) < k:
+        rows.update(_fetch_rows(bucket, [memory_id for memory_id in ids if memory_id not in rows]))
+    return rows
 
 
 def _apply_budget(hits: list[Hit], limit: int, token_budget: int | None) -> list[Hit]:
@@ -435,50 +648,45 @@ def memories_search(
     warnings: list[str] = []
     mode_used = mode
 
-    # Start embedding the query while the database answers the lexical side.
-    vector_future: Future | None = None
-    if mode in ("hybrid", "vector"):
-        vector_future = _executor.submit(embedding.embed_query, query)
+    # The vector side (embedding the query, then two index walks) and the graph side (parsing
+    # the query, then the walk) start first, in other threads when ENGRAM_SEARCH_PARALLEL is
+    # on, while this thread runs the lexical signals.
+    vector_side = _start(_vector_signals, bucket, query, filters, config) if mode in ("hybrid", "vector") else None
+    graph_side = None
+    if mode in ("hybrid", "graph") and _graph_signal is not None:
+        graph_side = _start(_graph_signal, bucket=bucket, query=query, filters=filters, config=config, now=now)
+    elif mode == "graph":
+        warnings.append("The graph signal is not available; no results.")
 
     lists: dict[str, list[tuple[uuid.UUID, float]]] = {}
     methods: dict[str, str] = {}
     graph_paths: dict = {}
     with transaction.atomic():
         if mode in ("hybrid", "keyword"):
-            lexemes = _query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
-            lists["keyword"] = _bm25(bucket, lexemes, filters, config, context=False)
-            lists["keyword_context"] = _bm25(bucket, lexemes, filters, config, context=True)
-        if vector_future is not None:
+            lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
+        if vector_side is not None:
             try:
-                query_vector = vector_future.result()
+                vector, vector_context = vector_side.result()
             except embedding.EmbeddingUnavailable as exc:
                 warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
                 mode_used = "keyword"
                 if mode == "vector":
-                    lexemes = _query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
-                    lists["keyword"] = _bm25(bucket, lexemes, filters, config, context=False)
-                    lists["keyword_context"] = _bm25(bucket, lexemes, filters, config, context=True)
+                    lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
             else:
-                lists["vector"], methods["vector"] = _vector(bucket, query_vector, filters, config, context=False)
-                lists["vector_context"], methods["vector_context"] = _vector(
-                    bucket, query_vector, filters, config, context=True
-                )
-        if mode in ("hybrid", "graph") and _graph_signal is not None:
-            lists["graph"], graph_paths = _graph_signal(
-                bucket=bucket, query=query, filters=filters, config=config, now=now
-            )
-        elif mode == "graph":
-            warnings.append("The graph signal is not available; no results.")
+                lists["vector"], methods["vector"] = vector
+                lists["vector_context"], methods["vector_context"] = vector_context
+        if graph_side is not None:
+            lists["graph"], graph_paths = graph_side.result()
 
         fused = ranking.fuse(lists, config)
-        rows = _fetch_rows(bucket, list(fused))
+        wanted_scope = preferred_scope(query)
+        people = [p.lower() for p in named_people(query)]
+        rows = _fetch_contenders(bucket, fused, config, limit if token_budget is None else None, wanted_scope, people)
 
     ranks = {}
     for signal, ranked in lists.items():
         scores = dict(ranked)
         ranks[signal] = {item: (rank, scores[item]) for item, rank in ranking.tied_ranks(ranked).items()}
-    wanted_scope = preferred_scope(query)
-    people = [p.lower() for p in named_people(query)]
     hits: list[Hit] = []
     for memory_id, fused_score in fused.items():
         row = rows.get(memory_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from engram_site.exceptions import NotFound
+from memories import access
 from memories.models import PENDING_ENRICHMENT, Memory
 from memories.retrieval import SearchFilters
 from tenants.models import ApiToken, Bucket, Tenant
@@ -20,14 +21,14 @@ def memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None, for_
     queryset = Memory.objects.for_tenant(tenant).filter(pk=pk).select_related("bucket")
     if token is not None and token.bucket_id is not None:
         queryset = queryset.filter(bucket_id=token.bucket_id)
-    memory = queryset.defer("embedding", "context_embedding").first()
+    memory = access.with_pending(queryset.defer("embedding", "context_embedding")).first()
     if memory is None:
         raise NotFound("Memory not found.")
     return memory
 
 
 def memory_list(*, bucket: Bucket, filters: SearchFilters, pending: bool | None = None) -> QuerySet[Memory]:
-    queryset = Memory.objects.for_bucket(bucket).defer("embedding", "context_embedding")
+    queryset = access.with_pending(Memory.objects.for_bucket(bucket).defer("embedding", "context_embedding"))
     if filters.hint_tags:
         queryset = queryset.filter(hint_tags__contains=filters.hint_tags)
     for name in ("agent_id", "run_id", "attributed_to", "classified_scope", "classified_topic"):

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from engram_site.exceptions import Conflict
+from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
 from memories import embedding, lemmatizer, signals
 from memories.embedding import to_pgvector
 from memories.models import PENDING_ENRICHMENT, Memory
@@ -102,10 +102,15 @@ def _embed_rows(rows: list[_Row]) -> None:
     except embedding.EmbeddingUnavailable as exc:
         logger.warning("embedding model unavailable, storing rows without embeddings: %s", exc)
         return
+    # A vector the model got wrong (NaN, zeros) is left NULL like a missing one: the row
+    # is stored, and the sweep tries again.
     for row, vector in zip(rows, vectors[: len(rows)], strict=True):
-        row.embedding = vector
+        row.embedding = vector if embedding.usable(vector) else None
     for row, vector in zip(contexts, vectors[len(rows) :], strict=True):
-        row.context_embedding = vector
+        row.context_embedding = vector if embedding.usable(vector) else None
+    unusable = sum(r.embedding is None for r in rows) + sum(r.context_embedding is None for r in contexts)
+    if unusable:
+        logger.warning("embedding model returned %d unusable vector(s); storing those rows without them", unusable)
 
 
 def _count_tokens(rows: list[_Row]) -> None:
@@ -166,6 +171,9 @@ def _insert(bucket: Bucket, rows: list[_Row]) -> dict[str, uuid.UUID]:
     from psycopg.types.json import Jsonb
 
     params: list = []
+    # In hash order: two batches sharing texts then take the unique index's entries in
+    # the same order, so one waits for the other instead of both deadlocking.
+    rows = sorted(rows, key=lambda r: r.text_hash)
     for r in rows:
         params += [
             r.id, bucket.tenant_id, bucket.pk, r.item.content, to_pgvector(r.embedding), Jsonb(r.item.metadata or {}),
@@ -192,6 +200,32 @@ def _existing_ids(bucket: Bucket, hashes: Iterable[str]) -> dict[str, uuid.UUID]
             [bucket.tenant_id, bucket.pk, list(hashes)],
         )
         return dict(cur.fetchall())
+
+
+def _hold_bucket(bucket: Bucket) -> None:
+    """Take the bucket's FOR KEY SHARE lock (the one the foreign key check takes) before
+    the insert touches the unique index, not after it.
+
+    A bucket merge locks both buckets FOR UPDATE and then moves rows into the target.
+    Were the lock taken by the foreign key check at the end of the INSERT, a write
+    into the target would already hold an index entry that the merge's move waits
+    for while it waits for the merge's bucket lock: a deadlock, and one of the two
+    fails. Taken first, a write waits for the merge (or the merge for the write) and
+    both succeed. A bucket deleted (or merged away) meanwhile is "not found".
+    """
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT 1 FROM {Bucket._meta.db_table} WHERE id = %s FOR KEY SHARE", [bucket.pk])
+        if cur.fetchone() is None:
+            raise NotFound("Bucket not found.")
+
+
+# Declared by migration memories 0001 (ON DELETE CASCADE).
+_BUCKET_FOREIGN_KEYS = {"memories_bucket_id_fk", "memories_tenant_id_fk"}
+
+
+def _constraint(exc: IntegrityError) -> str | None:
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None)
 
 
 def memories_ingest(
@@ -227,13 +261,29 @@ def memories_ingest(
     _count_tokens(unique_rows)
     _embed_rows(unique_rows)
 
-    for _attempt in range(3):
-        with transaction.atomic():
-            inserted = _insert(bucket, unique_rows)
-            missing = [h for h in first_rows if h not in inserted]
-            existing = _existing_ids(bucket, missing) if missing else {}
-            if len(existing) == len(missing):
-                break
+    outermost = not connection.in_atomic_block
+    for attempt in range(3):
+        try:
+            with transaction.atomic():
+                _hold_bucket(bucket)
+                inserted = _insert(bucket, unique_rows)
+                missing = [h for h in first_rows if h not in inserted]
+                existing = _existing_ids(bucket, missing) if missing else {}
+                if len(existing) == len(missing):
+                    break
+        except OperationalError as exc:
+            # A deadlock with another writer (a merge, an edit): PostgreSQL rolled this
+            # transaction back; when it is ours alone, run it again.
+            if not (outermost and rolled_back_by_concurrency(exc) and attempt < 2):
+                raise
+            logger.info("ingest into bucket %s retried after %s", bucket.pk, type(exc.__cause__).__name__)
+            continue
+        except IntegrityError as exc:
+            # The tenant was deleted after the caller looked the bucket up: the insert's
+            # foreign key check waited for that transaction and then failed.
+            if _constraint(exc) in _BUCKET_FOREIGN_KEYS:
+                raise NotFound("Bucket not found.") from None
+            raise
         # A conflicting row was deleted between our insert and our lookup: try again.
     else:  # pragma: no cover - needs a delete racing the same text three times
         raise Conflict("The memory changed concurrently; retry the request.", code="retry")
@@ -273,7 +323,10 @@ def memory_update(*, memory: Memory, **changes) -> Memory:
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
         raise ValueError(f"not editable: {sorted(unknown)}")
-    memory = Memory.objects.select_for_update().get(pk=memory.pk)
+    locked = Memory.objects.select_for_update().filter(pk=memory.pk).first()
+    if locked is None:  # deleted (or absorbed by a merge) since the caller read it
+        raise NotFound("Memory not found.")
+    memory = locked
     if "metadata" in changes:
         # Keys Engram maintains (links) survive a client replacing its metadata.
         from memories.links import RESERVED_PREFIX

@@ -10,3 +10,8 @@ memory_changed = Signal()
 memory_deleted = Signal()
 # bucket_id, memory_id: about to delete; receivers may return state to get back in memory_deleted.
 memory_deleting = Signal()
+# mapping {absorbed_id: survivor_id}: sent by memories.merge.memories_absorb inside its
+# transaction, before the absorbed rows are deleted. Receivers move what they hang on an
+# absorbed memory (graph mentions and edges, review candidates) onto its survivor; an
+# exception rolls the whole merge back.
+memories_absorbing = Signal()

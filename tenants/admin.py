@@ -1,28 +1,129 @@
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
+from django.http import HttpResponseRedirect
+from django.urls import reverse
 from django.utils import timezone
 
+from audit.services import Actor, audit_record
+from console.actions import confirm_action, confirmed
+from console.scoping import TenantScopedAdmin, is_unrestricted
 from tenants import services
-from tenants.models import ApiToken, Bucket, Scope, Tenant
+from tenants.models import ApiToken, Bucket, OperatorMembership, Scope, Tenant
+
+
+def _actor(request) -> Actor:
+    return Actor.operator(request.user, request)
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(TenantScopedAdmin):
+    tenant_field = "pk"
     list_display = ["name", "slug", "is_active", "created_at"]
     list_filter = ["is_active"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     readonly_fields = ["id", "created_at"]
 
+    def has_add_permission(self, request):
+        # A tenant operator could not see a tenant they created: only superusers create tenants.
+        return is_unrestricted(request.user) and super().has_add_permission(request)
+
+    def get_readonly_fields(self, request, obj=None):
+        # The id and time come from database defaults: nothing to show before the row exists.
+        return self.readonly_fields if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit_record(
+            actor=_actor(request), action="tenant.update" if change else "tenant.create", tenant=obj,
+            object_type="tenant", object_ids=[obj.pk], details={"fields": form.changed_data, "name": obj.name},
+        )  # fmt: skip
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, Tenant.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        # Everything the tenant owns goes with it (database cascades), its audit events too:
+        # this event is kept outside the tenant.
+        with transaction.atomic():
+            for tenant in queryset:
+                audit_record(
+                    actor=_actor(request), action="tenant.delete", tenant=None, object_type="tenant",
+                    object_ids=[tenant.pk], details={"name": tenant.name, "slug": tenant.slug},
+                )  # fmt: skip
+                tenant.delete()
+
+
+class BucketForm(forms.ModelForm):
+    class Meta:
+        model = Bucket
+        fields = ["tenant", "name", "description"]
+
+    def clean(self):
+        data = super().clean()
+        # (A new bucket's pk is a database default, not None: ask whether it is being added.)
+        tenant = data.get("tenant") or (None if self.instance._state.adding else self.instance.tenant)
+        name = (data.get("name") or "").strip()
+        if tenant and name:
+            clash = Bucket.objects.for_tenant(tenant).filter(name=name).exclude(pk=self.instance.pk).exists()
+            if clash:
+                raise forms.ValidationError(f"A bucket named {name!r} already exists in {tenant.name}.")
+        return data
+
 
 @admin.register(Bucket)
-class BucketAdmin(admin.ModelAdmin):
+class BucketAdmin(TenantScopedAdmin):
+    form = BucketForm
     list_display = ["name", "tenant", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["name", "tenant__name"]
     list_select_related = ["tenant"]
     readonly_fields = ["id", "created_at"]
     autocomplete_fields = ["tenant"]
+    actions = ["merge_into_another"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A bucket's tenant is fixed once it exists (its memories carry the tenant id); the id
+        # and time come from database defaults, so there is nothing to show before that.
+        return [*self.readonly_fields, "tenant"] if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            bucket = services.bucket_update(
+                bucket=obj, name=form.cleaned_data.get("name"), description=form.cleaned_data.get("description")
+            )
+        else:
+            bucket = services.bucket_create(
+                tenant=form.cleaned_data["tenant"],
+                name=form.cleaned_data["name"],
+                description=form.cleaned_data.get("description") or "",
+            )
+            obj.pk = bucket.pk
+        audit_record(
+            actor=_actor(request), action="bucket.update" if change else "bucket.create", tenant=bucket.tenant,
+            object_type="bucket", object_ids=[bucket.pk], details={"name": bucket.name, "fields": form.changed_data},
+        )  # fmt: skip
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, Bucket.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for bucket in queryset.select_related("tenant"):
+                audit_record(
+                    actor=_actor(request), action="bucket.delete", tenant=bucket.tenant, object_type="bucket",
+                    object_ids=[bucket.pk], details={"name": bucket.name},
+                )  # fmt: skip
+                services.bucket_delete(bucket=bucket)
+
+    @admin.action(description="Merge into another bucket…")
+    def merge_into_another(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one bucket to merge away.", messages.WARNING)
+            return None
+        url = reverse("admin:console_bucket_merge") + f"?source={queryset.get().pk}"
+        return HttpResponseRedirect(url)
 
 
 class ApiTokenCreationForm(forms.ModelForm):
@@ -46,7 +147,7 @@ class ApiTokenCreationForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(TenantScopedAdmin):
     list_display = [
         "name",
         "prefix",
@@ -100,14 +201,91 @@ class ApiTokenAdmin(admin.ModelAdmin):
             expires_at=form.cleaned_data.get("expires_at"),
         )
         obj.pk = issued.token.pk
+        audit_record(
+            actor=_actor(request), action="token.create", tenant=issued.token.tenant, object_type="token",
+            object_ids=[issued.token.pk],
+            details={"name": issued.token.name, "prefix": issued.token.prefix, "scopes": issued.token.scopes,
+                     "bucket_id": str(issued.token.bucket_id) if issued.token.bucket_id else None},
+        )  # fmt: skip
         # Shown exactly once: the message is consumed when the next page renders.
         messages.warning(request, f"Token secret (copy it now, it will not be shown again): {issued.secret}")
 
     def has_change_permission(self, request, obj=None):
         return obj is None and super().has_change_permission(request, obj)
 
-    @admin.action(description="Revoke selected tokens")
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, ApiToken.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            tokens = list(queryset.select_related("tenant"))
+            for tenant_id in {t.tenant_id for t in tokens}:
+                mine = [t for t in tokens if t.tenant_id == tenant_id]
+                audit_record(
+                    actor=_actor(request), action="token.delete", tenant=mine[0].tenant, object_type="token",
+                    object_ids=[t.pk for t in mine], details={"prefixes": [t.prefix for t in mine]},
+                )  # fmt: skip
+            queryset.filter(pk__in=[t.pk for t in tokens]).delete()
+
+    @admin.action(description="Revoke selected tokens…", permissions=["delete"])
     def revoke(self, request, queryset):
-        for token in queryset:
-            services.token_revoke(token=token)
-        self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)
+        queryset = queryset.filter(revoked_at__isnull=True).select_related("tenant")
+        if not queryset:
+            self.message_user(request, "The selected tokens are already revoked.", messages.INFO)
+            return None
+        if not confirmed(request):
+            return confirm_action(
+                request,
+                queryset=queryset,
+                action="revoke",
+                title="Revoke tokens",
+                message="Agents using these tokens get 401 from the next request on. This cannot be undone.",
+                button=f"Yes, revoke {len(queryset)} token{'s' if len(queryset) != 1 else ''}",
+                describe=lambda t: (
+                    f"{t.name} ({t.prefix}…) — {t.tenant.name}, last used "
+                    + (f"{t.last_used_at:%Y-%m-%d %H:%M} UTC" if t.last_used_at else "never")
+                ),
+            )
+        with transaction.atomic():
+            revoked = []
+            for token in queryset:
+                services.token_revoke(token=token)
+                revoked.append(token)
+            for tenant_id in {t.tenant_id for t in revoked}:
+                mine = [t for t in revoked if t.tenant_id == tenant_id]
+                audit_record(
+                    actor=_actor(request), action="token.revoke", tenant=mine[0].tenant, object_type="token",
+                    object_ids=[t.pk for t in mine], details={"prefixes": [t.prefix for t in mine]},
+                )  # fmt: skip
+        self.message_user(request, f"Revoked {len(revoked)} token(s).", messages.SUCCESS)
+        return None
+
+
+@admin.register(OperatorMembership)
+class OperatorMembershipAdmin(admin.ModelAdmin):
+    """Which staff users operate which tenants. Not tenant-scoped: ``ConsoleAdminSite``
+    makes it superusers-only (a tenant operator must not grant themselves more)."""
+
+    list_display = ["user", "tenant", "created_at"]
+    list_filter = ["tenant"]
+    list_select_related = ["user", "tenant"]
+    search_fields = ["user__username", "tenant__name", "tenant__slug"]
+    autocomplete_fields = ["user", "tenant"]
+    fields = ["user", "tenant", "created_at"]
+    readonly_fields = ["created_at"]
+
+    def has_change_permission(self, request, obj=None):
+        # A membership is a pair: remove it and add another rather than re-point it.
+        return obj is None and super().has_change_permission(request, obj)
+
+    def save_model(self, request, obj, form, change):
+        membership = services.operator_grant(user=obj.user, tenant=obj.tenant, actor=_actor(request))
+        obj.pk = membership.pk
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, OperatorMembership.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for membership in queryset.select_related("user", "tenant"):
+                services.operator_revoke(membership=membership, actor=_actor(request))

@@ -1,20 +1,19 @@
 """Bearer-token authentication for the API.
 
 The tenant always comes from the token (``request.auth.tenant``), never from
-the request body. Failed attempts are counted per client address and
-throttled, so guessing tokens is slow as well as hopeless.
+the request body. Failed attempts are counted per client address, in the cache
+every worker process shares (engram_site/throttle.py), and throttled, so guessing
+tokens is slow as well as hopeless.
 """
 
 from __future__ import annotations
 
-import time
-
 from django.conf import settings
-from django.core.cache import cache
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
+from engram_site.throttle import FailureCounter
 from tenants.models import ApiToken, hash_token
 
 
@@ -32,12 +31,6 @@ class TokenPrincipal:
 
     def __str__(self) -> str:
         return f"token:{self.token.prefix}"
-
-
-def _parse_rate(rate: str) -> tuple[int, int]:
-    count, period = rate.split("/")
-    seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400}[period[0]]
-    return int(count), seconds
 
 
 def client_address(request) -> str:
@@ -78,22 +71,17 @@ class TokenAuthentication(BaseAuthentication):
         return 'Bearer realm="engram"'
 
     # -- brute-force protection ---------------------------------------------------------
-    def _failure_key(self, request) -> str:
-        return f"auth-failures:{client_address(request)}"
+    @staticmethod
+    def _failures() -> FailureCounter:
+        return FailureCounter("api-auth", settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["auth_failures"])
 
     def _check_failure_budget(self, request) -> None:
-        limit, window = _parse_rate(settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["auth_failures"])
-        history = [t for t in cache.get(self._failure_key(request), []) if t > time.time() - window]
-        if len(history) >= limit:
-            raise exceptions.Throttled(wait=max(1, int(history[0] + window - time.time())))
+        wait = self._failures().blocked_for(client_address(request))
+        if wait:
+            raise exceptions.Throttled(wait=wait)
 
     def _fail(self, request, message: str):
-        _, window = _parse_rate(settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["auth_failures"])
-        key = self._failure_key(request)
-        now = time.time()
-        history = [t for t in cache.get(key, []) if t > now - window]
-        history.append(now)
-        cache.set(key, history, window)
+        self._failures().record(client_address(request))
         raise exceptions.AuthenticationFailed(message)
 
     @staticmethod

@@ -7,6 +7,7 @@ import hmac
 import secrets
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
 from django.db import models
@@ -165,3 +166,40 @@ class ApiToken(models.Model):
 
     def allows_bucket(self, bucket_id) -> bool:
         return self.bucket_id is None or str(self.bucket_id) == str(bucket_id)
+
+
+class OperatorMembershipQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant) -> OperatorMembershipQuerySet:
+        return self.filter(tenant=tenant)
+
+
+class OperatorMembership(models.Model):
+    """A staff user who operates one tenant in the console.
+
+    Superusers operate every tenant and need no membership. Any other staff user sees
+    and acts on only the tenants they are a member of (console/scoping.py); without a
+    membership they see no tenant data at all. Managed by superusers in the admin.
+    """
+
+    # Deleting the user or the tenant deletes the membership (a handful of rows per tenant,
+    # so Django's own cascade is fine here).
+    # No index of its own: the unique (user, tenant) index leads with it.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, db_index=False, related_name="operator_memberships"
+    )
+    # Indexed: the cascade from a deleted tenant.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="operator_memberships")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = OperatorMembershipQuerySet.as_manager()
+
+    class Meta:
+        db_table = "operator_memberships"
+        ordering = ["user_id", "tenant_id"]
+        constraints = [
+            # Also serves the lookup on every console request: WHERE user_id = ? (its leading column).
+            models.UniqueConstraint(fields=["user", "tenant"], name="operator_memberships_user_tenant_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} operates {self.tenant}"

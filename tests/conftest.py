@@ -48,17 +48,19 @@ def celery_eager():
 
 @pytest.fixture(autouse=True)
 def _clear_cache():
-    # Throttling state lives in the cache; tests must not leak it to each other.
-    from django.core.cache import cache
+    # Throttling state lives in the caches; tests must not leak it to each other.
+    from django.core.cache import cache, caches
 
     from memories import access
     from memories.retrieval import bucket_stats
 
     cache.clear()
+    caches["shared"].clear()
     access.discard()
     bucket_stats.clear()
     yield
     cache.clear()
+    caches["shared"].clear()
     access.discard()
 
 
@@ -111,3 +113,22 @@ def admin_api(tenant) -> APIClient:
 def outsider_api(other_tenant) -> APIClient:
     """An admin client of another tenant: it must never see ``tenant``'s data."""
     return make_client(other_tenant, scopes=("admin",))
+
+
+@pytest.fixture
+def pg_home():
+    """A state folder for a private PostgreSQL (tests.support.PrivatePostgres), outside
+    pytest's temporary root: the server runs as its own user, and every pytest session
+    that starts makes that root 0700 again, after which ``pg_ctl stop`` cannot reach it."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from engram_site import embedded_pg
+
+    home = Path(tempfile.mkdtemp(prefix="engram-test-pg-"))
+    home.chmod(0o755)
+    yield home / "home"
+    # The server is stopped; this process no longer holds it (its exit hook would recreate the folder).
+    embedded_pg._registered.pop((home / "home").resolve(), None)
+    shutil.rmtree(home, ignore_errors=True)

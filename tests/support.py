@@ -67,9 +67,11 @@ def manage(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.
 
 
 @contextlib.contextmanager
-def web_server(env: dict[str, str], *, workers: int = 1):
-    """Run gunicorn on a free loopback port; yields the base URL."""
+def web_server(env: dict[str, str], *, workers: int = 1, log: Path | None = None):
+    """Run gunicorn on a free loopback port; yields the base URL. With ``log``, the
+    server's stderr (request errors, tracebacks) goes to that file instead of a pipe."""
     port = free_port()
+    stderr = open(log, "ab") if log else subprocess.PIPE  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
@@ -79,9 +81,11 @@ def web_server(env: dict[str, str], *, workers: int = 1):
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )  # fmt: skip
+    if log:
+        stderr.close()  # the child has its own copy
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: http_get(base + "/health")[0] == 200, timeout=60, proc=proc)
@@ -247,3 +251,53 @@ def redis_reachable(url: str = "redis://127.0.0.1:6379/0") -> bool:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
     except Exception:
         return False
+
+
+# --- a local fake of an OpenAI-compatible chat-completions endpoint ----------------------------------
+
+
+class FakeLLM:
+    """A chat-completions endpoint on a free loopback port, answering from ``reply(body)``
+    (``(status, content)``); the requests it got are in ``requests``. Use it as a context
+    manager."""
+
+    def __init__(self, reply):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.reply = reply
+        self.requests: list[dict] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                status, content = fake.reply(body)
+                payload = json.dumps(
+                    {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+                ).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

@@ -26,10 +26,11 @@ def test_create_bucket(api, tenant):
     assert Bucket.objects.get(pk=body["id"]).tenant_id == tenant.pk
 
 
-def test_tenant_in_payload_is_ignored(api, tenant, other_tenant):
+def test_tenant_in_payload_is_refused_and_changes_nothing(api, tenant, other_tenant):
+    # The tenant comes from the token; a "tenant" field is an unknown field like any other.
     response = api.post("/api/v1/buckets", {"name": "x", "tenant": str(other_tenant.pk)}, format="json")
-    assert response.status_code == 201
-    assert Bucket.objects.get(pk=response.json()["id"]).tenant_id == tenant.pk
+    assert response.status_code == 400 and "tenant" in response.json()["errors"]
+    assert not Bucket.objects.filter(name="x").exists()
     assert not other_tenant.buckets.exists()
 
 

@@ -23,10 +23,10 @@ def test_ready_reports_database_and_migrations(client):
     assert response.json()["checks"] == {"database": "ok", "migrations": "ok"}
 
 
-def test_ready_fails_while_the_database_is_down_and_recovers(tmp_path):
-    pg = PrivatePostgres(tmp_path / "home")
+def test_ready_fails_while_the_database_is_down_and_recovers(pg_home):
+    pg = PrivatePostgres(pg_home)
     try:
-        env = base_env(DATABASE_URL=pg.url, ENGRAM_HOME=str(tmp_path / "home"))
+        env = base_env(DATABASE_URL=pg.url, ENGRAM_HOME=str(pg_home))
         status, _ = 0, b""
         with web_server(env) as base:
             # Not migrated yet: the database answers, but Engram is not ready.

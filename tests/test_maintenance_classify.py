@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.core.management import call_command
@@ -15,6 +13,7 @@ from maintenance import services, tasks
 from maintenance.models import JobRun, JobStatus
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest, memory_update
+from tests.support import FakeLLM
 
 pytestmark = pytest.mark.django_db
 
@@ -108,47 +107,6 @@ def test_the_scheduled_task_records_a_run(bucket, celery_eager):
 
 
 # --- the optional LLM classifier, against a local fake of an OpenAI-compatible endpoint -----------------
-
-
-class FakeLLM:
-    """A chat-completions endpoint on a free loopback port, answering from ``reply``."""
-
-    def __init__(self, reply):
-        self.reply = reply
-        self.requests: list[dict] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                status, content = fake.reply(body)
-                payload = json.dumps(
-                    {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
-                ).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -143,8 +143,11 @@ def test_never_two_reindexes_at_once(db):
             call_command("reindex_hnsw", stdout=io.StringIO(), stderr=io.StringIO())
         assert tasks.reindex_hnsw.apply().get()["status"] == "skipped"
         assert not JobRun.objects.filter(name="reindex_hnsw").exists()
+        with other.cursor() as cur:  # the other session is done (closing alone releases
+            # the lock only once the server notices the disconnect)
+            cur.execute("SELECT pg_advisory_unlock(%s)", [jobs.lock_key("reindex_hnsw")])
     finally:
-        other.close()  # releases the lock
+        other.close()
     call_command("reindex_hnsw", "--index", "idx_memories_context_hnsw", stdout=io.StringIO(), stderr=io.StringIO())
     run = JobRun.objects.get(name="reindex_hnsw")
     assert list(run.counts) == ["idx_memories_context_hnsw"]

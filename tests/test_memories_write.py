@@ -50,6 +50,21 @@ def test_single_memory_is_stored_with_every_derived_column(api, bucket):
     assert memory.created_at is not None
 
 
+@pytest.mark.parametrize(
+    ("text", "terms"),
+    [
+        ("What does Alice do for work?", ["alice", "work"]),  # not "doe" (the lookup lemma of "does")
+        ("She did well in the race", ["race"]),  # not "good" (the lookup lemma of "well")
+        ("I made pasta with my sister", ["make", "pasta", "sister"]),  # stop word, but a kept lemma
+    ],
+)
+def test_stop_words_stay_out_of_the_lexical_document_whatever_their_lemma(text, terms):
+    from memories import lemmatizer
+
+    assert lemmatizer.lemmatize(text).split() == terms
+    assert lemmatizer.query_terms(text) == terms
+
+
 def test_date_words_are_part_of_the_lexical_document(api, bucket):
     api.post(url(bucket), {"content": "Adopted a kitten", "created_at": "2023-05-16T08:00:00Z"}, format="json")
     memory = Memory.objects.get(bucket=bucket)
@@ -113,7 +128,7 @@ def test_normalisation_keeps_real_distinctions():
         "see https://example.com/path?q=1&x=2#frag for details",
         "def f(x):\n    return x ** 2  # code",
         "a" * 5000,
-        "Zalgo t̸̢̛e̵͇͝x̶̱̆t̴̰̿ and \u200b zero width and \u0007 bell",
+        "Zalgo t̸̢̛e̵͇͝x̶̱̆t̴̰̿ and \u200b zero width",  # control characters (a bell) are refused: tests/test_hostile_input.py
         "SELECT * FROM memories; DROP TABLE memories; -- ' \" & | ! ( ) : * < ->",
     ],
 )

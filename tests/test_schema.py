@@ -195,6 +195,7 @@ def test_graph_tables_cascade_from_memories_and_buckets():
     assert "FOREIGN KEY (memory_id) REFERENCES memories(id) ON DELETE CASCADE" in _foreign_keys("graph_mentions")
     assert "FOREIGN KEY (bucket_id) REFERENCES buckets(id) ON DELETE CASCADE" in _foreign_keys("graph_entities")
     assert "graph_entities_unique_name" in _indexes("graph_entities")
+    assert "USING gin (aliases)" in _indexes("graph_entities")["graph_entities_aliases"]
 
 
 def test_vector_extension_is_installed():

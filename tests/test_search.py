@@ -152,15 +152,89 @@ def test_sequence_context_finds_a_short_follow_up(api, bucket):
     assert ids[-1] in [r["id"] for r in body["results"]]
 
 
-def test_search_bumps_last_accessed_in_one_batch(api, bucket, django_assert_max_num_queries):
+def test_search_records_access_times_off_the_search_path_and_the_job_applies_them(api, bucket):
+    from memories.models import MemoryAccess
+
     ids = write(api, bucket, *CORPUS)
     body = search(api, bucket, "coffee dog sister", limit=3)
     returned = {r["id"] for r in body["results"]}
-    assert Memory.objects.filter(last_accessed_at__isnull=False).count() == 0  # not on the response path
-    with django_assert_max_num_queries(1):
-        access.flush()
+    assert not MemoryAccess.objects.exists()  # nothing is written while answering
+    assert access.flush() == len(returned)  # one upsert into the narrow access table
+    assert {str(i) for i in MemoryAccess.objects.values_list("memory_id", flat=True)} == returned
+    assert not Memory.objects.filter(last_accessed_at__isnull=False).exists()  # memories rows untouched so far
+    # Readers already see the time...
+    assert api.get(f"/api/v1/memories/{next(iter(returned))}").json()["last_accessed_at"] is not None
+    listed = api.get(f"/api/v1/buckets/{bucket.pk}/memories").json()["results"]
+    assert {m["id"] for m in listed if m["last_accessed_at"]} == returned
+    # ...and the job copies it into memories.last_accessed_at, emptying the queue.
+    assert access.apply_pending() == {"applied": len(returned), "unchanged": 0, "left_locked": 0}
     accessed = {str(i) for i in Memory.objects.filter(last_accessed_at__isnull=False).values_list("id", flat=True)}
     assert accessed == returned and returned <= set(ids)
+    assert not MemoryAccess.objects.exists()
+
+
+def test_a_memory_is_rewritten_at_most_once_per_resolution(api, bucket):
+    from memories.models import MemoryAccess
+
+    [memory_id] = write(api, bucket, CORPUS[0])
+    memory_uuid = uuid.UUID(memory_id)
+    access.record([memory_uuid])
+    access.flush()
+    access.apply_pending()
+    first = Memory.objects.get(pk=memory_id).last_accessed_at
+    # Surfaced again ten minutes later: within the hour, nothing is queued or rewritten.
+    access._pending[memory_uuid] = first + timedelta(minutes=10)
+    assert access.flush() == 0 and not MemoryAccess.objects.exists()
+    # Two hours later it is.
+    access._pending[memory_uuid] = first + timedelta(hours=2)
+    assert access.flush() == 1
+    assert access.apply_pending()["applied"] == 1
+    assert Memory.objects.get(pk=memory_id).last_accessed_at == first + timedelta(hours=2)
+
+
+def test_a_deleted_memory_takes_its_pending_access_time_with_it(api, bucket):
+    from memories.models import MemoryAccess
+
+    [memory_id] = write(api, bucket, CORPUS[0])
+    access.record([uuid.UUID(memory_id)])
+    access.flush()
+    assert api.delete(f"/api/v1/memories/{memory_id}").status_code == 204
+    assert not MemoryAccess.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_applying_access_times_skips_rows_another_transaction_holds_instead_of_waiting(api, bucket):
+    import threading
+
+    from django.db import connection, transaction
+
+    from memories.models import MemoryAccess
+
+    ids = write(api, bucket, *CORPUS[:3])
+    access.record([uuid.UUID(i) for i in ids])
+    assert access.flush() == 3
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_first_row():
+        with transaction.atomic():
+            Memory.objects.select_for_update().get(pk=ids[0])
+            locked.set()
+            release.wait(30)
+        connection.close()
+
+    holder = threading.Thread(target=hold_first_row)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        # The held row is left for the next run; the job does not wait for it.
+        assert access.apply_pending() == {"applied": 2, "unchanged": 0, "left_locked": 1}
+    finally:
+        release.set()
+        holder.join(30)
+    touched = {str(i) for i in Memory.objects.filter(last_accessed_at__isnull=False).values_list("id", flat=True)}
+    assert touched == set(ids[1:])
+    assert [str(m) for m in MemoryAccess.objects.values_list("memory_id", flat=True)] == [ids[0]]
+    assert access.apply_pending()["applied"] == 1
 
 
 @pytest.mark.parametrize(
@@ -304,3 +378,93 @@ class TestModelUnavailable:
         assert report.lemmatized == 5
         assert not Memory.objects.filter(pk__in=ids, text_lemmatized__isnull=True).exists()
         assert search(api, bucket, "peanuts", mode="keyword")["results"][0]["id"] == ids[4]
+
+
+@pytest.mark.django_db(transaction=True)
+class TestParallelSignals:
+    """ENGRAM_SEARCH_PARALLEL: the vector and graph signals run in executor threads, on their
+    own connections (committed data only, hence a transactional test)."""
+
+    @pytest.fixture(autouse=True)
+    def _close_thread_connections(self):
+        from memories.retrieval import close_search_connections
+
+        yield
+        close_search_connections()
+
+    def test_parallel_and_serial_searches_give_the_same_answer(self, api, bucket, settings):
+        write(api, bucket, *CORPUS, "Anna moved from Boston to Denver last year.")
+        answers = {}
+        for parallel in (False, True):
+            settings.ENGRAM_SEARCH_PARALLEL = parallel
+            for mode in ("hybrid", "vector", "graph"):
+                body = search(api, bucket, "Where does my sister Anna work?", mode=mode, explain=True)
+                answers[(parallel, mode)] = [(r["id"], round(r["score"], 9), r["explain"]) for r in body["results"]]
+        for mode in ("hybrid", "vector", "graph"):
+            assert answers[(True, mode)] == answers[(False, mode)], mode
+        assert answers[(True, "hybrid")][0][2]["signals"].keys() >= {"vector", "keyword"}
+
+    def test_a_failing_model_in_the_vector_thread_degrades_to_keyword(self, api, bucket, settings, monkeypatch):
+        write(api, bucket, *CORPUS)
+        settings.ENGRAM_SEARCH_PARALLEL = True
+
+        def broken(texts, **kwargs):
+            raise embedding.EmbeddingUnavailable("model crashed")
+
+        monkeypatch.setattr(embedding, "embed_texts", broken)
+        embedding._embed_query_cached.cache_clear()
+        body = search(api, bucket, "ThinkPad laptop", mode="hybrid")
+        assert body["mode_used"] == "keyword" and body["warnings"]
+        assert "ThinkPad" in body["results"][0]["content"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_large_buckets_are_searched_through_the_hnsw_index_with_its_settings(api, bucket, monkeypatch):
+    from django.db import connection
+
+    from memories import retrieval
+
+    # Pretend the bucket is large, and keep the planner off scanning and sorting this small
+    # table: the index must answer, with hnsw.ef_search applied in the signal's transaction
+    # (without it pgvector's default of 40 returns too few rows and the search falls back to
+    # an exact scan). Autocommit, as in production: no test transaction hides a lost SET LOCAL.
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 10)
+    write(api, bucket, *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(60)], sequence=True)
+    with connection.cursor() as cur:
+        cur.execute("SET enable_seqscan = off; SET enable_sort = off; SET enable_bitmapscan = off")
+    try:
+        body = search(api, bucket, "books about the ocean", mode="vector", explain=True, limit=5)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("RESET enable_seqscan; RESET enable_sort; RESET enable_bitmapscan")
+    assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "hnsw"}
+
+
+def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket, monkeypatch):
+    from memories import retrieval
+
+    now = timezone.now()
+    items = [
+        {"content": text, "created_at": (now - timedelta(days=37 * i)).isoformat()}
+        for i, text in enumerate(CORPUS * 3 + [f"{c} (noted again, version {v})" for v in range(4) for c in CORPUS])
+    ]
+    write(api, bucket, *items)
+    Memory.objects.filter(bucket=bucket, content__contains="version 1").update(superseded_at=now)
+    queries = ["coffee", "where does my sister work", "dog beach", "Kyoto trip", "laptop", "climbing Tuesdays"]
+
+    def answers():
+        return [
+            [(r["id"], r["score"]) for r in search(api, bucket, q, mode=m, limit=5)["results"]]
+            for q in queries
+            for m in ("hybrid", "keyword")
+        ]
+
+    fetched = []
+    real_fetch = retrieval._fetch_rows
+    monkeypatch.setattr(retrieval, "_fetch_rows", lambda b, ids: fetched.append(len(ids)) or real_fetch(b, ids))
+    cut, rows_cut = answers(), sum(fetched)
+    fetched.clear()
+    real = retrieval._fetch_contenders
+    monkeypatch.setattr(retrieval, "_fetch_contenders", lambda b, fused, *a: real(b, fused, a[0], None, *a[2:]))
+    assert answers() == cut
+    assert rows_cut < sum(fetched)  # the cut did skip rows

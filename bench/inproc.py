@@ -1,0 +1,352 @@
+"""In-process measurements with Engram's own functions, in a child process configured like the server.
+
+The HTTP benchmarks cannot see inside a request, and the server code is not instrumented. So the
+parts a benchmark wants to split out (embedding, lemmatizing, the database; the raw model
+throughput; embedding a query) are measured here, in a separate Python process on the same
+machine, with the same environment as the server (``ENGRAM_HOME`` → the same embedded PostgreSQL,
+the same ``ENGRAM_TORCH_THREADS``), calling the project's functions directly:
+
+* ``memories.services.memories_ingest`` — the function the write endpoint calls — with timers
+  wrapped (in this child process only) around ``memories.embedding.embed_texts``,
+  ``memories.embedding.count_tokens``, ``memories.lemmatizer.lemmatize_many``, every SQL statement
+  and commit (``connection.execute_wrapper``), and the post-commit hint publishing. Times are
+  *exclusive* (a stage nested in another is not counted twice); what is left is Python (context
+  assignment, hashing, vector formatting, the insert's parameter building).
+* ``memories.embedding.embed_texts`` on the same texts in large batches: the model's ceiling.
+* ``memories.embedding.embed_query`` on distinct query texts (no cache hits).
+
+Parents call :func:`run_task`; the child is ``python bench/inproc.py TASK REQUEST.json RESULT.json``.
+Progress goes to stderr. Nothing here is imported by the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+
+STAGES = ("embedding", "tokenizer", "lemmatizing", "database", "queue hints")
+
+
+def log(msg: str) -> None:
+    print(f"[inproc] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Parent side
+# --------------------------------------------------------------------------------------------
+
+
+def child_env(private_env: dict[str, str] | None = None, home: Path | None = None) -> tuple[dict[str, str], str]:
+    """The environment of an in-process child, and what database it sees.
+
+    ``private_env``: a PrivateServer's ``env()`` (same home, same database, same settings).
+    ``home``: the ``ENGRAM_HOME`` of a server started elsewhere. Otherwise ``$DATABASE_URL`` if
+    set; failing that, no database (``"none"``): a placeholder URL keeps Django from starting an
+    embedded PostgreSQL, which is fine for tasks that only run models.
+    """
+    base = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "DJANGO_SETTINGS_MODULE": "engram_site.settings",
+        "PYTHONUNBUFFERED": "1",
+        "ENGRAM_EMBEDDED_PG_KEEP": "1",  # join the server's PostgreSQL, never stop it
+    }
+    if private_env is not None:
+        return {**private_env, **base}, f"ENGRAM_HOME={private_env['ENGRAM_HOME']}"
+    env = {**os.environ, **base}
+    if home is not None:
+        env.pop("DATABASE_URL", None)
+        env["ENGRAM_HOME"] = str(home)
+        return env, f"ENGRAM_HOME={home}"
+    if os.environ.get("DATABASE_URL"):
+        return env, "DATABASE_URL"
+    env["DATABASE_URL"] = "postgresql://unused@127.0.0.1:9/no-database"
+    nodb_home = Path(tempfile.gettempdir()) / "engram-bench-nodb"  # settings want a home (secret key)
+    nodb_home.mkdir(exist_ok=True)
+    env["ENGRAM_HOME"] = str(nodb_home)
+    return env, "none"
+
+
+def run_task(task: str, request: dict, env: dict[str, str], timeout: float = 6 * 3600) -> dict:
+    """Run one task in a child process and return its JSON result."""
+    with tempfile.TemporaryDirectory(prefix="engram-inproc-") as tmp:
+        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req.write_text(json.dumps(request))
+        cmd = [sys.executable, str(BENCH_DIR / "inproc.py"), task, str(req), str(res)]
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, timeout=timeout, check=False)
+        if proc.returncode != 0 or not res.exists():
+            raise RuntimeError(f"in-process task {task!r} failed with status {proc.returncode} (see stderr above)")
+        return json.loads(res.read_text())
+
+
+# --------------------------------------------------------------------------------------------
+# Child side
+# --------------------------------------------------------------------------------------------
+
+
+class StageClock:
+    """Exclusive wall time per stage: a stage called inside another is subtracted from its parent."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._stack: list[list] = []  # [stage, time spent in nested stages]
+        self.enabled = False
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+    def measure(self, stage: str, call, *args, **kwargs):
+        if not self.enabled:
+            return call(*args, **kwargs)
+        started = time.perf_counter()
+        self._stack.append([stage, 0.0])
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _, nested = self._stack.pop()
+            elapsed = time.perf_counter() - started
+            self.seconds[stage] += elapsed - nested
+            self.calls[stage] += 1
+            if self._stack:
+                self._stack[-1][1] += elapsed
+
+    def wrap(self, stage: str, function):
+        def wrapper(*args, **kwargs):
+            return self.measure(stage, function, *args, **kwargs)
+
+        wrapper.__wrapped__ = function
+        return wrapper
+
+
+def _setup_django() -> None:
+    sys.path.insert(0, str(REPO_ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
+    import django
+
+    django.setup()
+
+
+def _memory_input(row: dict):
+    from datetime import datetime
+
+    from memories.services import MemoryInput
+
+    fields = {k: v for k, v in row.items() if k in MemoryInput.__dataclass_fields__}
+    if fields.get("created_at"):
+        fields["created_at"] = datetime.fromisoformat(fields["created_at"].replace("Z", "+00:00"))
+    return MemoryInput(**fields)
+
+
+def _warm_models() -> None:
+    from memories import embedding, lemmatizer
+
+    started = time.perf_counter()
+    embedding.embed_texts(["warm up the embedding model", "and its buffers"] * 16)
+    embedding.count_tokens(["warm up the tokenizer"])
+    lemmatizer.lemmatize_many(["warm up the lemmatizer"])
+    log(f"models loaded and warm in {time.perf_counter() - started:.1f}s")
+
+
+def task_ingest_split(request: dict) -> dict:
+    """memories_ingest on the given rows, one configuration per entry of ``runs``, with stage timers.
+
+    request: {"rows": [...], "runs": [{"label", "bucket_id", "batch_size", "sequence", "single", "rows"}],
+              "record_texts": label or None}
+    """
+    _setup_django()
+    from django.db import connections
+
+    import graph.tasks
+    from memories import embedding, hooks, lemmatizer, services
+    from tenants.models import Bucket
+
+    _warm_models()
+    clock = StageClock()
+    counters = {"embedded_texts": 0, "context_texts": 0, "lemmatized_texts": 0}
+    recorded: dict[str, list[str]] = {"content": [], "context": []}
+    recording = {"on": False}
+    original_embed, original_lemmatize = embedding.embed_texts, lemmatizer.lemmatize_many
+    original_join = services.join_context
+
+    def counting_embed(texts, **kwargs):
+        counters["embedded_texts"] += len(texts)
+        return original_embed(texts, **kwargs)
+
+    def counting_lemmatize(texts):
+        counters["lemmatized_texts"] += len(texts)
+        return original_lemmatize(texts)
+
+    def counting_join(context_text, content):
+        counters["context_texts"] += 1
+        text = original_join(context_text, content)
+        if recording["on"]:
+            recorded["context"].append(text)
+        return text
+
+    # What memories_ingest reaches through module attributes, wrapped in this process only.
+    embedding.embed_texts = clock.wrap("embedding", counting_embed)
+    embedding.count_tokens = clock.wrap("tokenizer", embedding.count_tokens)
+    lemmatizer.lemmatize_many = clock.wrap("lemmatizing", counting_lemmatize)
+    services.join_context = counting_join
+    hooks.after_ingest = clock.wrap("queue hints", hooks.after_ingest)
+    graph.tasks.enqueue_extraction = clock.wrap("queue hints", graph.tasks.enqueue_extraction)
+    conn = connections["default"]
+    conn.commit = clock.wrap("database", conn.commit)
+
+    def sql_timer(execute, sql, params, many, context):
+        return clock.measure("database", execute, sql, params, many, context)
+
+    rows = request["rows"]
+    results = []
+    with conn.execute_wrapper(sql_timer):
+        for run in request["runs"]:
+            bucket = Bucket.objects.select_related("tenant").get(pk=run["bucket_id"])
+            items = [_memory_input(r) for r in rows[: run["rows"]]]
+            size = 1 if run["single"] else run["batch_size"]
+            batches = [items[i : i + size] for i in range(0, len(items), size)]
+            clock.reset()
+            for key in counters:
+                counters[key] = 0
+            recording["on"] = run["label"] == request.get("record_texts")
+            if recording["on"]:
+                recorded["content"] = [item.content for item in items]
+                recorded["context"] = []
+            clock.enabled = True
+            per_request = []
+            started = time.perf_counter()
+            for batch in batches:
+                t0 = time.perf_counter()
+                out = services.memories_ingest(bucket=bucket, items=batch, sequence=run["sequence"])
+                per_request.append(time.perf_counter() - t0)
+                if len(out) != len(batch):
+                    raise RuntimeError("memories_ingest returned the wrong number of results")
+            total = time.perf_counter() - started
+            clock.enabled = False
+            recording["on"] = False
+            stages = {stage: clock.seconds.get(stage, 0.0) for stage in STAGES}
+            stages["other (Python)"] = max(0.0, total - sum(stages.values()))
+            results.append(
+                {
+                    "label": run["label"],
+                    "items": len(items),
+                    "requests": len(batches),
+                    "seconds": total,
+                    "per_request": per_request,
+                    "stages": stages,
+                    "calls": dict(clock.calls),
+                    **counters,
+                }
+            )
+            log(
+                f"{run['label']}: {len(items)} items in {total:.1f}s ({len(items) / total:.1f}/s); "
+                + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items())
+            )
+    return {"runs": results, "recorded": recorded}
+
+
+def task_ceiling(request: dict) -> dict:
+    """Raw throughput of embed_texts / lemmatize_many / count_tokens on the given texts.
+
+    request: {"texts": {"content": [...], "context": [...]}, "repeat": n, "chunk": 1000, "batch_size": 64}
+    """
+    _setup_django()
+    from memories import embedding, lemmatizer
+
+    _warm_models()
+    chunk = int(request.get("chunk", 1000))
+    batch_size = int(request.get("batch_size", 64))
+    out: dict[str, Any] = {"embed": {}, "lemmatize": {}, "tokenize": {}, "batch_size": batch_size, "chunk": chunk}
+    for kind, texts in request["texts"].items():
+        if not texts:
+            continue
+        chunks = [texts[i : i + chunk] for i in range(0, len(texts), chunk)]
+        for name, fn in (
+            ("embed", lambda c: embedding.embed_texts(c, batch_size=batch_size)),
+            ("lemmatize", lemmatizer.lemmatize_many),
+            ("tokenize", embedding.count_tokens),
+        ):
+            runs = []
+            for _ in range(int(request.get("repeat", 3))):
+                started = time.perf_counter()
+                for c in chunks:
+                    fn(c)
+                runs.append(time.perf_counter() - started)
+            out[name][kind] = {"texts": len(texts), "seconds": runs, "chars": sum(len(t) for t in texts)}
+            best = len(texts) / sorted(runs)[len(runs) // 2]
+            log(f"{name} {kind}: {len(texts)} texts, median {best:.1f} texts/s")
+    return out
+
+
+def task_embed_queries(request: dict) -> dict:
+    """Time embed_query on each (distinct) text; optionally return the vectors.
+
+    request: {"texts": [...], "return_vectors": bool}
+    """
+    _setup_django()
+    from memories import embedding
+
+    _warm_models()
+    # Warm the single-text path too (first call of a shape allocates).
+    for text in ("a warm-up question?", "another warm-up question about a person?"):
+        embedding.embed_texts([text])
+    ms, vectors = [], []
+    for text in request["texts"]:
+        started = time.perf_counter()
+        vector = embedding.embed_query(text)
+        ms.append((time.perf_counter() - started) * 1000.0)
+        if request.get("return_vectors"):
+            vectors.append([float(x) for x in vector])
+    torch_threads = None
+    try:
+        import torch
+
+        torch_threads = torch.get_num_threads()
+    except ImportError:
+        pass
+    return {"ms": ms, "vectors": vectors, "torch_threads": torch_threads}
+
+
+def task_dsn(request: dict) -> dict:
+    """psycopg connection parameters of the database Django is configured with."""
+    _setup_django()
+    from django.db import connections
+
+    params = connections["default"].get_connection_params()
+    keep = ("dbname", "user", "password", "host", "port", "connect_timeout")
+    return {k: (str(v) if k == "port" else v) for k, v in params.items() if k in keep and v not in (None, "")}
+
+
+TASKS = {
+    "ingest-split": task_ingest_split,
+    "ceiling": task_ceiling,
+    "embed-queries": task_embed_queries,
+    "dsn": task_dsn,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] not in TASKS:
+        print(f"usage: inproc.py {{{','.join(TASKS)}}} REQUEST.json RESULT.json", file=sys.stderr)
+        return 2
+    task, request_path, result_path = argv
+    request = json.loads(Path(request_path).read_text())
+    result = TASKS[task](request)
+    Path(result_path).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,266 @@
+"""Loading the generated corpus into one bucket, resumably, and picking query sets for it.
+
+Shared by ``search_latency.py`` and ``hnsw_recall.py`` (and the row reader by
+``ingest_throughput.py``). Both scripts use the same tenant (``bench-corpus``) and bucket
+(``corpus``), so one kept ``--home`` serves both: a bucket holds a *prefix* of the corpus file
+(rows 0..N-1), and a larger ``--rows`` later only sends the rows that are missing.
+
+Progress is saved after every batch in ``$ENGRAM_HOME/bench-load-<bucket id>.json`` (completed
+row ranges), so an interrupted load resumes where it stopped. A batch that was sent but not
+recorded is sent again; the server deduplicates it (same text → same row), so a resume never
+duplicates memories.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import common
+
+TENANT = "bench-corpus"
+BUCKET = "corpus"
+DEFAULT_CORPUS = common.DATA_DIR / "corpus-100k.jsonl"
+# make_corpus.py arguments that produced DEFAULT_CORPUS (queries are regenerated from them).
+CORPUS_ROWS, CORPUS_SEED = 100_000, 1
+
+
+def read_rows(path: Path, count: int, start: int = 0) -> list[dict]:
+    """Rows ``start .. start+count-1`` of a corpus file, without the generator's ``bucket`` field."""
+    rows: list[dict] = []
+    with open(path, encoding="utf-8") as fh:
+        for index, line in enumerate(fh):
+            if index < start:
+                continue
+            if len(rows) >= count:
+                break
+            row = json.loads(line)
+            row.pop("bucket", None)
+            rows.append(row)
+    if len(rows) < count:
+        raise SystemExit(f"{path} has only {start + len(rows)} rows; {start + count} needed")
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Resumable load
+# --------------------------------------------------------------------------------------------
+
+
+def _merge(ranges: list[list[int]]) -> list[list[int]]:
+    merged: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return merged
+
+
+def _missing(done: list[list[int]], total: int) -> list[tuple[int, int]]:
+    gaps, at = [], 0
+    for lo, hi in _merge(done):
+        if lo > at:
+            gaps.append((at, min(lo, total)))
+        at = max(at, hi)
+        if at >= total:
+            break
+    if at < total:
+        gaps.append((at, total))
+    return [(lo, hi) for lo, hi in gaps if hi > lo]
+
+
+@dataclass
+class LoadInfo:
+    bucket_id: str
+    rows: int
+    memory_count: int
+    sent_now: int
+    seconds: float
+    resumed: bool
+
+    def describe(self) -> str:
+        if not self.sent_now:
+            return f"bucket already held the first {self.rows} rows ({self.memory_count} memories); nothing loaded"
+        rate = self.sent_now / self.seconds if self.seconds else 0.0
+        how = "resumed: " if self.resumed else ""
+        return (
+            f"{how}loaded {self.sent_now} rows in {self.seconds:.0f}s ({rate:.0f} rows/s, batches of 1000); "
+            f"the bucket holds {self.memory_count} memories"
+        )
+
+
+def ensure_loaded(
+    target: common.Target,
+    corpus: Path,
+    rows: int,
+    *,
+    clients: int = 2,
+    batch: int = 1000,
+    bucket_name: str = BUCKET,
+) -> LoadInfo:
+    """Make the bucket hold the first ``rows`` rows of ``corpus`` (sequence=true, like a client
+    importing its history in order); send only what is missing."""
+    with target.client() as client:
+        bucket_id = client.find_bucket(bucket_name) or client.create_bucket(
+            bucket_name, f"benchmark corpus ({corpus.name}, a prefix of it)"
+        )
+        count = client.get_bucket(bucket_id)["memory_count"]
+    state_path = target.home / f"bench-load-{bucket_id}.json" if target.home else None
+    state = {"corpus": str(corpus), "done": []}
+    if state_path and state_path.exists():
+        state = json.loads(state_path.read_text())
+        if Path(state["corpus"]).name != corpus.name:
+            raise SystemExit(f"bucket {bucket_name!r} was loaded from {state['corpus']}, not {corpus}")
+    elif count:
+        # No progress file (an existing server without --home): trust the row count; a shortfall
+        # is resent whole from the last complete thousand, and the server deduplicates.
+        state["done"] = [[0, (min(count, rows) // batch) * batch]]
+    if count > rows:
+        raise SystemExit(
+            f"bucket {bucket_name!r} already holds {count} memories, more than --rows {rows}: "
+            "use another --home (or a smaller one) so the measurement is at the size you ask for"
+        )
+    gaps = _missing(state["done"], rows)
+    todo = [(lo, min(lo + batch, hi)) for lo, hi in gaps for lo in range(lo, hi, batch)]
+    if not todo:
+        return LoadInfo(bucket_id, rows, count, 0, 0.0, False)
+    resumed = bool(state["done"])
+    total = sum(hi - lo for lo, hi in todo)
+    common.log(
+        f"loading {total} rows of {corpus.name} into bucket {bucket_name} ({len(todo)} batches, {clients} clients)"
+    )
+    data = read_rows(corpus, rows)
+    work: queue.Queue = queue.Queue()
+    for item in todo:
+        work.put(item)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    sent = [0]
+    started = time.perf_counter()
+
+    def worker() -> None:
+        with target.client(timeout=600) as client:
+            while not errors:
+                try:
+                    lo, hi = work.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    client.ingest(bucket_id, data[lo:hi])
+                except BaseException as exc:
+                    errors.append(exc)
+                    return
+                with lock:
+                    state["done"] = _merge([*state["done"], [lo, hi]])
+                    sent[0] += hi - lo
+                    if state_path:
+                        tmp = state_path.with_suffix(".tmp")
+                        tmp.write_text(json.dumps(state))
+                        tmp.replace(state_path)
+                    elapsed = time.perf_counter() - started
+                    if sent[0] % (batch * 10) == 0 or sent[0] == total:
+                        rate = sent[0] / elapsed
+                        eta = (total - sent[0]) / rate if rate else 0
+                        common.log(f"  {sent[0]}/{total} rows, {rate:.0f} rows/s, ~{eta / 60:.0f} min left")
+
+    threads = [threading.Thread(target=worker, name=f"load-{i}", daemon=True) for i in range(max(1, clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"loading failed after {sent[0]} rows (rerun with the same --home to resume)") from errors[0]
+    seconds = time.perf_counter() - started
+    with target.client() as client:
+        count = client.get_bucket(bucket_id)["memory_count"]
+    if count < rows:
+        common.log(f"warning: the bucket holds {count} memories for {rows} rows sent (duplicates in the corpus?)")
+    return LoadInfo(bucket_id, rows, count, sent[0], seconds, resumed)
+
+
+def build_graph(target: common.Target) -> tuple[str, float]:
+    """Extract the knowledge graph of memories not yet processed (``manage.py rebuild_graph
+    --pending``: resumable, idempotent). Needs the server's home; returns (message, seconds)."""
+    if target.private is None and target.home is None:
+        return "not built: an existing server without --home (graph mode measures whatever graph it has)", 0.0
+    if target.private is not None:
+        env = target.private.env()
+    else:
+        import inproc
+
+        env, _ = inproc.child_env(home=target.home)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "rebuild_graph", "--pending"],
+        cwd=common.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        # Not fatal: graph mode is then measured on the part of the graph that was built.
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        common.log(f"rebuild_graph --pending failed:\n{proc.stderr[-3000:]}")
+        return f"**extraction failed** (`manage.py rebuild_graph --pending`: `{last[:300]}`)", seconds
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "done", seconds
+
+
+# --------------------------------------------------------------------------------------------
+# Queries
+# --------------------------------------------------------------------------------------------
+
+
+def query_pool(corpus: Path, rows: int) -> tuple[list[dict], dict]:
+    """Every distinct generated question about ``corpus`` (regenerated with make_corpus's own
+    code, so there are ~26k instead of the 500 in queries-100k.jsonl), those about the loaded
+    rows (``source_row < rows``) first. Each query gets ``filters``: its own when the generator
+    gave it some, otherwise ``attributed_to`` or ``agent_id`` of its source row (alternating)."""
+    import make_corpus
+
+    if corpus.resolve() != DEFAULT_CORPUS.resolve():
+        common.log(f"note: queries are generated for make_corpus --rows {CORPUS_ROWS} --seed {CORPUS_SEED}")
+    _, queries = make_corpus.generate(CORPUS_ROWS, CORPUS_SEED, 0, None, queries=10 * CORPUS_ROWS)
+    source = {}
+    wanted = {q["source_row"] for q in queries}
+    with open(corpus, encoding="utf-8") as fh:
+        for index, line in enumerate(fh):
+            if index in wanted:
+                source[index] = json.loads(line)
+    for i, q in enumerate(queries):
+        q["own_filters"] = "filters" in q
+        if "filters" not in q:
+            row = source[q["source_row"]]
+            q["filters"] = {"attributed_to": row["attributed_to"]} if i % 2 else {"agent_id": row["agent_id"]}
+    about = [q for q in queries if q["source_row"] < rows]
+    other = [q for q in queries if q["source_row"] >= rows]
+    info = {"distinct": len(queries), "about_loaded": len(about)}
+    return about + other, info
+
+
+def deal(pool: list[dict], slots: int, per_slot: int) -> list[list[dict]]:
+    """Deal ``slots`` disjoint sets of ``per_slot`` queries round-robin, so every set has the same
+    mix (queries about loaded rows come first in the pool and spread evenly)."""
+    need = slots * per_slot
+    if need > len(pool):
+        raise SystemExit(
+            f"{need} distinct queries needed ({slots} sets x {per_slot}) but only {len(pool)} exist: "
+            "lower --queries or --repeat"
+        )
+    return [pool[s:need:slots] for s in range(slots)]
+
+
+def describe_filters(queries: list[dict]) -> str:
+    kinds: dict[str, int] = {}
+    for q in queries:
+        key = "+".join(sorted(q["filters"])) + ("" if q.get("own_filters") else " (derived)")
+        kinds[key] = kinds.get(key, 0) + 1
+    return ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))

@@ -1,0 +1,103 @@
+"""BM25 in SQL (memories.retrieval._bm25) against the formula computed in Python."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from memories import lemmatizer, ranking, retrieval
+from memories.models import Memory
+from memories.services import MemoryInput, memories_ingest
+
+pytestmark = pytest.mark.django_db
+
+WORDS = "apple river castle violin garden rocket silver harbor lantern meadow".split()
+
+
+def python_bm25(bucket, lexemes: list[str], config: ranking.RankingConfig) -> dict:
+    """Every memory of the bucket scored by the textbook formula: term frequencies from its
+    stored tsvector, its length in terms (space-separated lemmas, as the server counts them)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT id, lexeme, coalesce(array_length(positions, 1), 1) FROM memories, unnest(lemmatized_tsv) "
+            "WHERE bucket_id = %s",
+            [bucket.pk],
+        )
+        docs: dict = {}
+        for memory_id, lexeme, tf in cur.fetchall():
+            docs.setdefault(memory_id, {})[lexeme] = tf
+    lengths = {m.pk: len((m.text_lemmatized or "").split(" ")) for m in Memory.objects.filter(bucket=bucket)}
+    n = len(lengths)
+    avgdl = sum(lengths.values()) / n
+    k1, b = config.bm25_k1, config.bm25_b
+    scores = {}
+    for memory_id, terms in docs.items():
+        score = 0.0
+        for lx in set(lexemes):
+            df = sum(1 for d in docs.values() if lx in d)
+            if lx in terms:
+                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                tf = terms[lx]
+                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[memory_id] / avgdl))
+        if score > 0:
+            scores[memory_id] = score
+    return scores
+
+
+@pytest.fixture
+def word_bucket(bucket):
+    rng = random.Random(7)
+    texts = set()
+    while len(texts) < 400:
+        # Skewed word frequencies, repeated words (tf > 1) and varied lengths.
+        words = rng.choices(WORDS, weights=[40, 20, 10, 8, 6, 5, 4, 3, 2, 1], k=rng.randint(2, 12))
+        texts.add(" ".join(words) + f" item{len(texts)}")
+    memories_ingest(bucket=bucket, items=[MemoryInput(content=t) for t in sorted(texts)], sequence=False)
+    return bucket
+
+
+@pytest.mark.parametrize("query", ["lantern meadow", "apple river castle", "violin violin harbor", "apple", "meadow"])
+def test_sql_bm25_equals_the_formula_over_the_whole_bucket(word_bucket, query, monkeypatch):
+    config = ranking.resolve({}, None)
+    lexemes = retrieval._query_lexemes(" ".join(lemmatizer.query_terms(query)))
+    expected = python_bm25(word_bucket, lexemes, config)
+    # Small budgets, so candidate selection (rarest terms, pairs, the cut) is exercised.
+    monkeypatch.setattr(retrieval, "CANDIDATE_BUDGET", 60)
+    monkeypatch.setattr(retrieval, "MAX_KEYWORD_MATCHES", 150)
+    got = retrieval._bm25(word_bucket, lexemes, retrieval.SearchFilters(), config, context=False)
+    assert got, query
+    best = sorted(expected.values(), reverse=True)
+    # The top 10 are exactly the best-scoring memories (ties may come in either order).
+    for (memory_id, score), rank_score in zip(got[:10], best[:10], strict=False):
+        assert score == pytest.approx(expected[memory_id], rel=1e-6)
+        assert score == pytest.approx(rank_score, rel=1e-6)
+
+
+def test_term_frequency_saturates_and_length_normalises(bucket):
+    memories_ingest(
+        bucket=bucket,
+        items=[
+            MemoryInput(content=c)
+            for c in [
+                "comet",
+                "comet comet",
+                "comet comet comet comet comet comet",
+                "comet " + " ".join(f"filler{i}" for i in range(12)),
+                "unrelated words only",
+            ]
+        ],  # fmt: skip
+        sequence=False,
+    )
+    config = ranking.resolve({}, None)
+    got = dict(retrieval._bm25(bucket, ["comet"], retrieval.SearchFilters(), config, context=False))
+    by_text = {Memory.objects.get(pk=k).content: v for k, v in got.items()}
+    one, two, six = by_text["comet"], by_text["comet comet"], by_text["comet comet comet comet comet comet"]
+    assert one < two < six  # more occurrences score higher...
+    assert (six - two) / 4 < two - one  # ...each extra occurrence adds less (saturation)...
+    assert six < 2 * one
+    assert by_text["comet " + " ".join(f"filler{i}" for i in range(12))] < one  # a long memory scores lower
+    assert "unrelated words only" not in by_text
