@@ -29,14 +29,14 @@ _ERRORS = {
     401: "Missing, unknown, revoked or expired token.",
     403: "The token lacks the scope, or is restricted to another bucket.",
     404: "Not found, or owned by another tenant (indistinguishable).",
-    409: "A name or content collision.",
+    409: "A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again.",
     413: "The request body is larger than ENGRAM_MAX_BODY_BYTES.",
     415: "The body is not JSON (Content-Type must be application/json).",
     429: "Rate limited; retry after Retry-After seconds.",
     503: "The database is unavailable; retry after Retry-After seconds.",
 }
-# Any authenticated operation can answer these.
-_ALWAYS = (401, 403, 429, 503)
+# Any authenticated operation can answer these (409 `retry`: rolled back by a deadlock).
+_ALWAYS = (401, 403, 409, 429, 503)
 # Any operation with a JSON body can answer these.
 BODY = (400, 413, 415)
 
