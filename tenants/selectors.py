@@ -33,4 +33,5 @@ def bucket_get(*, tenant: Tenant, bucket_id, token: ApiToken | None = None) -> B
     bucket = Bucket.objects.for_tenant(tenant).filter(pk=pk).first()
     if bucket is None:
         raise NotFound("Bucket not found.")
+    bucket.tenant = tenant  # already loaded (with the token): no second query for its settings
     return bucket

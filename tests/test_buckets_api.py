@@ -154,3 +154,11 @@ def test_raw_sql_tenant_delete_cascades_in_the_database(tenant, bucket):
         cur.execute("DELETE FROM tenants WHERE id = %s", [tenant.pk])
         cur.execute("SELECT count(*) FROM memories WHERE bucket_id = %s", [bucket.pk])
         assert cur.fetchone()[0] == 0
+
+
+def test_a_looked_up_bucket_carries_its_tenant_without_another_query(tenant, bucket, django_assert_num_queries):
+    from tenants.selectors import bucket_get
+
+    with django_assert_num_queries(1):
+        found = bucket_get(tenant=tenant, bucket_id=str(bucket.pk))
+        assert found.tenant.settings == tenant.settings
