@@ -67,7 +67,9 @@ def _process_start_time(pid: int) -> float | None:
     import psutil
 
     try:
-        return psutil.Process(pid).create_time()
+        process = psutil.Process(pid)
+        # A zombie has exited (killed before its exit hook ran, not yet reaped): it holds nothing.
+        return None if process.status() == psutil.STATUS_ZOMBIE else process.create_time()
     except psutil.Error:
         return None
 

@@ -91,6 +91,7 @@ def main() -> int:
             proc.wait(timeout=max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()  # reaped, so the embedded database's holder list sees it gone
     return exit_code
 
 
