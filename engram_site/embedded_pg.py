@@ -20,8 +20,6 @@ while its settings load. The rules that make sharing safe:
 from __future__ import annotations
 
 import atexit
-import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -29,6 +27,8 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from engram_site.locks import file_lock
 
 logger = logging.getLogger(__name__)
 
@@ -95,15 +95,8 @@ def _write_holders(path: Path, holders: list[list]) -> None:
     tmp.replace(path)
 
 
-@contextlib.contextmanager
 def _locked(home: Path):
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / "pgdata.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(home / "pgdata.lock")
 
 
 def _import_pgserver():

@@ -17,8 +17,6 @@ username someone typed (which could be a password typed into the wrong field).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import math
 import re
@@ -27,6 +25,8 @@ from pathlib import Path
 
 from django.core.cache import caches
 from django.core.cache.backends.filebased import FileBasedCache
+
+from engram_site.locks import file_lock
 
 SHARED_CACHE = "shared"
 
@@ -96,7 +96,7 @@ class FailureCounter:
         if isinstance(cache, FileBasedCache):
             # Files: read, add one, write, under a lock every process takes (the backend's own
             # incr is the same read-then-write without one, and resets the key's timeout).
-            with _file_lock(cache):
+            with file_lock(Path(cache._dir) / ".failures.lock"):
                 cache.set(key, cache.get(key, 0) + 1, timeout)
             return
         # Redis increments atomically and keeps the key's expiry (so does the in-memory cache).
@@ -110,16 +110,3 @@ class FailureCounter:
         now = time.time() if now is None else now
         index, _ = self._window(now)
         self.cache.delete_many([self._key(ident, index), self._key(ident, index - 1)])
-
-
-@contextlib.contextmanager
-def _file_lock(cache: FileBasedCache):
-    """An exclusive lock, across processes, on the file cache's directory."""
-    directory = Path(cache._dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".failures.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
