@@ -11,7 +11,7 @@ from graph.extract import normalize_name
 from graph.models import Edge, Entity
 from memories.models import Memory
 from tenants.models import ApiToken, Bucket, Tenant
-from tenants.selectors import parse_uuid
+from tenants.selectors import parse_uuid, token_scoped
 
 
 def entity_list(*, bucket: Bucket, query: str | None = None, type: str | None = None) -> QuerySet[Entity]:
@@ -26,16 +26,9 @@ def entity_list(*, bucket: Bucket, query: str | None = None, type: str | None = 
     return entities.order_by("-mention_count", "name", "id")
 
 
-def _scoped(queryset, tenant: Tenant, token: ApiToken | None):
-    queryset = queryset.filter(tenant_id=tenant.pk)
-    if token is not None and token.bucket_id is not None:
-        queryset = queryset.filter(bucket_id=token.bucket_id)
-    return queryset
-
-
 def entity_get(*, tenant: Tenant, entity_id, token: ApiToken | None = None) -> Entity:
     pk = parse_uuid(entity_id)
-    entity = _scoped(Entity.objects.filter(pk=pk), tenant, token).first() if pk else None
+    entity = token_scoped(Entity.objects.filter(pk=pk), tenant=tenant, token=token).first() if pk else None
     if entity is None:
         raise NotFound("Entity not found.")
     return entity
@@ -43,11 +36,8 @@ def entity_get(*, tenant: Tenant, entity_id, token: ApiToken | None = None) -> E
 
 def edge_get(*, tenant: Tenant, edge_id, token: ApiToken | None = None) -> Edge:
     pk = parse_uuid(edge_id)
-    edge = (
-        _scoped(Edge.objects.filter(pk=pk), tenant, token).select_related("subject", "object_entity").first()
-        if pk
-        else None
-    )
+    edges = token_scoped(Edge.objects.filter(pk=pk), tenant=tenant, token=token)
+    edge = edges.select_related("subject", "object_entity").first() if pk else None
     if edge is None:
         raise NotFound("Edge not found.")
     return edge

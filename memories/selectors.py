@@ -9,7 +9,7 @@ from memories import access
 from memories.models import PENDING_ENRICHMENT, Memory
 from memories.retrieval import SearchFilters
 from tenants.models import ApiToken, Bucket, Tenant
-from tenants.selectors import parse_uuid
+from tenants.selectors import parse_uuid, token_scoped
 
 
 def memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None, for_update: bool = False) -> Memory:
@@ -18,9 +18,7 @@ def memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None, for_
     pk = parse_uuid(memory_id)
     if pk is None:
         raise NotFound("Memory not found.")
-    queryset = Memory.objects.for_tenant(tenant).filter(pk=pk).select_related("bucket")
-    if token is not None and token.bucket_id is not None:
-        queryset = queryset.filter(bucket_id=token.bucket_id)
+    queryset = token_scoped(Memory.objects.filter(pk=pk), tenant=tenant, token=token).select_related("bucket")
     memory = access.with_pending(queryset.defer("embedding", "context_embedding")).first()
     if memory is None:
         raise NotFound("Memory not found.")

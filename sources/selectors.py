@@ -12,7 +12,7 @@ from engram_site.exceptions import NotFound
 from memories.models import Memory
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from tenants.models import ApiToken, Bucket, Tenant
-from tenants.selectors import parse_uuid
+from tenants.selectors import parse_uuid, token_scoped
 
 
 def source_get(*, tenant: Tenant, source_id, token: ApiToken | None = None) -> Source:
@@ -21,9 +21,7 @@ def source_get(*, tenant: Tenant, source_id, token: ApiToken | None = None) -> S
     pk = parse_uuid(source_id)
     if pk is None:
         raise NotFound("Source not found.")
-    queryset = Source.objects.for_tenant(tenant).filter(pk=pk).select_related("bucket")
-    if token is not None and token.bucket_id is not None:
-        queryset = queryset.filter(bucket_id=token.bucket_id)
+    queryset = token_scoped(Source.objects.filter(pk=pk), tenant=tenant, token=token).select_related("bucket")
     # The submitted text and messages can be megabytes; the API does not return them.
     source = queryset.defer("text", "messages").first()
     if source is None:

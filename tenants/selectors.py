@@ -17,6 +17,15 @@ def parse_uuid(value) -> uuid.UUID | None:
         return None
 
 
+def token_scoped(queryset: QuerySet, *, tenant: Tenant, token: ApiToken | None) -> QuerySet:
+    """``queryset`` (of a model with tenant and bucket) narrowed to ``tenant`` and, for a
+    bucket-restricted token, to that bucket: whatever lies outside is missing to the caller."""
+    queryset = queryset.filter(tenant_id=tenant.pk)
+    if token is not None and token.bucket_id is not None:
+        queryset = queryset.filter(bucket_id=token.bucket_id)
+    return queryset
+
+
 def bucket_list(*, tenant: Tenant, token: ApiToken | None = None) -> QuerySet[Bucket]:
     buckets = Bucket.objects.for_tenant(tenant)
     if token is not None and token.bucket_id is not None:
