@@ -20,20 +20,12 @@ MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
 
 
-def limit_field() -> serializers.IntegerField:
-    return serializers.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=MAX_PAGE_SIZE,
-        help_text=f"1–{MAX_PAGE_SIZE} (default {DEFAULT_PAGE_SIZE})",
-    )
-
-
 def offset_field() -> serializers.IntegerField:
     return serializers.IntegerField(required=False, min_value=0, help_text="0 or more (default 0)")
 
 
 def page_size_field() -> serializers.IntegerField:
+    """The size of a page: ``limit`` of a limit/offset list, ``page_size`` of a cursor list."""
     return serializers.IntegerField(
         required=False,
         min_value=1,

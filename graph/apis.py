@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from engram_site.fields import StrictCharField, StrictDateTimeField, StrictSerializer
 from engram_site.openapi import errors, limit_offset_page
-from engram_site.pagination import LimitOffsetPagination, limit_field, offset_field
+from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
 from graph import selectors
 from memories.apis import MemoryOut
 from tenants.selectors import bucket_get
@@ -56,7 +56,7 @@ class EntityListApi(APIView):
     class Params(StrictSerializer):
         q = StrictCharField(required=False, max_length=200, help_text="matches names and aliases")
         type = StrictCharField(required=False, max_length=20)
-        limit = limit_field()
+        limit = page_size_field()
         offset = offset_field()
 
     @extend_schema(
@@ -104,7 +104,7 @@ class EdgeListApi(APIView):
         valid_at = StrictDateTimeField(required=False, help_text="only edges valid at this time")
         entity = serializers.UUIDField(required=False, help_text="only edges touching this entity")
         predicate = StrictCharField(required=False, max_length=60)
-        limit = limit_field()
+        limit = page_size_field()
         offset = offset_field()
 
     @extend_schema(

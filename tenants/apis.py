@@ -11,7 +11,7 @@ from audit.services import audit_record, request_actor
 from engram_site.exceptions import Forbidden
 from engram_site.fields import StrictBooleanField, StrictCharField, StrictSerializer
 from engram_site.openapi import BODY, errors, limit_offset_page
-from engram_site.pagination import LimitOffsetPagination, limit_field, offset_field
+from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
 from memories.models import Memory
 from tenants import selectors, services
 from tenants.models import Scope
@@ -31,7 +31,7 @@ class BucketDetailOutput(BucketOutput):
 
 class BucketListApi(APIView):
     class ListParams(StrictSerializer):
-        limit = limit_field()
+        limit = page_size_field()
         offset = offset_field()
 
     @extend_schema_serializer(component_name="BucketCreate")
