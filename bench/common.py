@@ -23,9 +23,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -515,6 +516,21 @@ def machine_markdown(info: dict[str, Any] | None = None) -> str:
             f"- OS: {info['os']}, Python {info['python']}",
         ]
     )
+
+
+def run_together(worker: Callable[[int, Callable[[], None]], None], count: int, name: str = "worker") -> float:
+    """Run ``worker(i, go)`` in ``count`` threads. Each calls ``go()`` once its own setup (a
+    connection, a client) is done; the clock starts when all of them have. Returns the seconds
+    from then until the last one ends."""
+    barrier = threading.Barrier(count + 1)
+    threads = [threading.Thread(target=worker, args=(i, barrier.wait), name=f"{name}-{i}") for i in range(count)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -226,21 +225,13 @@ def concurrent(params: dict, args, tenant_id, bucket_id, vectors: list[str], col
         for _ in range(args.repeat):
             probes = [Probe(params) for _ in range(args.clients)]
             lat: list[list[float]] = [[] for _ in probes]
-            barrier = threading.Barrier(len(probes) + 1)
 
-            def worker(i: int, probes=probes, lat=lat, barrier=barrier, ef=ef) -> None:
-                barrier.wait()
+            def worker(i: int, go, probes=probes, lat=lat, ef=ef) -> None:
+                go()
                 for vec in vectors[i :: len(probes)]:
                     lat[i].append(probes[i].approx(column, where, wparams, vec, args.k, ef)[1])
 
-            threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(probes))]
-            for t in threads:
-                t.start()
-            barrier.wait()
-            started = time.perf_counter()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - started
+            wall = common.run_together(worker, len(probes), "probe")
             for p in probes:
                 p.close()
             flat = [x for per in lat for x in per]

@@ -118,13 +118,12 @@ def http_run(target: common.Target, cfg: Config, rows: list[dict], clients: int,
     latencies: list[list[float]] = [[] for _ in slices]
     deduplicated = [0] * len(slices)
     errors: list[BaseException] = []
-    barrier = threading.Barrier(len(slices) + 1)
 
-    def worker(i: int) -> None:
+    def worker(i: int, go) -> None:
         with target.client(timeout=900) as client:
             path = f"/api/v1/buckets/{buckets[i]}/memories"
             mine = slices[i]
-            barrier.wait()
+            go()
             try:
                 for lo in range(0, len(mine), cfg.batch_size):
                     batch = mine[lo : lo + cfg.batch_size]
@@ -140,14 +139,7 @@ def http_run(target: common.Target, cfg: Config, rows: list[dict], clients: int,
             except BaseException as exc:
                 errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(i,), name=f"ingest-{i}") for i in range(len(slices))]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - started
+    seconds = common.run_together(worker, len(slices), "ingest")
     if errors:
         raise RuntimeError(f"{cfg.label}: ingest failed") from errors[0]
     flat = [x for per in latencies for x in per]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -87,11 +86,10 @@ def run_pass(
     fallbacks = Counter()
     empty = [0]
     lock = threading.Lock()
-    barrier = threading.Barrier(n + 1)
 
-    def worker(i: int) -> None:
+    def worker(i: int, go) -> None:
         client = clients[i]
-        barrier.wait()
+        go()
         for q in queries[i::n]:
             try:
                 resp = client.search(bucket, q["query"], **body(q, mode, filtered, limit))
@@ -107,14 +105,7 @@ def run_pass(
                 if not data["results"]:
                     empty[0] += 1
 
-    threads = [threading.Thread(target=worker, args=(i,), name=f"search-{i}") for i in range(n)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    wall = common.run_together(worker, n, "search")
     flat = [x for per in latencies for x in per]
     return {
         "summary": common.latency_summary(flat),
