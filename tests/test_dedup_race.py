@@ -12,25 +12,16 @@ import pytest
 from django.db import connection
 
 from memories.models import Memory
-from tests.support import ROOT, base_env
+from tests.support import ROOT, base_env, test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    host = s["HOST"] or "localhost"
-    if host.startswith("/"):
-        return f"postgresql://{s['USER']}@/{s['NAME']}?host={host}&port={s['PORT'] or 5432}"
-    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
-    return f"postgresql://{s['USER']}{password}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 def test_concurrent_processes_writing_overlapping_content_leave_one_row_each(bucket):
     texts = [f"Shared fact number {i}: the meeting is on Thursday" for i in range(30)]
     workers = 4
     # Models are irrelevant to the invariant; keep the processes light.
-    env = base_env(DATABASE_URL=database_url(), ENGRAM_EMBEDDINGS="off")
+    env = base_env(DATABASE_URL=test_database_url(), ENGRAM_EMBEDDINGS="off")
     start_at = time.time() + 6
     procs = []
     for seed in range(workers):
