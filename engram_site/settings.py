@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -259,6 +260,12 @@ SPECTACULAR_SETTINGS = {
 # ENGRAM_EMBEDDINGS=off runs without the embedding model (keyword search only; rows are
 # stored without vectors and the enrichment sweep fills them in once it is back on).
 ENGRAM_EMBEDDINGS_ENABLED = env_str("ENGRAM_EMBEDDINGS", "on").lower() not in {"off", "0", "false", "no"}
+# The runtime of the embedding model: "onnx" (the default: the package's weights exported
+# once into ENGRAM_MODEL_CACHE and checked against torch) or "torch" (sentence-transformers).
+ENGRAM_EMBEDDING_RUNTIME = env_str("ENGRAM_EMBEDDING_RUNTIME", "onnx").lower()
+if ENGRAM_EMBEDDING_RUNTIME not in {"onnx", "torch"}:
+    raise ImproperlyConfigured(f"ENGRAM_EMBEDDING_RUNTIME must be onnx or torch, not {ENGRAM_EMBEDDING_RUNTIME!r}")
+ENGRAM_MODEL_CACHE = Path(env_str("ENGRAM_MODEL_CACHE") or str(ENGRAM_HOME / "models")).resolve()
 ENGRAM_LEMMATIZER_ENABLED = True
 # ENGRAM_GRAPH=off turns knowledge-graph extraction off (retrieval then skips the graph signal).
 ENGRAM_GRAPH_ENABLED = env_str("ENGRAM_GRAPH", "on").lower() not in {"off", "0", "false", "no"}

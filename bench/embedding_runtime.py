@@ -1,0 +1,193 @@
+"""The embedding model on torch and on ONNX Runtime, side by side: same vectors? how fast?
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/embedding_runtime.py --rows 2000 --queries 300 --repeat 3
+
+Both runtimes run in this one process, with the threads a server process uses
+(``ENGRAM_EMBEDDING_THREADS``, default min(2, CPUs)), on the same texts: the memory texts of the
+first ``--rows`` rows of the corpus, their sequence-context texts (one or two predecessors +
+the memory, as ``memories.services`` builds them), and ``--queries`` generated questions.
+
+* **Equivalence**: the largest difference of any vector component and the smallest cosine
+  between the two runtimes' vectors of every text; and, for each question, the overlap of the
+  top 10 memories by cosine when both the memories and the question are embedded by one runtime
+  or the other (1.0 = the same ten).
+* **Speed**: one question at a time (``encode([text])``, what a search does: p50/p95 ms) and
+  batches (calls of 1,000 texts, batches of 64, what a write does: texts/s), each the median of
+  ``--repeat`` passes, the runtimes interleaved.
+
+The ONNX graph is exported (and verified) into ``--cache`` if it is not there yet, exactly as
+the server does (``memories/onnx_encoder.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import common
+import inproc
+import loader
+import numpy as np
+
+sys.path.insert(0, str(common.REPO_ROOT))
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=2000, help="corpus rows whose texts are embedded (default 2000)")
+    p.add_argument("--queries", type=int, default=300, help="questions embedded one at a time (default 300)")
+    p.add_argument("--repeat", type=int, default=3, help="passes per measurement (medians are reported)")
+    p.add_argument("--corpus", type=Path, default=loader.DEFAULT_CORPUS)
+    p.add_argument("--cache", type=Path, help="folder of the ONNX export (default: a temporary one)")
+    p.add_argument("--out", type=Path, help="report path (default bench/results/embedding-runtime-<date>.md)")
+    return p.parse_args()
+
+
+def context_texts(rows: list[dict]) -> list[str]:
+    """Each memory with its one or two predecessors of the same run (memories.services.join_context)."""
+    from memories.services import CONTEXT_PREDECESSORS, join_context
+
+    history: dict[str, list[str]] = {}
+    out = []
+    for row in rows:
+        previous = history.setdefault(row.get("run_id") or "", [])
+        if previous:
+            out.append(join_context("\n".join(previous[-CONTEXT_PREDECESSORS:]), row["content"]))
+        previous.append(row["content"])
+    return out
+
+
+def main() -> int:
+    args = parse_args()
+    # Django settings without a database (nothing here queries one), like inproc's model-only tasks.
+    env, _ = inproc.child_env()
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from memories import embedding, onnx_encoder
+
+    threads = embedding._threads()
+    import torch
+
+    torch.set_num_threads(threads)
+    from sentence_transformers import SentenceTransformer
+
+    model_dir = Path(embedding._model_path())
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="engram-onnx-"))
+    started = time.perf_counter()
+    models = {
+        "torch": SentenceTransformer(str(model_dir), device="cpu"),
+        "onnx": onnx_encoder.exported_model(model_dir, cache, threads, name=embedding.MODEL_NAME),
+    }
+    common.log(f"models ready in {time.perf_counter() - started:.1f}s (ONNX graph in {cache})")
+
+    rows = loader.read_rows(args.corpus, args.rows)
+    texts = {"memory": [r["content"] for r in rows], "context": context_texts(rows)}
+    pool, _ = loader.query_pool(args.corpus, args.rows)
+    questions = [q["query"] for q in pool[: args.queries]]
+
+    def encode(name, batch, batch_size=64):
+        return np.asarray(
+            models[name].encode(batch, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False),
+            dtype=np.float32,
+        )
+
+    # Equivalence.
+    vectors = {name: {kind: encode(name, t) for kind, t in texts.items()} for name in models}
+    query_vectors = {name: np.vstack([encode(name, [q]) for q in questions]) for name in models}
+    equivalence = []
+    for kind in ("memory", "context"):
+        a, b = vectors["torch"][kind], vectors["onnx"][kind]
+        equivalence.append([f"{kind} texts", len(a), f"{np.abs(a - b).max():.1e}", f"{(a * b).sum(1).min():.7f}"])
+    a, b = query_vectors["torch"], query_vectors["onnx"]
+    equivalence.append(
+        ["questions (one at a time)", len(a), f"{np.abs(a - b).max():.1e}", f"{(a * b).sum(1).min():.7f}"]
+    )
+    overlaps = []
+    for i in range(len(questions)):
+        tops = [set(np.argsort(-(vectors[name]["memory"] @ query_vectors[name][i]))[:10].tolist()) for name in models]
+        overlaps.append(len(tops[0] & tops[1]) / 10)
+
+    # Speed, runtimes interleaved pass by pass.
+    single: dict[str, list[float]] = {name: [] for name in models}
+    single_p95: dict[str, list[float]] = {name: [] for name in models}
+    batch: dict[tuple[str, str], list[float]] = {}
+    for name in models:  # warm the one-text path
+        encode(name, ["warm up"])
+    for rep in range(args.repeat):
+        for name in models:
+            ms = []
+            for q in questions:
+                t0 = time.perf_counter()
+                encode(name, [q])
+                ms.append((time.perf_counter() - t0) * 1000)
+            single[name].append(common.percentile(ms, 50))
+            single_p95[name].append(common.percentile(ms, 95))
+            for kind, kind_texts in texts.items():
+                t0 = time.perf_counter()
+                for i in range(0, len(kind_texts), 1000):
+                    encode(name, kind_texts[i : i + 1000])
+                batch.setdefault((name, kind), []).append(len(kind_texts) / (time.perf_counter() - t0))
+            common.log(f"pass {rep + 1} {name}: question p50 {single[name][-1]:.1f} ms")
+
+    info = common.machine_info()
+    import onnxruntime
+
+    lines = [
+        "# Embedding runtime: torch and ONNX Runtime",
+        "",
+        common.machine_markdown(info),
+        f"- model: {embedding.MODEL_NAME} from `{model_dir}`; threads per call: {threads}; "
+        f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}",
+        f"- texts: the first {args.rows} rows of `{args.corpus.name}` ({len(texts['context'])} of them with a "
+        f"context text), {len(questions)} generated questions; {args.repeat} passes, runtimes interleaved",
+        "",
+        "```",
+        common.command_line(),
+        "```",
+        "",
+        "## Same vectors?",
+        "",
+        common.markdown_table(["texts", "n", "max abs difference", "min cosine"], equivalence),
+        "",
+        f"Top-10 memories by cosine for each question, memories and question embedded by the same runtime: "
+        f"mean overlap {np.mean(overlaps):.4f}, minimum {min(overlaps):.1f} over {len(overlaps)} questions.",
+        "",
+        "## Speed (medians of the passes)",
+        "",
+    ]
+    speed = [
+        [
+            name,
+            f"{common.median(single[name]):.2f}",
+            f"{common.median(single_p95[name]):.2f}",
+            f"{common.median(batch[(name, 'memory')]):.1f}",
+            f"{common.median(batch[(name, 'context')]):.1f}",
+        ]
+        for name in models
+    ]
+    lines += [
+        common.markdown_table(
+            ["runtime", "question p50 ms", "question p95 ms", "memory texts/s", "context texts/s"], speed
+        ),
+        "",
+        "Raw passes: "
+        + "; ".join(
+            f"{name}: question p50 {', '.join(f'{v:.2f}' for v in single[name])} ms, memory "
+            f"{', '.join(f'{v:.0f}' for v in batch[(name, 'memory')])}/s, context "
+            f"{', '.join(f'{v:.0f}' for v in batch[(name, 'context')])}/s"
+            for name in models
+        ),
+        "",
+    ]
+    common.write_report("\n".join(lines), args.out or common.default_report_path("embedding-runtime"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

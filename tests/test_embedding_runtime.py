@@ -1,0 +1,144 @@
+"""The embedding model on ONNX Runtime: same vectors as torch, exported once, and torch
+whenever the export cannot be trusted."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.conf import settings
+
+from memories import embedding, onnx_encoder
+
+TEXTS = [
+    "Our dog Biscuit is a golden retriever who loves the beach.",
+    "hi",
+    "What did I say about the quarterly report?",
+    "Mein Bruder wohnt in Köln und arbeitet bei der Bahn.",
+    "ThinkPad X1 Carbon, 14-inch, bought in March 2024 for 1,249 euros. " * 30,  # past 256 tokens
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def torch_model():
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(embedding._model_path(), device="cpu")
+
+
+@pytest.fixture
+def model_dir() -> Path:
+    return Path(embedding._model_path())
+
+
+@pytest.fixture
+def fresh_model(monkeypatch):
+    """get_model() loads anew (and the previous model is back afterwards)."""
+    monkeypatch.setattr(embedding, "_model", None)
+    monkeypatch.setattr(embedding, "_last_failure", None)
+    embedding._embed_query_cached.cache_clear()
+    yield
+    embedding._embed_query_cached.cache_clear()
+
+
+def reference(torch_model, texts, batch_size=64):
+    return torch_model.encode(texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False)
+
+
+def test_the_server_runs_the_model_on_onnx_by_default():
+    embedding.get_model()
+    assert settings.ENGRAM_EMBEDDING_RUNTIME == "onnx"
+    assert embedding.runtime() == "onnx"
+
+
+def test_onnx_vectors_equal_torch_vectors_batched_and_one_by_one(torch_model):
+    model = embedding.get_model()
+    assert embedding.runtime() == "onnx"
+    expected = reference(torch_model, TEXTS)
+    for batch_size in (64, 2):  # padding to the longest text of a batch must not move a vector
+        got = model.encode(TEXTS, batch_size=batch_size)
+        assert got.shape == (len(TEXTS), embedding.DIMENSIONS) and got.dtype == np.float32
+        assert np.abs(got - expected).max() < 1e-5
+    one_by_one = np.vstack([embedding.embed_texts([t]) for t in TEXTS])
+    assert np.abs(one_by_one - expected).max() < 1e-5
+    assert np.allclose(np.linalg.norm(one_by_one, axis=1), 1.0, atol=1e-5)
+    assert embedding.embed_texts([]).shape == (0, embedding.DIMENSIONS)
+
+
+def test_long_texts_are_cut_where_torch_cuts_them(torch_model):
+    model = embedding.get_model()
+    long_text = "alpha beta gamma " * 400
+    assert model.max_seq_length == torch_model.max_seq_length == 256
+    # Only the first 256 tokens count: a different tail changes nothing.
+    assert np.abs(model.encode([long_text]) - model.encode([long_text + "delta epsilon " * 100])).max() < 1e-6
+    assert np.abs(model.encode([long_text]) - reference(torch_model, [long_text])).max() < 1e-5
+
+
+def test_the_export_is_made_once_and_then_reused(tmp_path, model_dir, monkeypatch):
+    first = onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
+    files = sorted(p.name for p in tmp_path.glob("*.onnx"))
+    assert files == [first.path.name] and not list(tmp_path.glob("*.partial"))
+
+    def no_export(*args):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(onnx_encoder, "_export", no_export)
+    second = onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
+    assert second.path == first.path
+    assert np.array_equal(second.encode(TEXTS[:3]), first.encode(TEXTS[:3]))
+
+
+def test_a_corrupted_export_on_disk_is_made_again(tmp_path, model_dir):
+    first = onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
+    first.path.write_bytes(b"not an onnx graph")
+    again = onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
+    assert again.path == first.path and again.path.stat().st_size > 1_000_000
+    assert np.abs(again.encode(TEXTS[:3]) - first.encode(TEXTS[:3])).max() < 1e-6
+
+
+def test_an_export_that_disagrees_with_torch_is_not_kept(tmp_path, model_dir, monkeypatch):
+    monkeypatch.setattr(onnx_encoder, "_verify", lambda encoder, model_dir: 0.25)
+    with pytest.raises(onnx_encoder.ExportFailed, match="differ"):
+        onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
+    assert list(tmp_path.iterdir()) == [tmp_path / ".export.lock"]  # neither the graph nor a partial file
+
+
+@pytest.mark.parametrize("failure", ["export-raises", "onnxruntime-missing"])
+def test_without_a_usable_export_the_model_runs_on_torch(
+    failure, fresh_model, tmp_path, monkeypatch, caplog, torch_model
+):
+    monkeypatch.setattr(settings, "ENGRAM_MODEL_CACHE", tmp_path)
+    if failure == "export-raises":
+
+        def broken(model_dir, target):
+            Path(target).write_bytes(b"half a file")
+            raise RuntimeError("exporter crashed")
+
+        monkeypatch.setattr(onnx_encoder, "_export", broken)
+    else:
+        import builtins
+
+        real_import = builtins.__import__
+
+        def no_onnxruntime(name, *args, **kwargs):
+            if name == "onnxruntime":
+                raise ImportError("No module named 'onnxruntime'")
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
+    with caplog.at_level(logging.WARNING, logger="memories.embedding"):
+        vectors = embedding.embed_texts(TEXTS[:3])
+    assert embedding.runtime() == "torch"
+    assert "using torch" in caplog.text
+    assert np.abs(vectors - reference(torch_model, TEXTS[:3])).max() < 1e-6
+    assert not list(tmp_path.glob("*.onnx")) and not list(tmp_path.glob("*.partial"))
+
+
+def test_the_torch_runtime_can_be_chosen(fresh_model, monkeypatch, torch_model):
+    monkeypatch.setattr(settings, "ENGRAM_EMBEDDING_RUNTIME", "torch")
+    vectors = embedding.embed_texts(TEXTS[:2])
+    assert embedding.runtime() == "torch"
+    assert np.abs(vectors - reference(torch_model, TEXTS[:2])).max() < 1e-6
