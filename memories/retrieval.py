@@ -476,6 +476,10 @@ _ROW_COLUMNS = (
 )  # fmt: skip
 
 _executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="engram-search")
+# The context-vector walk, started by the vector signal once the query is embedded. A pool
+# of its own: its tasks wait for nothing, so a full _executor (whose tasks wait for these)
+# can never be waiting for itself.
+_walk_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-search-walk")
 
 
 def _in_thread(function, *args, **kwargs):
@@ -494,15 +498,16 @@ def _in_transaction(function, *args, **kwargs):
 def close_search_connections() -> None:
     """Close the database connections of the executor threads (each thread runs exactly one
     closing task: they wait for each other). Tests call it before the test database goes."""
-    workers = _executor._max_workers
-    barrier = threading.Barrier(workers)
+    for pool in (_executor, _walk_executor):
+        workers = pool._max_workers
+        barrier = threading.Barrier(workers)
 
-    def close():
-        barrier.wait(timeout=30)
-        connection.close()
+        def close(barrier=barrier):
+            barrier.wait(timeout=30)
+            connection.close()
 
-    for future in [_executor.submit(close) for _ in range(workers)]:
-        future.result(timeout=60)
+        for future in [pool.submit(close) for _ in range(workers)]:
+            future.result(timeout=60)
 
 
 class _Done:
@@ -520,12 +525,12 @@ class _Done:
         return self._value
 
 
-def _start(function, *args, **kwargs):
+def _start(function, *args, pool: ThreadPoolExecutor = _executor, **kwargs):
     """Start a signal: in an executor thread when ENGRAM_SEARCH_PARALLEL is on (the
     database answers it on another core while this thread runs the lexical signals),
     else right here."""
     if getattr(settings, "ENGRAM_SEARCH_PARALLEL", False):
-        return _executor.submit(_in_thread, function, *args, **kwargs)
+        return pool.submit(_in_thread, function, *args, **kwargs)
     return _Done(_in_transaction, function, *args, **kwargs)
 
 
@@ -538,11 +543,11 @@ def _keyword_signals(bucket: Bucket, query: str, filters: SearchFilters, config:
 
 
 def _vector_signals(bucket: Bucket, query: str, filters: SearchFilters, config: ranking.RankingConfig):
-    """Embed the query, then both nearest-neighbour lists. EmbeddingUnavailable when the model is."""
+    """Embed the query, then both nearest-neighbour lists (the context one in another
+    thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is."""
     query_vector = embedding.embed_query(query)  # checked for NaN / zeros there
-    vector = _vector(bucket, query_vector, filters, config, context=False)
-    vector_context = _vector(bucket, query_vector, filters, config, context=True)
-    return vector, vector_context
+    context_side = _start(_vector, bucket, query_vector, filters, config, context=True, pool=_walk_executor)
+    return _vector(bucket, query_vector, filters, config, context=False), context_side.result()
 
 
 # Django has psycopg hand JSONB back as text (its JSONField decodes it); raw rows decode here.
