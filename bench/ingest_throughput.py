@@ -337,14 +337,15 @@ def build_report(ctx: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines += [common.markdown_table(headers, rows), ""]
         lines += [
-            f"`embed_texts(batch_size={ceiling['batch_size']})` in calls of {ceiling['chunk']} texts, measured "
+            f"`embed_texts(batch_size={ceiling['batch_size']})` on the `{ceiling.get('runtime', 'torch')}` runtime "
+            f"(the server's) in calls of {ceiling['chunk']} texts, measured "
             "before and after the HTTP runs (the rate is the median of both; a large before/after gap means the "
             "machine was busy); lemmatize_many and count_tokens on the same texts for scale.",
             "",
         ]
     if split:
         lines += ["## Where the time goes (in-process `memories_ingest`, medians of the runs)", ""]
-        stage_names = [*inproc.STAGES, "other (Python)"]
+        stage_names = [*inproc.STAGES, "other (Python)", "model busy"]
         headers = ["configuration", "items", "items/s", *stage_names, "HTTP overhead*"]
         table = []
         for cfg in configs:
@@ -355,7 +356,7 @@ def build_report(ctx: dict[str, Any]) -> str:
             per_item = total / mine[0]["items"]
             shares = []
             for stage in stage_names:
-                share = common.median([r["stages"][stage] / r["seconds"] for r in mine])
+                share = common.median([r["stages"].get(stage, 0.0) / r["seconds"] for r in mine])
                 shares.append(f"{100 * share:.0f}%")
             http = [r for r in runs if r["config"] == cfg.label]
             overhead = "n/a"
@@ -365,10 +366,14 @@ def build_report(ctx: dict[str, Any]) -> str:
             table.append([cfg.describe(), mine[0]["items"], f"{1 / per_item:.1f}", *shares, overhead])
         lines += [common.markdown_table(headers, table), ""]
         lines += [
-            "Shares of the in-process `memories_ingest` time (exclusive: database = every SQL statement and "
-            "commit, including the run-context lookups and the HNSW/GIN index maintenance of the insert; "
+            "Shares of the in-process `memories_ingest` time (exclusive, in the request's thread: embedding = "
+            "waiting for the model, which runs a chunk of 256 rows ahead in a helper thread; database = every "
+            "SQL statement and commit, including the run-context lookups and the HNSW/GIN index maintenance of "
+            "the insert; "
             "queue hints = publishing the post-commit enrichment and graph messages to the broker; other = "
-            "Python between them). *HTTP overhead = (HTTP seconds per item − in-process seconds per item) / "
+            "Python between them; these add up to 100%). Model busy = the model's own time in its thread, "
+            "overlapping the others: model busy + database above 100% is the overlap. "
+            "*HTTP overhead = (HTTP seconds per item − in-process seconds per item) / "
             "HTTP seconds per item, with one client: gunicorn, authentication, JSON, DRF validation and "
             "serialisation (n/a with several clients, whose requests overlap). The two are measured at different "
             "moments: a negative value means the in-process run was slower, i.e. the machine was not quiet.",
@@ -401,9 +406,10 @@ def build_report(ctx: dict[str, Any]) -> str:
     ]
     lines += [common.markdown_table(headers, table), ""]
     if split:
-        headers = ["in-process run", "items", "seconds", *[f"{s} s" for s in [*inproc.STAGES, "other (Python)"]]]
+        names = [*inproc.STAGES, "other (Python)", "model busy"]
+        headers = ["in-process run", "items", "seconds", *[f"{s} s" for s in names]]
         table = [
-            [r["label"], r["items"], f"{r['seconds']:.2f}", *[f"{v:.2f}" for v in r["stages"].values()]]
+            [r["label"], r["items"], f"{r['seconds']:.2f}", *[f"{r['stages'].get(n, 0.0):.2f}" for n in names]]
             for r in split["runs"]
         ]
         lines += [common.markdown_table(headers, table), ""]
@@ -545,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             notes.append("Some rows were stored with enrichment pending (a model was unavailable at write time).")
         if args.clients > 1:
             notes.append(
-                "The ceiling is one process embedding with the server's torch threads; with several clients the "
+                "The ceiling is one process embedding with the server's threads; with several clients the "
                 "gunicorn workers embed in parallel and together can exceed it (more than 100% of the ceiling)."
             )
         dedup = sum(r["deduplicated"] for r in runs)

@@ -215,7 +215,8 @@ def build_report(ctx: dict) -> str:
                     shares.append(f"{mode}{' filtered' if filtered else ''} 1 client: {100 * med / p50:.0f}% of p50")
         lines += [
             f"Share of the end-to-end median spent embedding the query: {'; '.join(shares) or 'n/a'}. "
-            f"Torch threads in the child: {emb.get('torch_threads')} (same environment as the server). "
+            f"Embedding runtime in the child: {emb.get('runtime', 'torch')}, torch threads "
+            f"{emb.get('torch_threads')} (same environment as the server). "
             "In hybrid mode the server embeds in a thread while the keyword SQL runs, so the critical path "
             "may hide part of it.",
             "",

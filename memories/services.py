@@ -2,10 +2,11 @@
 
 Write path (seed 000): normalise → hash → insert, with ``ON CONFLICT DO NOTHING``
 against the partial unique index, so dedup is a database invariant and two
-clients writing the same text at once end with one row. Lemmas, token counts
-and embeddings are computed before the insert, in batches; if the embedding
-model or the lemmatizer is down the row is stored anyway with the derived
-column NULL, and :func:`memories_enrich_pending` fills it in later.
+clients writing the same text at once end with one row. Lemmas and token counts
+are computed before the insert, in batches; embeddings chunk by chunk, each chunk
+while the previous one is inserted. If the embedding model or the lemmatizer is
+down the row is stored anyway with the derived column NULL, and
+:func:`memories_enrich_pending` fills it in later.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -113,6 +115,36 @@ def _embed_rows(rows: list[_Row]) -> None:
         logger.warning("embedding model returned %d unusable vector(s); storing those rows without them", unusable)
 
 
+# Batches are embedded and inserted in chunks of this many rows, the next chunk's
+# embeddings computed in a helper thread while this one is inserted (see _EmbeddingAhead).
+EMBED_CHUNK_ROWS = 256
+_embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
+
+
+class _EmbeddingAhead:
+    """The embeddings of a batch, chunk by chunk, one chunk ahead of the inserts.
+
+    ``ready(i)`` returns chunk ``i`` once its rows carry their vectors and starts the
+    embedding of chunk ``i + 1`` in a helper thread, so the model (which releases the GIL)
+    runs while the database inserts chunk ``i``. Embedding failures are handled by
+    :func:`_embed_rows` per chunk: such rows are stored without vectors, as always.
+    """
+
+    def __init__(self, chunks: list[list[_Row]]):
+        self.chunks = chunks
+        self._futures: dict[int, Future] = {}
+
+    def _submit(self, index: int) -> None:
+        if index < len(self.chunks) and index not in self._futures:
+            self._futures[index] = _embed_executor.submit(_embed_rows, self.chunks[index])
+
+    def ready(self, index: int) -> list[_Row]:
+        self._submit(index)
+        self._submit(index + 1)
+        self._futures[index].result()
+        return self.chunks[index]
+
+
 def _count_tokens(rows: list[_Row]) -> None:
     for row, count in zip(rows, embedding.count_tokens([r.item.content for r in rows]), strict=True):
         row.token_count = count
@@ -171,9 +203,6 @@ def _insert(bucket: Bucket, rows: list[_Row]) -> dict[str, uuid.UUID]:
     from psycopg.types.json import Jsonb
 
     params: list = []
-    # In hash order: two batches sharing texts then take the unique index's entries in
-    # the same order, so one waits for the other instead of both deadlocking.
-    rows = sorted(rows, key=lambda r: r.text_hash)
     for r in rows:
         params += [
             r.id, bucket.tenant_id, bucket.pk, r.item.content, to_pgvector(r.embedding), Jsonb(r.item.metadata or {}),
@@ -256,17 +285,24 @@ def memories_ingest(
     first_rows: dict[str, _Row] = {}
     for row in rows:
         first_rows.setdefault(row.text_hash, row)
-    unique_rows = list(first_rows.values())
+    # Inserted in hash order, across chunks too: two batches sharing texts then take the
+    # unique index's entries in the same order, so one waits for the other instead of both
+    # deadlocking.
+    unique_rows = sorted(first_rows.values(), key=lambda r: r.text_hash)
     _lemmatize_rows(unique_rows)
     _count_tokens(unique_rows)
-    _embed_rows(unique_rows)
+    chunks = [unique_rows[i : i + EMBED_CHUNK_ROWS] for i in range(0, len(unique_rows), EMBED_CHUNK_ROWS)]
+    embedded = _EmbeddingAhead(chunks)
+    embedded.ready(0)  # the transaction starts once there is something to insert
 
     outermost = not connection.in_atomic_block
     for attempt in range(3):
         try:
             with transaction.atomic():
                 _hold_bucket(bucket)
-                inserted = _insert(bucket, unique_rows)
+                inserted = {}
+                for index in range(len(chunks)):
+                    inserted.update(_insert(bucket, embedded.ready(index)))
                 missing = [h for h in first_rows if h not in inserted]
                 existing = _existing_ids(bucket, missing) if missing else {}
                 if len(existing) == len(missing):

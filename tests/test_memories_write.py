@@ -220,3 +220,80 @@ def test_restricted_token_cannot_write_to_another_bucket(client_factory, tenant,
     restricted = client_factory(tenant, bucket=bucket)
     assert restricted.post(url(other), {"content": "x"}, format="json").status_code == 404
     assert restricted.post(url(bucket), {"content": "x"}, format="json").status_code == 201
+
+
+# --- batches larger than one embedding chunk (embedded one chunk ahead of the inserts) --------
+
+
+def big_batch(count: int, prefix: str = "Fact") -> list[dict]:
+    return [{"content": f"{prefix} number {i}: the {i % 7}th shelf holds box {i * 13 % 101}."} for i in range(count)]
+
+
+def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bucket, monkeypatch):
+    from memories import embedding, services
+
+    monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 7)
+    items = big_batch(30)
+    response = api.post(url(bucket), {"memories": items}, format="json")
+    assert response.status_code == 201, response.content
+    ids = [r["id"] for r in response.json()["results"]]
+    assert len(set(ids)) == 30
+    rows = {str(m.pk): m for m in Memory.objects.filter(pk__in=ids)}
+    expected = embedding.embed_texts([item["content"] for item in items])
+    for i, memory_id in enumerate(ids):
+        memory = rows[memory_id]
+        assert memory.content == items[i]["content"]  # results in request order
+        assert np.abs(np.asarray(memory.embedding) - expected[i]).max() < 1e-5  # its own vector, not a neighbour's
+        if i:  # the batch is a sequence: each row after the first has a context vector
+            context = services.join_context(
+                "\n".join(x["content"] for x in items[max(0, i - 2) : i]), items[i]["content"]
+            )
+            assert (
+                memory.context_text
+                and np.abs(np.asarray(memory.context_embedding) - embedding.embed_texts([context])[0]).max() < 1e-5
+            )
+
+
+def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, bucket, monkeypatch):
+    from memories import services
+
+    monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 5)
+    real_insert, calls = services._insert, []
+
+    def insert(bucket, rows):
+        calls.append(len(rows))
+        if len(calls) == 3:
+            raise RuntimeError("the database went away mid-batch")
+        return real_insert(bucket, rows)
+
+    monkeypatch.setattr(services, "_insert", insert)
+    with pytest.raises(RuntimeError, match="mid-batch"):
+        services.memories_ingest(
+            bucket=bucket, items=[services.MemoryInput(content=i["content"]) for i in big_batch(14)]
+        )
+    assert calls == [5, 5, 4]
+    assert not Memory.objects.filter(bucket=bucket).exists()
+
+
+def test_a_model_failing_on_one_chunk_stores_those_rows_without_vectors_and_the_rest_with(api, bucket, monkeypatch):
+    from memories import embedding, services
+
+    monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 4)
+    model = embedding.get_model()
+    real_encode = model.encode
+
+    def encode(texts, **kwargs):
+        if any("poisoned" in t for t in texts):
+            raise RuntimeError("model crashed on this chunk")
+        return real_encode(texts, **kwargs)
+
+    monkeypatch.setattr(model, "encode", encode)
+    items = big_batch(12) + [{"content": "A poisoned sentence."}]
+    response = api.post(url(bucket), {"memories": items, "sequence": False}, format="json")
+    assert response.status_code == 201, response.content
+    stored = Memory.objects.filter(bucket=bucket)
+    assert stored.count() == 13  # no write lost
+    without = set(stored.filter(embedding__isnull=True).values_list("content", flat=True))
+    assert "A poisoned sentence." in without
+    assert 0 < len(without) <= 4  # only the failing chunk
+    assert stored.filter(embedding__isnull=False).count() == 13 - len(without)
