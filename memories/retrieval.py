@@ -536,18 +536,26 @@ def _start(function, *args, pool: ThreadPoolExecutor = _executor, **kwargs):
 
 def _keyword_signals(bucket: Bucket, query: str, filters: SearchFilters, config: ranking.RankingConfig, now):
     """BM25 over the memory and over memory + context (that one in another thread when
-    ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query."""
+    ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query. A signal weighted 0 is not run."""
     lexemes = _query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
-    context_side = _start(_bm25, bucket, lexemes, filters, config, context=True)
-    return _bm25(bucket, lexemes, filters, config, context=False), context_side.result()
+    context_side = (
+        _start(_bm25, bucket, lexemes, filters, config, context=True) if config.weight("keyword_context") > 0 else None
+    )
+    memory_side = _bm25(bucket, lexemes, filters, config, context=False) if config.weight("keyword") > 0 else []
+    return memory_side, context_side.result() if context_side else []
 
 
 def _vector_signals(bucket: Bucket, query: str, filters: SearchFilters, config: ranking.RankingConfig):
     """Embed the query, then both nearest-neighbour lists (the context one in another
     thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is."""
     query_vector = embedding.embed_query(query)  # checked for NaN / zeros there
-    context_side = _start(_vector, bucket, query_vector, filters, config, context=True, pool=_walk_executor)
-    return _vector(bucket, query_vector, filters, config, context=False), context_side.result()
+    context_side = None
+    if config.weight("vector_context") > 0:
+        context_side = _start(_vector, bucket, query_vector, filters, config, context=True, pool=_walk_executor)
+    memory_side = (
+        _vector(bucket, query_vector, filters, config, context=False) if config.weight("vector") > 0 else ([], "")
+    )
+    return memory_side, context_side.result() if context_side else ([], "")
 
 
 # Django has psycopg hand JSONB back as text (its JSONField decodes it); raw rows decode here.
@@ -656,10 +664,14 @@ def memories_search(
     # The vector side (embedding the query, then two index walks) and the graph side (parsing
     # the query, then the walk) start first, in other threads when ENGRAM_SEARCH_PARALLEL is
     # on, while this thread runs the lexical signals.
-    vector_side = _start(_vector_signals, bucket, query, filters, config) if mode in ("hybrid", "vector") else None
+    # Signals weighted 0 add nothing to the fusion, so they are not run at all.
+    vector_side = None
+    if mode in ("hybrid", "vector") and (config.weight("vector") > 0 or config.weight("vector_context") > 0):
+        vector_side = _start(_vector_signals, bucket, query, filters, config)
     graph_side = None
     if mode in ("hybrid", "graph") and _graph_signal is not None:
-        graph_side = _start(_graph_signal, bucket=bucket, query=query, filters=filters, config=config, now=now)
+        if config.weight("graph") > 0:
+            graph_side = _start(_graph_signal, bucket=bucket, query=query, filters=filters, config=config, now=now)
     elif mode == "graph":
         warnings.append("The graph signal is not available; no results.")
 
@@ -667,7 +679,7 @@ def memories_search(
     methods: dict[str, str] = {}
     graph_paths: dict = {}
     with transaction.atomic():
-        if mode in ("hybrid", "keyword"):
+        if mode in ("hybrid", "keyword") and (config.weight("keyword") > 0 or config.weight("keyword_context") > 0):
             lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
         if vector_side is not None:
             try:
@@ -678,8 +690,9 @@ def memories_search(
                 if mode == "vector":
                     lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
             else:
-                lists["vector"], methods["vector"] = vector
-                lists["vector_context"], methods["vector_context"] = vector_context
+                for signal, (ranked, method) in (("vector", vector), ("vector_context", vector_context)):
+                    if method:
+                        lists[signal], methods[signal] = ranked, method
         if graph_side is not None:
             lists["graph"], graph_paths = graph_side.result()
 

@@ -284,6 +284,46 @@ def test_ranking_overrides_are_applied(api, bucket):
     assert "Coffee" in body["results"][0]["content"] or "coffee" in body["results"][0]["content"]
 
 
+@pytest.mark.parametrize(
+    ("zeroed", "runs"),
+    [
+        ({"keyword_context": 0}, {"bm25": [False], "vector": [False, True], "embed": 1}),
+        ({"keyword": 0, "keyword_context": 0}, {"bm25": [], "vector": [False, True], "embed": 1}),
+        ({"vector_context": 0}, {"bm25": [False, True], "vector": [False], "embed": 1}),
+        ({"vector": 0, "vector_context": 0}, {"bm25": [False, True], "vector": [], "embed": 0}),
+    ],
+)
+def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, runs):
+    from memories import embedding, retrieval
+
+    write(api, bucket, *CORPUS)
+    seen = {"bm25": [], "vector": [], "embed": 0}
+    real_bm25, real_vector, real_embed = retrieval._bm25, retrieval._vector, embedding.embed_query
+
+    def bm25(*args, context, **kwargs):
+        seen["bm25"].append(context)
+        return real_bm25(*args, context=context, **kwargs)
+
+    def vector(*args, context, **kwargs):
+        seen["vector"].append(context)
+        return real_vector(*args, context=context, **kwargs)
+
+    def embed(text):
+        seen["embed"] += 1
+        return real_embed(text)
+
+    monkeypatch.setattr(retrieval, "_bm25", bm25)
+    monkeypatch.setattr(retrieval, "_vector", vector)
+    monkeypatch.setattr(embedding, "embed_query", embed)
+    embedding._embed_query_cached.cache_clear()
+    body = search(api, bucket, "ThinkPad laptop", ranking={"weights": zeroed}, explain=True)
+    assert sorted(seen["bm25"]) == runs["bm25"] and sorted(seen["vector"]) == runs["vector"]
+    assert seen["embed"] == runs["embed"]
+    assert body["results"] and body["results"][0]["content"] == CORPUS[6]
+    signals = set().union(*(hit["explain"]["signals"] for hit in body["results"]))
+    assert not signals & set(zeroed)
+
+
 def test_tenant_retrieval_settings_are_defaults(api, tenant, bucket):
     tenant.settings = {"retrieval": {"fusion": "score"}}
     tenant.save()
