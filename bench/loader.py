@@ -237,6 +237,8 @@ def query_pool(corpus: Path, rows: int) -> tuple[list[dict], dict]:
                 source[index] = json.loads(line)
     for i, q in enumerate(queries):
         q["own_filters"] = "filters" in q
+        # The memory the question was generated from (in the bucket when source_row < rows).
+        q["source_content"] = source[q["source_row"]]["content"] if q["source_row"] < rows else None
         if "filters" not in q:
             row = source[q["source_row"]]
             q["filters"] = {"attributed_to": row["attributed_to"]} if i % 2 else {"agent_id": row["agent_id"]}

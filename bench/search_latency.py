@@ -85,6 +85,7 @@ def run_pass(
     errors: list[str] = []
     fallbacks = Counter()
     empty = [0]
+    found = Counter()  # questions about a loaded row: asked, and its memory among the results
     lock = threading.Lock()
 
     def worker(i: int, go) -> None:
@@ -104,6 +105,9 @@ def run_pass(
                     fallbacks[data["mode_used"]] += 1
                 if not data["results"]:
                     empty[0] += 1
+                if q.get("source_content"):
+                    found["asked"] += 1
+                    found["found"] += any(hit["content"] == q["source_content"] for hit in data["results"])
 
     wall = common.run_together(worker, n, "search")
     flat = [x for per in latencies for x in per]
@@ -114,7 +118,13 @@ def run_pass(
         "fallbacks": dict(fallbacks),
         "empty": empty[0],
         "sent": len(queries),
+        "source_asked": found["asked"],
+        "source_found": found["found"],
     }
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}% of {whole}" if whole else "n/a"
 
 
 def explain_probe(client: common.EngramClient, bucket: str, queries: list[dict], limit: int) -> dict:
@@ -162,14 +172,17 @@ def build_report(ctx: dict) -> str:
         "## Latency (ms, end to end through HTTP; medians over passes)",
         "",
     ]
-    headers = ["mode", "filters", "clients", "p50", "p95", "p99", "p95 min–max", "mean", "queries/s", "empty", "errors"]
+    headers = [
+        "mode", "filters", "clients", "p50", "p95", "p99", "p95 min–max", "mean", "queries/s", "source in top k",
+        "empty", "errors",
+    ]  # fmt: skip
     table = []
     for cond in conds:
         mine = [p for p in passes if p["condition"] == list(cond)]
         mode, filtered, n = cond
         s = [p["summary"] for p in mine if p["summary"].get("count")]
         if not s:
-            table.append([mode, "yes" if filtered else "no", n, *["n/a"] * 6, sum(p["empty"] for p in mine),
+            table.append([mode, "yes" if filtered else "no", n, *["n/a"] * 7, sum(p["empty"] for p in mine),
                           sum(len(p["errors"]) for p in mine)])  # fmt: skip
             continue
         p95s = [x["p95"] for x in s]
@@ -184,12 +197,16 @@ def build_report(ctx: dict) -> str:
                 f"{min(p95s):.1f}–{max(p95s):.1f}",
                 f"{common.median([x['mean'] for x in s]):.1f}",
                 f"{common.median([p['qps'] for p in mine]):.1f}",
+                _share(sum(p.get("source_found", 0) for p in mine), sum(p.get("source_asked", 0) for p in mine)),
                 sum(p["empty"] for p in mine),
                 sum(len(p["errors"]) for p in mine),
             ]
         )
     lines += [common.markdown_table(headers, table, "llr" + "r" * (len(headers) - 3)), ""]
     lines += [
+        f"`source in top k`: of the questions about a loaded row (over all passes), the share whose answer — the "
+        f"memory the generator wrote the question from — is among the {args.limit} results: a check that a faster "
+        "setting did not cost quality (other memories may answer a question too, so it is a floor, not recall). "
         f"`empty`: searches with no result (over all passes). p99 of {args.queries} queries is close to their "
         "maximum: read it with the spread of the passes.",
         "",

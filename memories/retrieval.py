@@ -15,13 +15,14 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import OperationalError, close_old_connections, connection
 from django.utils import timezone
 
 from memories import access, embedding, lemmatizer, ranking
@@ -393,6 +394,31 @@ def _bm25(
         return [(row[0], float(row[1])) for row in cur.fetchall()]
 
 
+# The HNSW settings each kept connection has at session level (see _hnsw_settings).
+_session_ef_search: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _hnsw_settings(cur, ef_search: int) -> None:
+    """Set ``hnsw.ef_search`` and ``hnsw.iterative_scan`` for the walk that follows.
+
+    pgvector 0.8 iterative scans keep walking the graph until enough rows pass the filters
+    (relaxed order: re-sorted by the caller), instead of silently returning fewer. Inside a
+    transaction the settings are local to it. In autocommit (the executor threads) they are
+    set on the session, once per connection and value: a connection used only for searches
+    keeps them, and the round trip is saved.
+    """
+    in_transaction = connection.in_atomic_block
+    raw = connection.connection
+    if not in_transaction and _session_ef_search.get(raw) == ef_search:
+        return
+    cur.execute(
+        "SELECT set_config('hnsw.ef_search', %s, %s), set_config('hnsw.iterative_scan', 'relaxed_order', %s)",
+        [str(ef_search), in_transaction, in_transaction],
+    )
+    if not in_transaction:
+        _session_ef_search[raw] = ef_search
+
+
 def _vector(
     bucket: Bucket, query_vector, filters: SearchFilters, config: ranking.RankingConfig, *, context: bool
 ) -> tuple[list[tuple[uuid.UUID, float]], str]:
@@ -414,12 +440,7 @@ def _vector(
         if population < EXACT_SCAN_BELOW:
             cur.execute(exact_sql, exact_params)
             return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
-        # pgvector 0.8 iterative scans keep walking the graph until enough rows pass the
-        # filters (relaxed order: re-sorted below), instead of silently returning fewer.
-        cur.execute(
-            "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-            [str(max(config.ef_search, limit))],
-        )
+        _hnsw_settings(cur, max(config.ef_search, limit))
         cur.execute(
             f"""
             SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity FROM memories m
@@ -484,14 +505,20 @@ _walk_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-se
 
 def _in_thread(function, *args, **kwargs):
     """Run one signal in an executor thread, on that thread's own database connection
-    (kept between searches; closed first if it broke or outlived DB_CONN_MAX_AGE), in a
-    transaction of its own (SET LOCAL of the HNSW settings lives as long as it)."""
+    (kept between searches; closed first if it broke or outlived DB_CONN_MAX_AGE), in
+    autocommit: signals only read.
+
+    Django's per-use health check (a ``SELECT 1`` before the first query) is skipped, a
+    round trip per signal; a kept connection found dead instead (the database restarted
+    since) is replaced and the signal run once more."""
     close_old_connections()
-    return _in_transaction(function, *args, **kwargs)
-
-
-def _in_transaction(function, *args, **kwargs):
-    with transaction.atomic():
+    connection.health_check_done = True
+    try:
+        return function(*args, **kwargs)
+    except OperationalError:
+        if connection.connection is not None and connection.is_usable():
+            raise
+        connection.close()
         return function(*args, **kwargs)
 
 
@@ -531,7 +558,7 @@ def _start(function, *args, pool: ThreadPoolExecutor = _executor, **kwargs):
     else right here."""
     if getattr(settings, "ENGRAM_SEARCH_PARALLEL", False):
         return pool.submit(_in_thread, function, *args, **kwargs)
-    return _Done(_in_transaction, function, *args, **kwargs)
+    return _Done(function, *args, **kwargs)
 
 
 def _keyword_signals(bucket: Bucket, query: str, filters: SearchFilters, config: ranking.RankingConfig, now):
@@ -678,28 +705,27 @@ def memories_search(
     lists: dict[str, list[tuple[uuid.UUID, float]]] = {}
     methods: dict[str, str] = {}
     graph_paths: dict = {}
-    with transaction.atomic():
-        if mode in ("hybrid", "keyword") and (config.weight("keyword") > 0 or config.weight("keyword_context") > 0):
-            lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
-        if vector_side is not None:
-            try:
-                vector, vector_context = vector_side.result()
-            except embedding.EmbeddingUnavailable as exc:
-                warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
-                mode_used = "keyword"
-                if mode == "vector":
-                    lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
-            else:
-                for signal, (ranked, method) in (("vector", vector), ("vector_context", vector_context)):
-                    if method:
-                        lists[signal], methods[signal] = ranked, method
-        if graph_side is not None:
-            lists["graph"], graph_paths = graph_side.result()
+    if mode in ("hybrid", "keyword") and (config.weight("keyword") > 0 or config.weight("keyword_context") > 0):
+        lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
+    if vector_side is not None:
+        try:
+            vector, vector_context = vector_side.result()
+        except embedding.EmbeddingUnavailable as exc:
+            warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
+            mode_used = "keyword"
+            if mode == "vector":
+                lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
+        else:
+            for signal, (ranked, method) in (("vector", vector), ("vector_context", vector_context)):
+                if method:
+                    lists[signal], methods[signal] = ranked, method
+    if graph_side is not None:
+        lists["graph"], graph_paths = graph_side.result()
 
-        fused = ranking.fuse(lists, config)
-        wanted_scope = preferred_scope(query)
-        people = [p.lower() for p in named_people(query)]
-        rows = _fetch_contenders(bucket, fused, config, limit if token_budget is None else None, wanted_scope, people)
+    fused = ranking.fuse(lists, config)
+    wanted_scope = preferred_scope(query)
+    people = [p.lower() for p in named_people(query)]
+    rows = _fetch_contenders(bucket, fused, config, limit if token_budget is None else None, wanted_scope, people)
 
     ranks = {}
     for signal, ranked in lists.items():

@@ -444,6 +444,25 @@ class TestParallelSignals:
             assert answers[(True, mode)] == answers[(False, mode)], mode
         assert answers[(True, "hybrid")][0][2]["signals"].keys() >= {"vector", "keyword"}
 
+    def test_signal_threads_replace_connections_the_database_dropped(self, api, bucket, settings):
+        """The threads keep their connections between searches without Django's per-use
+        health check; one the server has closed since (a restart, an idle timeout) is
+        replaced and the signal run again, so the search does not fail."""
+        from django.db import connection
+
+        write(api, bucket, *CORPUS)
+        settings.ENGRAM_SEARCH_PARALLEL = True
+        first = search(api, bucket, "Where does my sister Anna work?", mode="hybrid")
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+            assert cur.fetchone()[0] >= 2  # the threads' connections were there, and are gone
+        again = search(api, bucket, "Where does my sister Anna work?", mode="hybrid")
+        assert [r["id"] for r in again["results"]] == [r["id"] for r in first["results"]]
+        assert again["mode_used"] == "hybrid" and not again["warnings"]
+
     def test_a_failing_model_in_the_vector_thread_degrades_to_keyword(self, api, bucket, settings, monkeypatch):
         write(api, bucket, *CORPUS)
         settings.ENGRAM_SEARCH_PARALLEL = True
