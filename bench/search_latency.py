@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import threading
 from collections import Counter
 from pathlib import Path
@@ -50,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--load-clients", type=int, default=2, help="threads loading the corpus")
     p.add_argument("--no-graph", action="store_true", help="do not extract the knowledge graph after loading")
     p.add_argument("--probe", type=int, default=30, help="explain-probe queries per filter condition (0: skip)")
+    p.add_argument("--ranking", type=json.loads, help="ranking overrides sent with every search (JSON)")
     p.add_argument("--corpus", type=Path, default=loader.DEFAULT_CORPUS)
     p.add_argument("--out", type=Path, help="report path (default bench/results/search-latency-<date>.md)")
     common.add_server_args(p)
@@ -59,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("modes are keyword, vector, hybrid, graph")
     if min(args.rows, args.repeat, args.clients, args.queries) < 1:
         p.error("--rows, --repeat, --clients and --queries must be positive")
+    global RANKING
+    RANKING = args.ranking
     return args
 
 
@@ -67,8 +71,14 @@ def conditions(args: argparse.Namespace) -> list[tuple[str, bool, int]]:
     return [(mode, filtered, n) for n in levels for filtered in (False, True) for mode in args.modes]
 
 
+# Ranking overrides sent with every search (--ranking), e.g. to time a weight setting.
+RANKING: dict | None = None
+
+
 def body(query: dict, mode: str, filtered: bool, limit: int, explain: bool = False) -> dict:
     out: dict[str, Any] = {"mode": mode, "limit": limit, "now": QUERY_NOW}
+    if RANKING:
+        out["ranking"] = RANKING
     if filtered:
         out["filters"] = query["filters"]
     if explain:
@@ -162,6 +172,7 @@ def build_report(ctx: dict) -> str:
         f"(used first, spread evenly); {args.queries} per condition per pass, every text sent once; "
         f"limit {args.limit}; `now` = {QUERY_NOW}",
         f"- filters (per query): {ctx['filter_mix']}",
+        f"- ranking: {json.dumps(args.ranking) if args.ranking else 'server defaults'}",
         f"- {args.repeat} passes; each pass runs every condition once, in this order: modes x "
         f"(unfiltered, filtered) x clients {sorted({1, args.clients})}",
         "",
