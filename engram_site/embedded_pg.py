@@ -20,6 +20,7 @@ while its settings load. The rules that make sharing safe:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -34,19 +35,42 @@ logger = logging.getLogger(__name__)
 
 DATABASE_NAME = "engram"
 
-# Written to pgdata/engram.conf and included from postgresql.conf. Sized for a
-# developer machine; production deployments bring their own PostgreSQL.
+# Written to pgdata/engram.conf and included from postgresql.conf at every start.
+# Production deployments bring their own PostgreSQL.
 SERVER_CONFIG = """\
 # Managed by Engram (engram_site/embedded_pg.py); rewritten at every start.
-shared_buffers = '512MB'
+shared_buffers = '{shared_buffers}MB'
 maintenance_work_mem = '512MB'
 work_mem = '16MB'
-effective_cache_size = '2GB'
+effective_cache_size = '{effective_cache_size}MB'
 max_connections = 200
 max_parallel_maintenance_workers = 2
 random_page_cost = 1.1
 jit = off
 """
+
+
+def _memory_mb() -> int | None:
+    """The machine's memory, or the container's limit when that is lower."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            memory = min(memory, int(Path(limit_file).read_text().strip()))
+    return memory // (1 << 20)
+
+
+def server_config() -> str:
+    """The server settings for this machine. Search reads HNSW and GIN index pages and the
+    rows behind them at random: they should stay in shared buffers, so those get an eighth of
+    the memory (512 MB to 4 GB; ``ENGRAM_PG_SHARED_BUFFERS_MB`` overrides)."""
+    memory = _memory_mb()
+    default = min(4096, max(512, memory // 8)) if memory else 512
+    shared = int(os.environ.get("ENGRAM_PG_SHARED_BUFFERS_MB") or default)
+    cache = max(2048, memory // 2) if memory else 2048
+    return SERVER_CONFIG.format(shared_buffers=shared, effective_cache_size=cache)
 
 
 @dataclass(frozen=True)
@@ -122,7 +146,7 @@ def _write_config(server) -> None:
         with open(conf, "a") as handle:
             handle.write(f"\n{include}\n")
     target = pgdata / "engram.conf"
-    target.write_text(SERVER_CONFIG)
+    target.write_text(server_config())
     if server.system_user:  # running as root: the server runs as its own user
         import pwd
 

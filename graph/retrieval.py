@@ -67,14 +67,21 @@ def query_entity_keys(query: str) -> list[str]:
     return [k for k in dict.fromkeys(keys) if k]
 
 
-def _seeds(bucket, query: str) -> dict[uuid.UUID, str]:
+# Ids stay text inside the signal (the walk handles thousands of them: text hashes and
+# compares faster than uuid.UUID), and arrays go to PostgreSQL as one literal each
+# ("{a,b}"::uuid[]) instead of being adapted element by element.
+def _array(values) -> str:
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _seeds(bucket, query: str) -> dict[str, str]:
     keys = query_entity_keys(query)
     if not keys:
         return {}
     with connection.cursor() as cur:
         cur.execute(
             """
-            SELECT id, name FROM graph_entities
+            SELECT id::text, name FROM graph_entities
             WHERE tenant_id = %s AND bucket_id = %s AND type <> 'SPEAKER'
               AND (normalized_name = ANY(%s) OR aliases && %s::text[])
             """,
@@ -83,15 +90,15 @@ def _seeds(bucket, query: str) -> dict[uuid.UUID, str]:
         return dict(cur.fetchall())
 
 
-def _names(ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
+def _names(ids: set[str]) -> dict[str, str]:
     if not ids:
         return {}
     with connection.cursor() as cur:
-        cur.execute("SELECT id, name FROM graph_entities WHERE id = ANY(%s)", [list(ids)])
+        cur.execute("SELECT id::text, name FROM graph_entities WHERE id = ANY(%s::uuid[])", [_array(ids)])
         return dict(cur.fetchall())
 
 
-def _walk(bucket, seeds: dict[uuid.UUID, str], moment: datetime):
+def _walk(bucket, seeds: dict[str, str], moment: datetime):
     """Breadth-first over edges valid at ``moment``, at most :data:`MAX_DEPTH` hops.
 
     Returns ``(depth, parent, edge_memories)``: each reached entity's depth (seeds: 1) and
@@ -103,9 +110,9 @@ def _walk(bucket, seeds: dict[uuid.UUID, str], moment: datetime):
     entities (fewest mentions) — a hub such as a city half the bucket mentions is reached,
     but not walked through.
     """
-    depth: dict[uuid.UUID, int] = dict.fromkeys(seeds, 1)
-    parent: dict[uuid.UUID, tuple | None] = dict.fromkeys(seeds)
-    edge_memories: dict[uuid.UUID, tuple] = {}
+    depth: dict[str, int] = dict.fromkeys(seeds, 1)
+    parent: dict[str, tuple | None] = dict.fromkeys(seeds)
+    edge_memories: dict[str, tuple] = {}
     frontier = list(seeds)
     with connection.cursor() as cur:
         for level in range(1, MAX_DEPTH + 1):
@@ -116,8 +123,8 @@ def _walk(bucket, seeds: dict[uuid.UUID, str], moment: datetime):
             # tenant, bucket, entity, valid_from), newest first.
             cur.execute(
                 """
-                SELECT e.subject_id, e.predicate, e.object_entity_id, e.object_literal, e.source_memory_id,
-                       e.forward, coalesce(g.mention_count, 0)
+                SELECT e.subject_id::text, e.predicate, e.object_entity_id::text, e.object_literal,
+                       e.source_memory_id::text, e.forward, coalesce(g.mention_count, 0)
                 FROM unnest(%s::uuid[]) f(id)
                 CROSS JOIN LATERAL (
                     (SELECT subject_id, predicate, object_entity_id, object_literal, source_memory_id,
@@ -137,12 +144,12 @@ def _walk(bucket, seeds: dict[uuid.UUID, str], moment: datetime):
                 LEFT JOIN graph_entities g ON g.id = e.far
                 """,
                 [
-                    frontier,
+                    _array(frontier),
                     bucket.tenant_id, bucket.pk, moment, moment, quota,
                     bucket.tenant_id, bucket.pk, moment, moment, quota,
                 ],
             )  # fmt: skip
-            candidates: dict[uuid.UUID, tuple] = {}
+            candidates: dict[str, tuple] = {}
             for subject_id, predicate, object_id, literal, memory_id, forward, mentions in cur.fetchall():
                 near, far = (subject_id, object_id) if forward else (object_id, subject_id)
                 edge_memories.setdefault(memory_id, (level, near, predicate, far, literal, forward))
@@ -150,16 +157,14 @@ def _walk(bucket, seeds: dict[uuid.UUID, str], moment: datetime):
                     candidates[far] = (mentions, (near, predicate, forward))
             frontier = []
             if level < MAX_DEPTH:
-                for far, (_mentions, step) in sorted(candidates.items(), key=lambda c: (c[1][0], str(c[0])))[
-                    :MAX_FRONTIER
-                ]:
+                for far, (_mentions, step) in sorted(candidates.items(), key=lambda c: (c[1][0], c[0]))[:MAX_FRONTIER]:
                     depth[far] = level + 1
                     parent[far] = step
                     frontier.append(far)
     return depth, parent, edge_memories
 
 
-def _path(entity: uuid.UUID, parent: dict, names: dict) -> str:
+def _path(entity: str, parent: dict, names: dict) -> str:
     steps = []
     while parent.get(entity) is not None:
         near, predicate, forward = parent[entity]
@@ -189,6 +194,7 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
     # filters narrow the bucket.
     narrowed = where != type(filters)().sql(bucket)[0]
     join = f"JOIN memories m ON m.id = s.memory_id WHERE {where}" if narrowed else ""
+    edge_ids = list(edge_memories)
     with connection.cursor() as cur:
         cur.execute(
             f"""
@@ -213,14 +219,14 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
                        (array_agg(entity_id ORDER BY weight DESC) FILTER (WHERE entity_id IS NOT NULL))[1] AS best
                 FROM hits GROUP BY memory_id
             )
-            SELECT s.memory_id, s.score, s.best FROM scored s {join}
+            SELECT s.memory_id::text, s.score, s.best::text FROM scored s {join}
             ORDER BY s.score DESC, s.memory_id
             LIMIT %s
             """,
             [
-                entities, [1.0 / depth[e] for e in entities],
-                [MENTIONS_PER_SEED if depth[e] == 1 else MENTIONS_PER_ENTITY for e in entities],
-                list(edge_memories), [1.0 / edge_memories[m][0] for m in edge_memories],
+                _array(entities), _array(1.0 / depth[e] for e in entities),
+                _array(MENTIONS_PER_SEED if depth[e] == 1 else MENTIONS_PER_ENTITY for e in entities),
+                _array(edge_ids), _array(1.0 / edge_memories[m][0] for m in edge_ids),
                 *(params if narrowed else []), config.candidates,
             ],
         )  # fmt: skip
@@ -228,7 +234,7 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
     if not rows:
         return [], {}
     # Names for the paths of the memories returned only.
-    wanted: set[uuid.UUID] = set()
+    wanted: set[str] = set()
     for memory_id, _score, best in rows:
         node = edge_memories[memory_id][1] if memory_id in edge_memories else best
         hop = edge_memories.get(memory_id)
@@ -249,4 +255,7 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
             paths[memory_id] = _path(near, parent, names) + step
         else:
             paths[memory_id] = _path(best, parent, names) + " (mentioned)"
-    return [(memory_id, float(score)) for memory_id, score, _best in rows], paths
+    return (
+        [(uuid.UUID(memory_id), float(score)) for memory_id, score, _best in rows],
+        {uuid.UUID(memory_id): path for memory_id, path in paths.items()},
+    )

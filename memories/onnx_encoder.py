@@ -161,6 +161,10 @@ class OnnxSentenceEncoder:
         options.intra_op_num_threads = max(1, threads)
         options.inter_op_num_threads = 1
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if os.environ.get("ENGRAM_ORT_SPIN", "0") != "1":
+            # Idle intra-op threads sleep instead of spinning: on a small machine a spinning
+            # thread takes the core the database needs for the same search.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         self.path = Path(onnx_path)
 
