@@ -130,7 +130,13 @@ def test_filters(api, bucket, mode):
 
 def test_explain_shows_ranks_scores_boosts_and_context(api, bucket):
     write(api, bucket, "I joined Globex in 2019.", "Five years already!", sequence=True)
-    body = search(api, bucket, "how long have I worked at Globex", explain=True)
+    assert "Five years already!" in [
+        r["content"] for r in search(api, bucket, "how long have I worked at Globex")["results"]
+    ]
+    # keyword_context is weighted 0 by default (not run); weighted in, it explains itself too.
+    body = search(
+        api, bucket, "how long have I worked at Globex", explain=True, ranking={"weights": {"keyword_context": 0.25}}
+    )
     top = {r["content"]: r["explain"] for r in body["results"]}
     explain = top["Five years already!"]
     assert explain["context"] == "I joined Globex in 2019."
@@ -291,9 +297,12 @@ def test_ranking_overrides_are_applied(api, bucket):
         ({"keyword": 0, "keyword_context": 0}, {"bm25": [], "vector": [False, True], "embed": 1}),
         ({"vector_context": 0}, {"bm25": [False, True], "vector": [False], "embed": 1}),
         ({"vector": 0, "vector_context": 0}, {"bm25": [False, True], "vector": [], "embed": 0}),
+        (None, {"bm25": [False], "vector": [False, True], "embed": 1}),  # the defaults
     ],
 )
 def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, runs):
+    """Including keyword_context by default (weighted 0): searching with the defaults
+    runs one BM25, over the memory only."""
     from memories import embedding, retrieval
 
     write(api, bucket, *CORPUS)
@@ -316,12 +325,14 @@ def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, run
     monkeypatch.setattr(retrieval, "_vector", vector)
     monkeypatch.setattr(embedding, "embed_query", embed)
     embedding._embed_query_cached.cache_clear()
-    body = search(api, bucket, "ThinkPad laptop", ranking={"weights": zeroed}, explain=True)
+    # Every signal weighted in (keyword_context is 0 by default), then some zeroed.
+    ranking = {"weights": {"keyword_context": 0.25, **zeroed}} if zeroed is not None else None
+    body = search(api, bucket, "ThinkPad laptop", explain=True, **({"ranking": ranking} if ranking else {}))
     assert sorted(seen["bm25"]) == runs["bm25"] and sorted(seen["vector"]) == runs["vector"]
     assert seen["embed"] == runs["embed"]
     assert body["results"] and body["results"][0]["content"] == CORPUS[6]
     signals = set().union(*(hit["explain"]["signals"] for hit in body["results"]))
-    assert not signals & set(zeroed)
+    assert not signals & set(zeroed if zeroed is not None else {"keyword_context"})
 
 
 def test_tenant_retrieval_settings_are_defaults(api, tenant, bucket):
