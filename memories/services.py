@@ -33,6 +33,11 @@ from tenants.models import Bucket
 logger = logging.getLogger(__name__)
 
 CONTEXT_PREDECESSORS = 2  # how many preceding memories make a memory's context
+# Batches are embedded and inserted in chunks of this many rows, the next chunk's
+# embeddings computed in a helper thread while this one is inserted (see _EmbeddingAhead).
+EMBED_CHUNK_ROWS = 256
+EMBED_BATCH = 64  # texts per model batch (embed_texts' default)
+_embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
 
 
 @dataclass
@@ -100,7 +105,12 @@ def _embed_rows(rows: list[_Row]) -> None:
     contexts = [r for r in rows if r.context_text]
     texts = [r.item.content for r in rows] + [join_context(r.context_text, r.item.content) for r in contexts]
     try:
-        vectors = embedding.embed_texts(texts)
+        if len(rows) > EMBED_BATCH and contexts:
+            # Memories and their (about three times longer) context texts in separate calls:
+            # a model batch mixing both pads the short ones to the long ones' length.
+            vectors = np.vstack([embedding.embed_texts(texts[: len(rows)]), embedding.embed_texts(texts[len(rows) :])])
+        else:
+            vectors = embedding.embed_texts(texts)
     except embedding.EmbeddingUnavailable as exc:
         logger.warning("embedding model unavailable, storing rows without embeddings: %s", exc)
         return
@@ -115,19 +125,14 @@ def _embed_rows(rows: list[_Row]) -> None:
         logger.warning("embedding model returned %d unusable vector(s); storing those rows without them", unusable)
 
 
-# Batches are embedded and inserted in chunks of this many rows, the next chunk's
-# embeddings computed in a helper thread while this one is inserted (see _EmbeddingAhead).
-EMBED_CHUNK_ROWS = 256
-_embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
-
-
 class _EmbeddingAhead:
     """The embeddings of a batch, chunk by chunk, one chunk ahead of the inserts.
 
-    ``ready(i)`` returns chunk ``i`` once its rows carry their vectors and starts the
-    embedding of chunk ``i + 1`` in a helper thread, so the model (which releases the GIL)
-    runs while the database inserts chunk ``i``. Embedding failures are handled by
-    :func:`_embed_rows` per chunk: such rows are stored without vectors, as always.
+    ``ready(i)`` waits until chunk ``i``'s rows carry their vectors, then starts the
+    embedding of chunk ``i + 1`` in a helper thread and returns chunk ``i``: the model
+    (which releases the GIL) runs while the database inserts chunk ``i``, one chunk at a
+    time (two at once would only split the same cores between them). Embedding failures
+    are handled by :func:`_embed_rows` per chunk: such rows are stored without vectors.
     """
 
     def __init__(self, chunks: list[list[_Row]]):
@@ -140,8 +145,8 @@ class _EmbeddingAhead:
 
     def ready(self, index: int) -> list[_Row]:
         self._submit(index)
-        self._submit(index + 1)
         self._futures[index].result()
+        self._submit(index + 1)
         return self.chunks[index]
 
 
