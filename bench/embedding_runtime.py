@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import common
+import ingest_throughput
 import inproc
 import loader
 import numpy as np
@@ -45,20 +46,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cache", type=Path, help="folder of the ONNX export (default: a temporary one)")
     p.add_argument("--out", type=Path, help="report path (default bench/results/embedding-runtime-<date>.md)")
     return p.parse_args()
-
-
-def context_texts(rows: list[dict]) -> list[str]:
-    """Each memory with its one or two predecessors of the same run (memories.services.join_context)."""
-    from memories.services import CONTEXT_PREDECESSORS, join_context
-
-    history: dict[str, list[str]] = {}
-    out = []
-    for row in rows:
-        previous = history.setdefault(row.get("run_id") or "", [])
-        if previous:
-            out.append(join_context("\n".join(previous[-CONTEXT_PREDECESSORS:]), row["content"]))
-        previous.append(row["content"])
-    return out
 
 
 def main() -> int:
@@ -87,7 +74,8 @@ def main() -> int:
     common.log(f"models ready in {time.perf_counter() - started:.1f}s (ONNX graph in {cache})")
 
     rows = loader.read_rows(args.corpus, args.rows)
-    texts = {"memory": [r["content"] for r in rows], "context": context_texts(rows)}
+    server_texts = ingest_throughput.ceiling_texts(rows, len(rows))
+    texts = {"memory": server_texts["content"], "context": server_texts["context"]}
     pool, _ = loader.query_pool(args.corpus, args.rows)
     questions = [q["query"] for q in pool[: args.queries]]
 

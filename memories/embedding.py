@@ -19,15 +19,18 @@ import os
 import threading
 import time
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from django.conf import settings
 
+from memories import onnx_encoder  # onnxruntime itself is imported only when a graph is loaded
 from memories.text import rough_token_count
 
 logger = logging.getLogger(__name__)
 
 DIMENSIONS = 384
+BATCH_SIZE = 64  # texts per model batch
 MODEL_NAME = "all-MiniLM-L6-v2"
 RETRY_SECONDS = 60
 
@@ -65,16 +68,12 @@ def runtime() -> str | None:
     """The runtime of the loaded model ("onnx" or "torch"), or None before it is loaded."""
     if _model is None:
         return None
-    return "onnx" if type(_model).__name__ == "OnnxSentenceEncoder" else "torch"
+    return "onnx" if isinstance(_model, onnx_encoder.OnnxSentenceEncoder) else "torch"
 
 
 def _load_onnx():
     """The ONNX encoder, or None (logged) when ONNX Runtime or the export is unavailable."""
-    from pathlib import Path
-
     try:
-        from memories import onnx_encoder
-
         return onnx_encoder.exported_model(
             Path(_model_path()), Path(settings.ENGRAM_MODEL_CACHE), _threads(), name=MODEL_NAME
         )
@@ -132,7 +131,7 @@ def warm_up_in_background() -> None:
     threading.Thread(target=warm_up, name="engram-embedding-warmup", daemon=True).start()
 
 
-def embed_texts(texts: list[str], *, batch_size: int = 64) -> np.ndarray:
+def embed_texts(texts: list[str], *, batch_size: int = BATCH_SIZE) -> np.ndarray:
     """Embeddings for ``texts`` (shape ``(len(texts), 384)``, float32, unit length)."""
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)

@@ -133,10 +133,12 @@ def exported_model(model_dir: Path, cache_dir: Path, threads: int, *, name: str)
         partial = target.with_suffix(f".{os.getpid()}.partial")
         try:
             _export(model_dir, partial)
-            difference = _verify(OnnxSentenceEncoder(partial, model_dir, threads), model_dir)
+            encoder = OnnxSentenceEncoder(partial, model_dir, threads)
+            difference = _verify(encoder, model_dir)
             if difference > MAX_DIFFERENCE:
                 raise ExportFailed(f"ONNX vectors differ from the model's by up to {difference:.2e}")
-            os.replace(partial, target)
+            os.replace(partial, target)  # the session holds the graph in memory already
+            encoder.path = target
             logger.info("exported the embedding model to %s (max difference %.1e)", target, difference)
         except ExportFailed:
             raise
@@ -144,7 +146,7 @@ def exported_model(model_dir: Path, cache_dir: Path, threads: int, *, name: str)
             raise ExportFailed(f"ONNX export failed: {exc}") from exc
         finally:
             partial.unlink(missing_ok=True)
-    return OnnxSentenceEncoder(target, model_dir, threads)
+    return encoder
 
 
 class OnnxSentenceEncoder:

@@ -36,7 +36,6 @@ CONTEXT_PREDECESSORS = 2  # how many preceding memories make a memory's context
 # Batches are embedded and inserted in chunks of this many rows, the next chunk's
 # embeddings computed in a helper thread while this one is inserted (see _EmbeddingAhead).
 EMBED_CHUNK_ROWS = 256
-EMBED_BATCH = 64  # texts per model batch (embed_texts' default)
 _embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
 
 
@@ -105,7 +104,7 @@ def _embed_rows(rows: list[_Row]) -> None:
     contexts = [r for r in rows if r.context_text]
     texts = [r.item.content for r in rows] + [join_context(r.context_text, r.item.content) for r in contexts]
     try:
-        if len(rows) > EMBED_BATCH and contexts:
+        if len(rows) > embedding.BATCH_SIZE and contexts:
             # Memories and their (about three times longer) context texts in separate calls:
             # a model batch mixing both pads the short ones to the long ones' length.
             vectors = np.vstack([embedding.embed_texts(texts[: len(rows)]), embedding.embed_texts(texts[len(rows) :])])
