@@ -172,16 +172,17 @@ def embed_query(text: str) -> np.ndarray:
 
 
 def _get_tokenizer():
+    """The tokenizer that counts tokens: an instance of its own, never the model's. A fast
+    tokenizer keeps its truncation and padding settings in shared state, and counting
+    (no truncation, no padding) on the model's instance while another thread embeds
+    would hand the model ragged, untruncated batches."""
     global _tokenizer
     if _tokenizer is None:
         with _lock:
             if _tokenizer is None:
-                if _model is not None:
-                    _tokenizer = _model.tokenizer
-                else:
-                    from transformers import AutoTokenizer
+                from transformers import AutoTokenizer
 
-                    _tokenizer = AutoTokenizer.from_pretrained(_model_path())
+                _tokenizer = AutoTokenizer.from_pretrained(_model_path())
     return _tokenizer
 
 

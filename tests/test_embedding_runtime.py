@@ -142,3 +142,39 @@ def test_the_torch_runtime_can_be_chosen(fresh_model, monkeypatch, torch_model):
     vectors = embedding.embed_texts(TEXTS[:2])
     assert embedding.runtime() == "torch"
     assert np.abs(vectors - reference(torch_model, TEXTS[:2])).max() < 1e-6
+
+
+def test_counting_tokens_while_another_thread_embeds_changes_no_vector():
+    # Ingest counts tokens in the request thread while the model embeds the first chunk in
+    # a helper thread (and a search may embed its query meanwhile): counting must not touch
+    # the truncation and padding the model's tokenizer works with.
+    import threading
+
+    texts = TEXTS * 2
+    expected = embedding.embed_texts(texts)
+    counts = embedding.count_tokens(texts)
+    assert counts[4] > 256  # counted without truncation
+    errors, results = [], []
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            try:
+                assert embedding.count_tokens(texts) == counts
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        for _ in range(4):
+            results.append(embedding.embed_texts(texts, batch_size=4))
+    except Exception as exc:  # noqa: BLE001 - reported below
+        errors.append(exc)
+    finally:
+        stop.set()
+        counter.join()
+    assert errors == []
+    for vectors in results:
+        assert np.abs(vectors - expected).max() < 1e-4
