@@ -8,6 +8,9 @@ import unicodedata
 
 _WHITESPACE = re.compile(r"\s+")
 _ROUGH_TOKENS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+# The ASCII punctuation (Unicode category P), as a str.translate table: most memories are
+# ASCII, and translating them in C is several times faster than the per-character loop.
+_ASCII_PUNCTUATION = {cp: " " for cp in range(128) if unicodedata.category(chr(cp)).startswith("P")}
 
 
 def normalize_for_hash(text: str) -> str:
@@ -19,7 +22,10 @@ def normalize_for_hash(text: str) -> str:
     and "I love 🍣" are not duplicates.
     """
     text = unicodedata.normalize("NFKC", text).casefold()
-    text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
+    if text.isascii():
+        text = text.translate(_ASCII_PUNCTUATION)
+    else:
+        text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
     return _WHITESPACE.sub(" ", text).strip()
 
 

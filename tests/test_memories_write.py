@@ -122,6 +122,23 @@ def test_normalisation_keeps_real_distinctions():
 @pytest.mark.parametrize(
     "text",
     [
+        "".join(map(chr, range(128))),  # every ASCII character: punctuation vs symbols ($+<=>^`|~)
+        "Dark-roast, please! (not decaf) — 50% off @ Joe's; e-mail: a_b@c.io [x] {y} \"q\" #tag ¿qué?",
+        "Ｆｕｌｌｗｉｄｔｈ！ ﬁ ligature… «quotes» 「括弧」",  # NFKC can turn these into ASCII or not
+    ],
+)
+def test_ascii_fast_path_normalises_like_the_character_definition(text):
+    import re
+    import unicodedata
+
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    spaced = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in folded)
+    assert normalize_for_hash(text) == re.sub(r"\s+", " ", spaced).strip()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         "🎉🎉🎉 party time 🥳",
         "東京でラーメンを食べました",
         "مرحبا بالعالم — RTL text ‏",
