@@ -161,7 +161,7 @@ def test_counting_tokens_while_another_thread_embeds_changes_no_vector():
         while not stop.is_set():
             try:
                 assert embedding.count_tokens(texts) == counts
-            except Exception as exc:  # noqa: BLE001 - reported below
+            except Exception as exc:
                 errors.append(exc)
                 return
 
@@ -170,7 +170,7 @@ def test_counting_tokens_while_another_thread_embeds_changes_no_vector():
     try:
         for _ in range(4):
             results.append(embedding.embed_texts(texts, batch_size=4))
-    except Exception as exc:  # noqa: BLE001 - reported below
+    except Exception as exc:
         errors.append(exc)
     finally:
         stop.set()
