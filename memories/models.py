@@ -157,6 +157,9 @@ class Memory(models.Model):
             models.Index(fields=["bucket"], name="idx_memories_bucket"),
             # Every list and retrieval query: WHERE tenant_id = ? AND bucket_id = ?.
             models.Index(fields=["tenant", "bucket"], name="idx_memories_tenant_bucket"),
+            # Time windows within a bucket (created_after / created_before, read exactly when
+            # narrow: see retrieval.EXACT_SCAN_BELOW) and listings newest first.
+            models.Index(fields=["tenant", "bucket", "created_at"], name="idx_memories_bucket_created"),
             # Staleness reports: memories of a tenant not surfaced since a date.
             models.Index(fields=["tenant", "last_accessed_at"], name="idx_memories_last_accessed"),
             # BM25: lemmatized_tsv @@ query.

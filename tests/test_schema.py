@@ -67,6 +67,9 @@ MEMORY_INDEXES = {
     "idx_memories_tenant_bucket": (
         "CREATE INDEX idx_memories_tenant_bucket ON public.memories USING btree (tenant_id, bucket_id)"
     ),
+    "idx_memories_bucket_created": (
+        "CREATE INDEX idx_memories_bucket_created ON public.memories USING btree (tenant_id, bucket_id, created_at)"
+    ),
     "idx_memories_last_accessed": (
         "CREATE INDEX idx_memories_last_accessed ON public.memories USING btree (tenant_id, last_accessed_at)"
     ),

@@ -510,6 +510,38 @@ def test_large_buckets_are_searched_through_the_hnsw_index_with_its_settings(api
     assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "hnsw"}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_filter_leaving_few_rows_is_searched_exactly_without_walking_the_index(api, bucket, monkeypatch):
+    from django.db import connection
+
+    from memories import retrieval
+
+    # A "large" bucket where one agent wrote most memories and another only three: the
+    # planner (after ANALYZE) estimates three rows for the second, below the cutoff, so they
+    # are read and ranked exactly; the first agent's filter still walks the index.
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
+    reading = [{"content": f"Reading list entry {i}: a novel about the sea", "agent_id": "reader"} for i in range(60)]
+    garden = [{"content": f"Garden note {i}: water the tomatoes at dawn", "agent_id": "gardener"} for i in range(3)]
+    write(api, bucket, *reading, *garden)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE memories")
+    walks = []
+    real_settings = retrieval._hnsw_settings
+    monkeypatch.setattr(retrieval, "_hnsw_settings", lambda cur, ef: walks.append(ef) or real_settings(cur, ef))
+
+    body = search(api, bucket, "tomatoes", mode="vector", explain=True, filters={"agent_id": "gardener"})
+    assert sorted(r["content"] for r in body["results"]) == sorted(g["content"] for g in garden)
+    assert body["results"][0]["explain"]["vector_search"]["vector"] == "exact" and walks == []
+
+    # (20 candidates: a walk answering fewer rows than asked for falls back to an exact scan.)
+    body = search(
+        api, bucket, "books about the ocean", mode="vector", explain=True, filters={"agent_id": "reader"},
+        ranking={"candidates": 20},
+    )  # fmt: skip
+    assert body["results"][0]["explain"]["vector_search"]["vector"] == "hnsw" and walks
+    assert {r["agent_id"] for r in body["results"]} == {"reader"}
+
+
 def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket, monkeypatch):
     from memories import retrieval
 
