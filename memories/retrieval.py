@@ -58,7 +58,7 @@ MAX_KEYWORD_MATCHES = 3000
 # Buckets this small are searched exactly: cheaper than an index walk, and exact. So are
 # filters leaving fewer rows than this (the planner's estimate): to find enough rows that
 # pass a filter, an index walk visits about 1 / selectivity times more of the graph, which
-# costs more than reading the rows that pass (measured at 100k: bench/README.md).
+# costs more than reading the rows that pass (measured at 33k memories: bench/README.md).
 EXACT_SCAN_BELOW = 2000
 
 _STATS_TTL = 60.0
