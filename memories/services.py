@@ -36,6 +36,9 @@ CONTEXT_PREDECESSORS = 2  # how many preceding memories make a memory's context
 # Batches are embedded and inserted in chunks of this many rows, the next chunk's
 # embeddings computed in a helper thread while this one is inserted (see _EmbeddingAhead).
 EMBED_CHUNK_ROWS = 256
+# The last rows of a batch form a short chunk of their own: nothing is left to embed while
+# the last chunk is inserted, so the shorter it is, the less the model waits at the end.
+LAST_CHUNK_ROWS = 64
 _embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
 
 
@@ -138,15 +141,25 @@ class _EmbeddingAhead:
         self.chunks = chunks
         self._futures: dict[int, Future] = {}
 
-    def _submit(self, index: int) -> None:
+    def start(self, index: int) -> None:
+        """Start embedding chunk ``index`` (if it exists and has not been started)."""
         if index < len(self.chunks) and index not in self._futures:
             self._futures[index] = _embed_executor.submit(_embed_rows, self.chunks[index])
 
     def ready(self, index: int) -> list[_Row]:
-        self._submit(index)
+        self.start(index)
         self._futures[index].result()
-        self._submit(index + 1)
+        self.start(index + 1)
         return self.chunks[index]
+
+
+def _chunks(rows: list[_Row]) -> list[list[_Row]]:
+    """``rows`` in chunks of EMBED_CHUNK_ROWS, the last LAST_CHUNK_ROWS (or fewer) apart."""
+    tail = min(LAST_CHUNK_ROWS, EMBED_CHUNK_ROWS)
+    if len(rows) <= tail:
+        return [rows]
+    head = rows[:-tail]
+    return [head[i : i + EMBED_CHUNK_ROWS] for i in range(0, len(head), EMBED_CHUNK_ROWS)] + [rows[-tail:]]
 
 
 def _count_tokens(rows: list[_Row]) -> None:
@@ -293,10 +306,13 @@ def memories_ingest(
     # unique index's entries in the same order, so one waits for the other instead of both
     # deadlocking.
     unique_rows = sorted(first_rows.values(), key=lambda r: r.text_hash)
+    chunks = _chunks(unique_rows)
+    embedded = _EmbeddingAhead(chunks)
+    # The model (which releases the GIL) embeds the first chunk while this thread
+    # lemmatises and counts tokens (embedding needs neither).
+    embedded.start(0)
     _lemmatize_rows(unique_rows)
     _count_tokens(unique_rows)
-    chunks = [unique_rows[i : i + EMBED_CHUNK_ROWS] for i in range(0, len(unique_rows), EMBED_CHUNK_ROWS)]
-    embedded = _EmbeddingAhead(chunks)
     embedded.ready(0)  # the transaction starts once there is something to insert
 
     outermost = not connection.in_atomic_block

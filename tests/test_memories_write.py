@@ -271,6 +271,17 @@ def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bu
             )
 
 
+@pytest.mark.parametrize("count", [1, 63, 64, 65, 256, 319, 320, 321, 1000])
+def test_chunks_keep_every_row_once_in_order_and_end_with_a_short_chunk(count):
+    from memories import services
+
+    rows = list(range(count))
+    chunks = services._chunks(rows)
+    assert [row for chunk in chunks for row in chunk] == rows
+    assert all(0 < len(chunk) <= services.EMBED_CHUNK_ROWS for chunk in chunks)
+    assert len(chunks[-1]) == min(count, services.LAST_CHUNK_ROWS)
+
+
 def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, bucket, monkeypatch):
     from memories import services
 
@@ -288,7 +299,7 @@ def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, buck
         services.memories_ingest(
             bucket=bucket, items=[services.MemoryInput(content=i["content"]) for i in big_batch(14)]
         )
-    assert calls == [5, 5, 4]
+    assert calls == [5, 4, 5]  # the last rows are a chunk of their own (LAST_CHUNK_ROWS, at most a chunk)
     assert not Memory.objects.filter(bucket=bucket).exists()
 
 
