@@ -193,7 +193,7 @@ def test_sequence_false_stores_no_context(api, bucket):
     assert not Memory.objects.filter(bucket=bucket, context_text__isnull=False).exists()
 
 
-def test_embeddings_are_computed_in_one_batch_per_request(api, bucket, monkeypatch):
+def test_a_small_batch_is_embedded_in_two_calls_memories_apart_from_their_contexts(api, bucket, monkeypatch):
     from memories import embedding
 
     calls = []
@@ -205,8 +205,9 @@ def test_embeddings_are_computed_in_one_batch_per_request(api, bucket, monkeypat
 
     monkeypatch.setattr(embedding, "embed_texts", spy)
     api.post(url(bucket), {"memories": [{"content": f"fact {i}"} for i in range(40)]}, format="json")
-    # 40 memories + 39 context vectors, in one call.
-    assert calls == [79]
+    # One chunk: the 40 memories in one call, the 39 (longer) context texts in another,
+    # so no memory is padded to a context's length.
+    assert calls == [40, 39]
 
 
 def test_token_count_uses_the_model_tokenizer(api, bucket):
