@@ -65,24 +65,21 @@ def main() -> int:
 
     embedding.embed_texts(contents[:64])  # load and warm the model
     embedding.embed_texts([join_context(contents[0], contents[1])] * 16)
-    timings: dict[tuple[int, str], list[float]] = {}
+    table = []
     for k in sizes:
+        timings: dict[str, list[float]] = {"one call": [], "two calls": []}
         for rep in range(args.repeat):
-            for index, form in enumerate(("one call", "two calls")):
+            for index, form in enumerate(timings):
                 memories, contexts = texts((2 * rep + index) * k, k)
                 started = time.perf_counter()
                 if form == "one call":
                     vectors = embedding.embed_texts(memories + contexts)
                 else:
                     vectors = np.vstack([embedding.embed_texts(memories), embedding.embed_texts(contexts)])
-                timings.setdefault((k, form), []).append((time.perf_counter() - started) * 1000.0)
+                timings[form].append((time.perf_counter() - started) * 1000.0)
                 assert vectors.shape[0] == 2 * k
-        one, two = common.median(timings[(k, "one call")]), common.median(timings[(k, "two calls")])
+        one, two = common.median(timings["one call"]), common.median(timings["two calls"])
         common.log(f"{k} memories + contexts: one call {one:.1f} ms, two calls {two:.1f} ms")
-
-    table = []
-    for k in sizes:
-        one, two = common.median(timings[(k, "one call")]), common.median(timings[(k, "two calls")])
         table.append([str(k), f"{one:.1f}", f"{two:.1f}", f"{100 * (two - one) / one:+.0f}%"])
     lines = [
         "# Embedding memories with their contexts: one call or two",

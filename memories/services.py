@@ -105,24 +105,21 @@ def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
 
 def _embed_rows(rows: list[_Row]) -> None:
     contexts = [r for r in rows if r.context_text]
-    texts = [r.item.content for r in rows] + [join_context(r.context_text, r.item.content) for r in contexts]
     try:
-        if contexts:
-            # Memories and their (about three times longer) context texts in separate calls:
-            # a model batch mixing both pads the short ones to the long ones' length. Two calls
-            # measured faster for any number of rows, one memory and its context included
-            # (bench/context_batching.py).
-            vectors = np.vstack([embedding.embed_texts(texts[: len(rows)]), embedding.embed_texts(texts[len(rows) :])])
-        else:
-            vectors = embedding.embed_texts(texts)
+        # Memories and their (about three times longer) context texts in separate calls: a
+        # model batch mixing both pads the short ones to the long ones' length. Two calls
+        # measured faster for any number of rows, one memory and its context included
+        # (bench/context_batching.py). Without contexts the second call does nothing.
+        vectors = embedding.embed_texts([r.item.content for r in rows])
+        context_vectors = embedding.embed_texts([join_context(r.context_text, r.item.content) for r in contexts])
     except embedding.EmbeddingUnavailable as exc:
         logger.warning("embedding model unavailable, storing rows without embeddings: %s", exc)
         return
     # A vector the model got wrong (NaN, zeros) is left NULL like a missing one: the row
     # is stored, and the sweep tries again.
-    for row, vector in zip(rows, vectors[: len(rows)], strict=True):
+    for row, vector in zip(rows, vectors, strict=True):
         row.embedding = vector if embedding.usable(vector) else None
-    for row, vector in zip(contexts, vectors[len(rows) :], strict=True):
+    for row, vector in zip(contexts, context_vectors, strict=True):
         row.context_embedding = vector if embedding.usable(vector) else None
     unusable = sum(r.embedding is None for r in rows) + sum(r.context_embedding is None for r in contexts)
     if unusable:
