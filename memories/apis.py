@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from django.utils import timezone
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -340,6 +341,35 @@ class SearchHitOut(serializers.Serializer):
     explain = serializers.JSONField(required=False)
 
 
+def _datetime_json(value):
+    """A datetime as DRF's DateTimeField writes it: ISO 8601 in the current time zone, UTC as Z."""
+    if value is None:
+        return None
+    text = timezone.localtime(value).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _hit_json(hit: retrieval.Hit, explain: bool) -> dict:
+    """One search hit exactly as :class:`SearchHitOut` (the documented shape) renders it, built
+    directly: the serializer's per-field machinery cost about 0.1 ms a hit, a millisecond of
+    every search (tests/test_search_api.py compares the two)."""
+    row = hit.row
+    item = {
+        "id": str(row["id"]),
+        "content": row["content"],
+        "score": round(hit.score, 6),
+        "created_at": _datetime_json(row["created_at"]),
+    }
+    for name in ("attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags", "metadata",
+                 "classified_scope", "classified_topic", "token_count"):  # fmt: skip
+        item[name] = row[name]
+    item["superseded"] = bool(row["superseded"])
+    item["superseded_by"] = str(row["superseded_by"]) if row["superseded_by"] is not None else None
+    if explain:
+        item["explain"] = hit.explain
+    return item
+
+
 class SearchOut(serializers.Serializer):
     mode_used = serializers.ChoiceField(choices=retrieval.MODES)
     results = SearchHitOut(many=True)
@@ -386,15 +416,9 @@ class SearchApi(APIView):
             ranking_overrides=data.get("ranking"),
             now=data.get("now"),
         )
-        results = []
-        for hit in result.hits:
-            item = {**hit.row, "score": round(hit.score, 6)}
-            if data["explain"]:
-                item["explain"] = hit.explain
-            results.append(item)
         payload = {
             "mode_used": result.mode_used,
-            "results": SearchHitOut(results, many=True).data,
+            "results": [_hit_json(hit, data["explain"]) for hit in result.hits],
             "warnings": result.warnings,
             "total_tokens": sum(h.row["token_count"] or 0 for h in result.hits),
         }

@@ -39,8 +39,9 @@ def bucket_get(*, tenant: Tenant, bucket_id, token: ApiToken | None = None) -> B
     pk = parse_uuid(bucket_id)
     if pk is None or (token is not None and not token.allows_bucket(pk)):
         raise NotFound("Bucket not found.")
-    bucket = Bucket.objects.for_tenant(tenant).filter(pk=pk).first()
-    if bucket is None:
-        raise NotFound("Bucket not found.")
+    try:  # get(), not first(): a primary key needs no ORDER BY
+        bucket = Bucket.objects.for_tenant(tenant).get(pk=pk)
+    except Bucket.DoesNotExist:
+        raise NotFound("Bucket not found.") from None
     bucket.tenant = tenant  # already loaded (with the token): no second query for its settings
     return bucket

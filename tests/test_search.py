@@ -570,3 +570,49 @@ def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket,
     monkeypatch.setattr(retrieval, "_fetch_contenders", lambda b, fused, *a: real(b, fused, a[0], None, *a[2:]))
     assert answers() == cut
     assert rows_cut < sum(fetched)  # the cut did skip rows
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_search_hits_are_written_exactly_as_the_documented_serializer_writes_them(api, bucket, zone):
+    from rest_framework.renderers import JSONRenderer
+
+    from memories import apis, retrieval
+
+    write(api, bucket, *CORPUS[:3])
+    write(
+        api,
+        bucket,
+        {
+            "content": "Anna moved from Boston to Seattle for a new hospital job.",
+            "attributed_to": "user",
+            "agent_id": "planner",
+            "run_id": "run-7",
+            "source_actor_id": "anna",
+            "hint_root": "family/anna",
+            "hint_tags": ["family", "work"],
+            "metadata": {"turn": 4, "nested": {"ok": [1, "two", None]}, "note": "é ✓"},
+            "created_at": "2024-03-01T10:15:30.123456+01:00",
+        },
+        sequence=True,
+    )
+    old = Memory.objects.get(bucket=bucket, content__startswith="My sister Anna")
+    new = Memory.objects.get(bucket=bucket, content__startswith="Anna moved")
+    Memory.objects.filter(pk=old.pk).update(superseded_at=timezone.now() - timedelta(days=1), superseded_by=new.pk)
+
+    def as_json(value):
+        return JSONRenderer().render(value)
+
+    with timezone.override(zone):
+        for explain in (False, True):
+            result = retrieval.memories_search(
+                bucket=bucket, query="where does Anna work", explain=explain, record_access=False
+            )
+            assert len(result.hits) == 4
+            for hit in result.hits:
+                item = {**hit.row, "score": round(hit.score, 6)}
+                if explain:
+                    item["explain"] = hit.explain
+                assert as_json(apis._hit_json(hit, explain)) == as_json(apis.SearchHitOut(item).data)
+    body = search(api, bucket, "where does Anna work")
+    assert {r["superseded"] for r in body["results"]} == {True, False}
+    assert next(r for r in body["results"] if r["agent_id"] == "planner")["metadata"]["note"] == "é ✓"
