@@ -285,11 +285,21 @@ bucket_stats = _BucketStats()
 # --- signals ------------------------------------------------------------------------------------
 
 
+# Terms PostgreSQL's parser keeps whole and the 'simple' dictionary leaves as they are
+# (an ASCII word in lower case, a run of digits): their lexeme is the term itself.
+_PLAIN_TERM = re.compile(r"[a-z]{1,200}|[0-9]{1,200}")
+
+
 def _query_lexemes(query_lemmas: str) -> list[str]:
     """The lexemes PostgreSQL's parser makes of the lemmatised query — exactly what
-    documents were indexed as, whatever the text (CJK, numbers with dots, …)."""
-    if not query_lemmas.strip():
+    documents were indexed as, whatever the text (CJK, numbers with dots, …). When every
+    term is plain (most questions), that is the distinct terms in tsvector order, and the
+    round trip to ask the parser is saved."""
+    terms = query_lemmas.split()
+    if not terms:
         return []
+    if all(_PLAIN_TERM.fullmatch(term) for term in terms):
+        return sorted(set(terms))
     with connection.cursor() as cur:
         cur.execute("SELECT lexeme FROM unnest(to_tsvector('simple', %s))", [query_lemmas])
         return [row[0] for row in cur.fetchall()]
@@ -742,10 +752,12 @@ def memories_search(
     people = [p.lower() for p in named_people(query)]
     rows = _fetch_contenders(bucket, fused, config, limit if token_budget is None else None, wanted_scope, people)
 
-    ranks = {}
-    for signal, ranked in lists.items():
-        scores = dict(ranked)
-        ranks[signal] = {item: (rank, scores[item]) for item, rank in ranking.tied_ranks(ranked).items()}
+    ranks = {}  # per signal: memory id -> (rank, score), which only explain shows
+    if explain:
+        for signal, ranked in lists.items():
+            scores = dict(ranked)
+            ranks[signal] = {item: (rank, scores[item]) for item, rank in ranking.tied_ranks(ranked).items()}
+    mentioned = _mention_pattern(people)
     hits: list[Hit] = []
     for memory_id, fused_score in fused.items():
         row = rows.get(memory_id)
@@ -755,7 +767,7 @@ def memories_search(
         boosts = {"recency": ranking.recency_factor(age_days, config)}
         if wanted_scope and row["classified_scope"] == wanted_scope:
             boosts["scope"] = 1.0 + config.scope_match_boost
-        if people and _mentions(row, people):
+        if people and _mentions(row, people, mentioned):
             boosts["person"] = 1.0 + config.person_boost
         if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
             boosts["trust"] = 1.0 + config.trust_boost
@@ -790,7 +802,15 @@ def memories_search(
     return SearchResult(mode_used=mode_used, hits=hits, warnings=warnings)
 
 
-def _mentions(row: dict, people: list[str]) -> bool:
-    content = row["content"].lower()
+def _mention_pattern(people: list[str]) -> re.Pattern | None:
+    """One pattern for every named person, compiled once per search (not once per row)."""
+    if not people:
+        return None
+    return re.compile(r"\b(?:" + "|".join(re.escape(p) for p in people) + r")\b")
+
+
+def _mentions(row: dict, people: list[str], pattern: re.Pattern) -> bool:
+    if pattern.search(row["content"].lower()):
+        return True
     actors = {(row["source_actor_id"] or "").lower(), (row["agent_id"] or "").lower()}
-    return any(re.search(rf"\b{re.escape(p)}\b", content) or p in actors for p in people)
+    return any(p in actors for p in people)

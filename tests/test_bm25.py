@@ -101,3 +101,36 @@ def test_term_frequency_saturates_and_length_normalises(bucket):
     assert six < 2 * one
     assert by_text["comet " + " ".join(f"filler{i}" for i in range(12))] < one  # a long memory scores lower
     assert "unrelated words only" not in by_text
+
+
+@pytest.mark.parametrize(
+    "lemmas",
+    [
+        "apple river apple castle",
+        "0123 42 7 2024 may",
+        "a " + "z" * 200 + " " + "9" * 200,
+        "dog dog",
+        # not plain: the parser is asked
+        "e-mail 3.5 o'clock",
+        "café 東京 mp3",
+        "v1.2.3 user@example.com",
+    ],
+)
+def test_query_lexemes_are_the_parsers_lexemes(lemmas):
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT lexeme FROM unnest(to_tsvector('simple', %s))", [lemmas])
+        parsed = [row[0] for row in cur.fetchall()]
+    assert retrieval._query_lexemes(lemmas) == parsed
+
+
+def test_plain_query_terms_need_no_round_trip():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as plain:
+        assert retrieval._query_lexemes("river apple 2024 apple") == ["2024", "apple", "river"]
+    with CaptureQueriesContext(connection) as other:
+        retrieval._query_lexemes("river e-mail")
+    assert len(plain) == 0 and len(other) == 1

@@ -616,3 +616,30 @@ def test_search_hits_are_written_exactly_as_the_documented_serializer_writes_the
     body = search(api, bucket, "where does Anna work")
     assert {r["superseded"] for r in body["results"]} == {True, False}
     assert next(r for r in body["results"] if r["agent_id"] == "planner")["metadata"]["note"] == "é ✓"
+
+
+def test_memories_about_a_person_named_in_the_question_are_boosted(api, bucket):
+    write(
+        api,
+        bucket,
+        "Anna likes green tea with honey.",
+        "Annabel likes green tea too.",
+        {"content": "I like green tea in the evening.", "source_actor_id": "Anna"},
+        "Bob likes green tea, and so does ann.",
+        "Ann and Anna both like green tea.",
+    )
+    body = search(api, bucket, "Does Anna or Ann like green tea?", mode="keyword", explain=True)
+    boosted = {r["content"] for r in body["results"] if "person" in r["explain"]["boosts"]}
+    assert boosted == {
+        "Anna likes green tea with honey.",
+        "I like green tea in the evening.",  # said by Anna
+        "Bob likes green tea, and so does ann.",
+        "Ann and Anna both like green tea.",
+    }
+    body = search(api, bucket, "Does Anna like green tea?", mode="keyword", explain=True)
+    boosted = {r["content"] for r in body["results"] if "person" in r["explain"]["boosts"]}
+    assert boosted == {
+        "Anna likes green tea with honey.",
+        "I like green tea in the evening.",
+        "Ann and Anna both like green tea.",
+    }
