@@ -74,7 +74,9 @@ MEMORY_INDEXES = {
         "CREATE INDEX idx_memories_last_accessed ON public.memories USING btree (tenant_id, last_accessed_at)"
     ),
     "idx_memories_lemmatized_tsv": (
-        "CREATE INDEX idx_memories_lemmatized_tsv ON public.memories USING gin (lemmatized_tsv)"
+        # The seed's index, with a bounded pending list (models.GIN_PENDING_LIST_KB).
+        "CREATE INDEX idx_memories_lemmatized_tsv ON public.memories USING gin (lemmatized_tsv) "
+        "WITH (gin_pending_list_limit='256')"
     ),
     "idx_memories_hash_unique": (
         "CREATE UNIQUE INDEX idx_memories_hash_unique ON public.memories USING btree "
@@ -101,7 +103,7 @@ MEMORY_INDEXES = {
 MEMORY_EXTRA_INDEXES = {
     "idx_memories_context_tsv": (
         "CREATE INDEX idx_memories_context_tsv ON public.memories USING gin (context_tsv) "
-        "WHERE (context_lemmatized IS NOT NULL)"
+        "WITH (gin_pending_list_limit='256') WHERE (context_lemmatized IS NOT NULL)"
     ),
     "idx_memories_context_hnsw": (
         "CREATE INDEX idx_memories_context_hnsw ON public.memories USING hnsw "
