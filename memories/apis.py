@@ -352,7 +352,7 @@ def _datetime_json(value):
 def _hit_json(hit: retrieval.Hit, explain: bool) -> dict:
     """One search hit exactly as :class:`SearchHitOut` (the documented shape) renders it, built
     directly: the serializer's per-field machinery cost about 0.1 ms a hit, a millisecond of
-    every search (tests/test_search_api.py compares the two)."""
+    every search (a test in tests/test_search.py compares the two)."""
     row = hit.row
     item = {
         "id": str(row["id"]),

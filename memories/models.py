@@ -26,8 +26,8 @@ HNSW_EF_CONSTRUCTION = 128
 # New entries of a GIN index wait in an unsorted pending list until it outgrows this many kB
 # (then the inserting write merges them) or a vacuum runs, and every keyword search reads the
 # whole list. PostgreSQL's default, 4 MB, held ~10,000 memories' lexemes after a load and
-# added ~4.5 ms to a BM25 statement at 100k; 256 kB bounds that to about half a millisecond
-# for a merge of ~10 ms per ~1,000 rows written (bench/README.md).
+# added ~4.5 ms to a BM25 statement at 100k (merging those 288 pages took 0.07 s); 256 kB
+# bounds the list to ~32 pages, about half a millisecond per search (bench/README.md).
 GIN_PENDING_LIST_KB = 256
 
 
