@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 
+from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 # C0 control characters and DEL, except tab, newline and carriage return (which real text
 # holds). NUL cannot be stored in PostgreSQL text at all; the others (escape sequences,
@@ -43,6 +45,9 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+_REDUNDANT_VALIDATORS = (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator)
+
+
 class StrictCharField(serializers.CharField):
     """A CharField that refuses numbers, booleans, lists and objects instead of
     silently turning them into strings, and refuses NUL bytes (PostgreSQL text
@@ -53,6 +58,13 @@ class StrictCharField(serializers.CharField):
         "nul": "Must not contain NUL characters.",
         "control": "{message}",  # control or surrogate characters
     }
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # to_internal_value refuses NUL and surrogates itself, before any validator runs; DRF's
+        # validators for the same characters would only walk the text again, character by
+        # character in Python (a third of validating a batch of 1,000 memories).
+        self.validators = [v for v in self.validators if not isinstance(v, _REDUNDANT_VALIDATORS)]
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
