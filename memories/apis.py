@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from django.utils import timezone
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -341,12 +340,8 @@ class SearchHitOut(serializers.Serializer):
     explain = serializers.JSONField(required=False)
 
 
-def _datetime_json(value):
-    """A datetime as DRF's DateTimeField writes it: ISO 8601 in the current time zone, UTC as Z."""
-    if value is None:
-        return None
-    text = timezone.localtime(value).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
+# DRF's own date-time rendering (current time zone, ISO 8601, UTC as Z, None as None).
+_DATETIME_OUT = serializers.DateTimeField()
 
 
 def _hit_json(hit: retrieval.Hit, explain: bool) -> dict:
@@ -358,7 +353,7 @@ def _hit_json(hit: retrieval.Hit, explain: bool) -> dict:
         "id": str(row["id"]),
         "content": row["content"],
         "score": round(hit.score, 6),
-        "created_at": _datetime_json(row["created_at"]),
+        "created_at": _DATETIME_OUT.to_representation(row["created_at"]),
     }
     for name in ("attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags", "metadata",
                  "classified_scope", "classified_topic", "token_count"):  # fmt: skip

@@ -628,17 +628,18 @@ def test_memories_about_a_person_named_in_the_question_are_boosted(api, bucket):
         "Bob likes green tea, and so does ann.",
         "Ann and Anna both like green tea.",
     )
-    body = search(api, bucket, "Does Anna or Ann like green tea?", mode="keyword", explain=True)
-    boosted = {r["content"] for r in body["results"] if "person" in r["explain"]["boosts"]}
-    assert boosted == {
+
+    def boosted(query):
+        body = search(api, bucket, query, mode="keyword", explain=True)
+        return {r["content"] for r in body["results"] if "person" in r["explain"]["boosts"]}
+
+    assert boosted("Does Anna or Ann like green tea?") == {
         "Anna likes green tea with honey.",
         "I like green tea in the evening.",  # said by Anna
         "Bob likes green tea, and so does ann.",
         "Ann and Anna both like green tea.",
     }
-    body = search(api, bucket, "Does Anna like green tea?", mode="keyword", explain=True)
-    boosted = {r["content"] for r in body["results"] if "person" in r["explain"]["boosts"]}
-    assert boosted == {
+    assert boosted("Does Anna like green tea?") == {
         "Anna likes green tea with honey.",
         "I like green tea in the evening.",
         "Ann and Anna both like green tea.",

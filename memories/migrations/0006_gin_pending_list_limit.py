@@ -7,21 +7,18 @@ without rebuilding the index (the state records the same index with the new para
 import django.contrib.postgres.indexes
 from django.db import migrations, models
 
-INDEXES = ("idx_memories_lemmatized_tsv", "idx_memories_context_tsv")
-
-
-def _indexes(limit):
-    return [
-        django.contrib.postgres.indexes.GinIndex(
-            fields=["lemmatized_tsv"], name="idx_memories_lemmatized_tsv", gin_pending_list_limit=limit
-        ),
-        django.contrib.postgres.indexes.GinIndex(
-            fields=["context_tsv"],
-            name="idx_memories_context_tsv",
-            condition=models.Q(("context_lemmatized__isnull", False)),
-            gin_pending_list_limit=limit,
-        ),
-    ]
+PENDING_LIST_KB = 256
+INDEXES = [
+    django.contrib.postgres.indexes.GinIndex(
+        fields=["lemmatized_tsv"], name="idx_memories_lemmatized_tsv", gin_pending_list_limit=PENDING_LIST_KB
+    ),
+    django.contrib.postgres.indexes.GinIndex(
+        fields=["context_tsv"],
+        name="idx_memories_context_tsv",
+        condition=models.Q(("context_lemmatized__isnull", False)),
+        gin_pending_list_limit=PENDING_LIST_KB,
+    ),
+]
 
 
 class Migration(migrations.Migration):
@@ -33,13 +30,13 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             database_operations=[
                 migrations.RunSQL(
-                    [f"ALTER INDEX {name} SET (gin_pending_list_limit = 256)" for name in INDEXES],
-                    reverse_sql=[f"ALTER INDEX {name} RESET (gin_pending_list_limit)" for name in INDEXES],
+                    [f"ALTER INDEX {i.name} SET (gin_pending_list_limit = {PENDING_LIST_KB})" for i in INDEXES],
+                    reverse_sql=[f"ALTER INDEX {i.name} RESET (gin_pending_list_limit)" for i in INDEXES],
                 )
             ],
             state_operations=[
-                *(migrations.RemoveIndex(model_name="memory", name=name) for name in INDEXES),
-                *(migrations.AddIndex(model_name="memory", index=index) for index in _indexes(256)),
+                *(migrations.RemoveIndex(model_name="memory", name=index.name) for index in INDEXES),
+                *(migrations.AddIndex(model_name="memory", index=index) for index in INDEXES),
             ],
         ),
     ]
