@@ -64,6 +64,7 @@ EXACT_SCAN_BELOW = 2000
 _STATS_TTL = 60.0
 _STATS_STALE_MAX = 3600.0  # an older size is not served, even while a refresh runs
 _DF_TTL = 600.0
+MAX_CACHED_ESTIMATES = 1000  # filtered-row estimates kept per bucket
 
 
 @dataclass
@@ -244,8 +245,26 @@ class _BucketStats:
                 "df": previous["df"] if keep_df else {},
                 "df_at": previous["df_at"] if keep_df else now,
                 "writes": previous["writes"] if keep_df else 0,
+                "estimates": {},
             }
         return stats
+
+    def filtered_rows(self, bucket: Bucket, column: str, where: str, params: list, estimate) -> float:
+        """``estimate()`` — the planner's count of the embedded rows passing a filter — kept
+        with the bucket's size, so it is dropped with it (after ``_STATS_TTL``, or once this
+        process has written enough to the bucket). Agents filter by the same agent, run or
+        attribution search after search, and each estimate is a planning round trip."""
+        key = (column, where, *(tuple(p) if isinstance(p, list) else p for p in params))
+        entry = self._entry(bucket)
+        estimates = entry["estimates"] if entry else None
+        if estimates is not None and key in estimates:
+            return estimates[key]
+        rows = estimate()
+        if estimates is not None:
+            with self._lock:
+                if len(estimates) < MAX_CACHED_ESTIMATES:
+                    estimates[key] = rows
+        return rows
 
     def document_frequencies(self, bucket: Bucket, column: str, lexemes: list[str]) -> dict[str, int]:
         entry = self._entry(bucket)
@@ -461,7 +480,11 @@ def _vector(
     exact_params = [*params, vector, vector, limit]
     with connection.cursor() as cur:
         if population < EXACT_SCAN_BELOW or (
-            where != SearchFilters().sql(bucket)[0] and _estimated_rows(cur, where, params, column) < EXACT_SCAN_BELOW
+            where != SearchFilters().sql(bucket)[0]
+            and bucket_stats.filtered_rows(
+                bucket, column, where, params, lambda: _estimated_rows(cur, where, params, column)
+            )
+            < EXACT_SCAN_BELOW
         ):
             cur.execute(exact_sql, exact_params)
             return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"

@@ -542,6 +542,50 @@ def test_a_filter_leaving_few_rows_is_searched_exactly_without_walking_the_index
     assert {r["agent_id"] for r in body["results"]} == {"reader"}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_filtered_row_estimate_is_planned_once_per_filter_until_the_bucket_changes(api, bucket, monkeypatch):
+    from django.db import connection
+
+    from memories import retrieval
+
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
+    reading = [{"content": f"Reading list entry {i}: a novel about the sea", "agent_id": "reader"} for i in range(60)]
+    garden = [{"content": f"Garden note {i}: water the tomatoes at dawn", "agent_id": "gardener"} for i in range(3)]
+    write(api, bucket, *reading, *garden)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE memories")
+    planned = []  # the agent of every filter the planner was asked about
+    real_estimate = retrieval._estimated_rows
+
+    def estimate(cur, where, params, column):
+        planned.append(params[-1])
+        return real_estimate(cur, where, params, column)
+
+    monkeypatch.setattr(retrieval, "_estimated_rows", estimate)
+
+    def gardener_search(query):
+        body = search(api, bucket, query, mode="vector", explain=True, filters={"agent_id": "gardener"})
+        assert sorted(r["content"] for r in body["results"]) == sorted(g["content"] for g in garden)
+        assert body["results"][0]["explain"]["vector_search"]["vector"] == "exact"
+
+    gardener_search("tomatoes")
+    assert planned == ["gardener"]
+    gardener_search("when to water the plants")  # the same filter: the estimate is reused
+    assert planned == ["gardener"]
+    search(api, bucket, "the sea", mode="vector", filters={"agent_id": "reader"}, ranking={"candidates": 20})
+    assert planned == ["gardener", "reader"]  # another filter is estimated on its own
+
+    # A write to the bucket drops the estimates with the bucket's statistics...
+    write(api, bucket, {"content": "Garden note: the basil needs shade", "agent_id": "gardener"})
+    garden.append({"content": "Garden note: the basil needs shade"})
+    gardener_search("tomatoes")
+    assert planned == ["gardener", "reader", "gardener"]
+    # ...and so does their age.
+    monkeypatch.setattr(retrieval, "_STATS_TTL", 0.0)
+    gardener_search("tomatoes")
+    assert planned == ["gardener", "reader", "gardener", "gardener"]
+
+
 def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket, monkeypatch):
     from memories import retrieval
 
