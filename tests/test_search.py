@@ -510,21 +510,29 @@ def test_large_buckets_are_searched_through_the_hnsw_index_with_its_settings(api
     assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "hnsw"}
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_filter_leaving_few_rows_is_searched_exactly_without_walking_the_index(api, bucket, monkeypatch):
+def reader_and_gardener(api, bucket, monkeypatch) -> list[dict]:
+    """A "large" bucket (the exact-read cutoff lowered to 20) where the agent "reader" wrote
+    60 memories and "gardener" three, analysed: the planner estimates three rows for the
+    gardener's filter, below the cutoff. Returns the gardener's memories."""
     from django.db import connection
 
     from memories import retrieval
 
-    # A "large" bucket where one agent wrote most memories and another only three: the
-    # planner (after ANALYZE) estimates three rows for the second, below the cutoff, so they
-    # are read and ranked exactly; the first agent's filter still walks the index.
     monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
     reading = [{"content": f"Reading list entry {i}: a novel about the sea", "agent_id": "reader"} for i in range(60)]
     garden = [{"content": f"Garden note {i}: water the tomatoes at dawn", "agent_id": "gardener"} for i in range(3)]
     write(api, bucket, *reading, *garden)
     with connection.cursor() as cur:
         cur.execute("ANALYZE memories")
+    return garden
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_filter_leaving_few_rows_is_searched_exactly_without_walking_the_index(api, bucket, monkeypatch):
+    from memories import retrieval
+
+    # The gardener's few rows are read and ranked exactly; the reader's filter still walks the index.
+    garden = reader_and_gardener(api, bucket, monkeypatch)
     walks = []
     real_settings = retrieval._hnsw_settings
     monkeypatch.setattr(retrieval, "_hnsw_settings", lambda cur, ef: walks.append(ef) or real_settings(cur, ef))
@@ -544,16 +552,9 @@ def test_a_filter_leaving_few_rows_is_searched_exactly_without_walking_the_index
 
 @pytest.mark.django_db(transaction=True)
 def test_the_filtered_row_estimate_is_planned_once_per_filter_until_the_bucket_changes(api, bucket, monkeypatch):
-    from django.db import connection
-
     from memories import retrieval
 
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
-    reading = [{"content": f"Reading list entry {i}: a novel about the sea", "agent_id": "reader"} for i in range(60)]
-    garden = [{"content": f"Garden note {i}: water the tomatoes at dawn", "agent_id": "gardener"} for i in range(3)]
-    write(api, bucket, *reading, *garden)
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE memories")
+    garden = reader_and_gardener(api, bucket, monkeypatch)
     planned = []  # the agent of every filter the planner was asked about
     real_estimate = retrieval._estimated_rows
 
