@@ -72,6 +72,11 @@ class RankingConfig:
     superseded_weight: float = 0.5
     # pgvector HNSW search breadth (recall vs. latency; see bench/results/).
     ef_search: int = 100
+    # A memory without a context vector (the first of its sequence, or written with
+    # "sequence": false) enters the vector_context list with its own vector's similarity:
+    # its context is itself. Without this, its successor, whose context holds it, gets a
+    # second list to rank in that it does not (docs/RETRIEVAL.md).
+    context_stand_in: bool = True
 
     def weight(self, signal: str) -> float:
         return float(self.weights.get(signal, 0.0))
@@ -115,6 +120,10 @@ def _coerce(name: str, value):
                 raise RankingConfigError(f"weights.{key} must be a number between 0 and 100")
             out[key] = float(weight)
         return out
+    if name == "context_stand_in":
+        if not isinstance(value, bool):
+            raise RankingConfigError("context_stand_in must be true or false")
+        return value
     if name == "trusted_actors":
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise RankingConfigError("trusted_actors must be a list of strings")

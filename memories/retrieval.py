@@ -463,9 +463,11 @@ def _estimated_rows(cur, where: str, params: list, column: str) -> float:
 
 def _vector(
     bucket: Bucket, query_vector, filters: SearchFilters, config: ranking.RankingConfig, *, context: bool
-) -> tuple[list[tuple[uuid.UUID, float]], str]:
-    """Nearest neighbours by cosine similarity, and how they were found ("hnsw" or "exact")."""
+) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
+    """Nearest neighbours by cosine similarity, how they were found ("hnsw" or "exact"),
+    and (memory side only) which of them have no context vector."""
     column = "context_embedding" if context else "embedding"
+    bare = "false" if context else "m.context_embedding IS NULL"
     stats = bucket_stats.size(bucket)
     where, params = filters.sql(bucket)
     vector = to_pgvector(query_vector)
@@ -474,8 +476,10 @@ def _vector(
     # searched (exactly, which costs nothing when it really is empty).
     population = stats["n_context_embedded"] if context else stats["n_embedded"]
     exact_sql = f"""
-        WITH b AS MATERIALIZED (SELECT m.id, m.{column} AS v FROM memories m WHERE {where} AND m.{column} IS NOT NULL)
-        SELECT id, 1 - (v <=> %s::vector) AS similarity FROM b ORDER BY v <=> %s::vector LIMIT %s
+        WITH b AS MATERIALIZED (
+            SELECT m.id, m.{column} AS v, {bare} AS bare FROM memories m WHERE {where} AND m.{column} IS NOT NULL
+        )
+        SELECT id, 1 - (v <=> %s::vector) AS similarity, bare FROM b ORDER BY v <=> %s::vector LIMIT %s
     """
     exact_params = [*params, vector, vector, limit]
     with connection.cursor() as cur:
@@ -487,24 +491,41 @@ def _vector(
             < EXACT_SCAN_BELOW
         ):
             cur.execute(exact_sql, exact_params)
-            return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
+            return _neighbours(cur.fetchall(), "exact")
         _hnsw_settings(cur, max(config.ef_search, limit))
         cur.execute(
             f"""
-            SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity FROM memories m
+            SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity, {bare} AS bare FROM memories m
             WHERE {where} AND m.{column} IS NOT NULL
             ORDER BY m.{column} <=> %s::vector LIMIT %s
             """,
             [vector, *params, vector, limit],
         )
-        rows = [(r[0], float(r[1])) for r in cur.fetchall()]
+        rows = cur.fetchall()
         if len(rows) < min(limit, population):
             # Very selective filters can exhaust the index walk; the filtered set is then
             # small, and an exact scan over it is both cheap and complete.
             cur.execute(exact_sql, exact_params)
-            return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
-    rows.sort(key=lambda r: r[1], reverse=True)
-    return rows, "hnsw"
+            return _neighbours(cur.fetchall(), "exact")
+    # relaxed_order: the walk may hand rows back slightly out of order.
+    return _neighbours(sorted(rows, key=lambda r: r[1], reverse=True), "hnsw")
+
+
+def _neighbours(rows, method: str) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
+    return [(r[0], float(r[1])) for r in rows], method, {r[0] for r in rows if r[2]}
+
+
+def _with_stand_ins(
+    context_ranked: list[tuple[uuid.UUID, float]],
+    memory_ranked: list[tuple[uuid.UUID, float]],
+    bare: set[uuid.UUID],
+    limit: int,
+) -> list[tuple[uuid.UUID, float]]:
+    """The context list with every memory of the memory list that has no context vector
+    standing in its own similarity (its context is itself), best first, ``limit`` long."""
+    merged = context_ranked + [(item, score) for item, score in memory_ranked if item in bare]
+    merged.sort(key=lambda r: r[1], reverse=True)
+    return merged[:limit]
 
 
 # --- query analysis ------------------------------------------------------------------------------
@@ -627,10 +648,16 @@ def _vector_signals(bucket: Bucket, query: str, filters: SearchFilters, config: 
     context_side = None
     if config.weight("vector_context") > 0:
         context_side = _start(_vector, bucket, query_vector, filters, config, context=True, pool=_walk_executor)
-    memory_side = (
-        _vector(bucket, query_vector, filters, config, context=False) if config.weight("vector") > 0 else ([], "")
+    nothing = ([], "", set())
+    memory_ranked, memory_method, bare = (
+        _vector(bucket, query_vector, filters, config, context=False) if config.weight("vector") > 0 else nothing
     )
-    return memory_side, context_side.result() if context_side else ([], "")
+    context_ranked, context_method, _ = context_side.result() if context_side else nothing
+    # Only where the context list has anything: in a bucket (or filtered set) without context
+    # vectors the stand-ins would merely repeat the memory list and double its weight.
+    if config.context_stand_in and context_ranked and bare:
+        context_ranked = _with_stand_ins(context_ranked, memory_ranked, bare, config.candidates)
+    return (memory_ranked, memory_method), (context_ranked, context_method)
 
 
 # Django has psycopg hand JSONB back as text (its JSONField decodes it); raw rows decode here.

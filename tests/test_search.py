@@ -158,6 +158,36 @@ def test_sequence_context_finds_a_short_follow_up(api, bucket):
     assert ids[-1] in [r["id"] for r in body["results"]]
 
 
+def test_the_first_memory_of_a_sequence_is_not_outranked_by_its_successor(api, bucket):
+    """The first memory has no context vector, its successors carry it in theirs: it stands
+    in its own vector in the vector_context list, or a successor would win on that list alone."""
+    cat, nurse, dinner = write(
+        api,
+        bucket,
+        "My cat Miso sleeps on the windowsill.",
+        "I work as a nurse in Boston.",
+        "Dinner with Anna on Friday at 7pm.",
+        sequence=True,
+    )
+    body = search(api, bucket, "what pet do I have", explain=True)
+    assert body["results"][0]["id"] == cat
+    signals = body["results"][0]["explain"]["signals"]
+    assert signals["vector_context"] == signals["vector"]  # its own similarity, ranked first
+    # Switched off, the memory without a context vector ranks in one vector list only.
+    body = search(api, bucket, "what pet do I have", explain=True, ranking={"context_stand_in": False})
+    assert "vector_context" not in {r["id"]: r for r in body["results"]}[cat]["explain"]["signals"]
+    assert body["results"][0]["id"] != cat
+
+
+def test_without_any_context_vector_nothing_stands_in(api, bucket):
+    """A bucket written without sequences has an empty vector_context list; stand-ins there
+    would only repeat the vector list and double its weight."""
+    write(api, bucket, *CORPUS)
+    body = search(api, bucket, "what kind of dog do I have", explain=True)
+    assert body["results"][0]["content"] == CORPUS[0]
+    assert not any("vector_context" in r["explain"]["signals"] for r in body["results"])
+
+
 def test_search_records_access_times_off_the_search_path_and_the_job_applies_them(api, bucket):
     from memories.models import MemoryAccess
 
@@ -273,6 +303,7 @@ def test_hostile_queries_never_fail(api, bucket, query):
         {"query": "x", "ranking": {"fusion": "magic"}},
         {"query": "x", "ranking": {"weights": {"telepathy": 1}}},
         {"query": "x", "ranking": {"rrf_k": -1}},
+        {"query": "x", "ranking": {"context_stand_in": "yes"}},
         {"query": "x", "explain": "very"},
         {"query": "x", "unknown": 1},
     ],
