@@ -18,9 +18,10 @@ EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2
 
 # HNSW build parameters for the embedding index. m=16 keeps the graph (and the
 # index) compact for 384-d vectors; ef_construction=128, twice pgvector's
-# default, buys recall at a given ef_search for a one-off cost at build and
-# reindex time, which runs in the background (seed 000: "the defaults were too
-# loose on recall"). bench/hnsw_recall.py measures the result.
+# default, buys recall at a given ef_search (seed 000: "the defaults were too
+# loose on recall"). Every insert searches the graph with it, so it costs at each
+# write too: ~0.3 ms of database CPU per memory over 64, whose graph missed the
+# 0.95 recall bar at 100k (bench/README.md). bench/hnsw_recall.py measures the result.
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 128
 # New entries of a GIN index wait in an unsorted pending list until it outgrows this many kB
