@@ -23,9 +23,9 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
 from memories import embedding, lemmatizer, signals
-from memories.embedding import to_pgvector
 from memories.models import PENDING_ENRICHMENT, Memory
 from memories.text import text_hash
 from tenants.models import Bucket
@@ -209,8 +209,11 @@ _INSERT_COLUMNS = [
     "created_at", "text_lemmatized", "text_hash", "attributed_to", "agent_id", "run_id", "source_actor_id",
     "context_text", "context_lemmatized", "context_embedding",
 ]  # fmt: skip
+# Every placeholder is cast: the parameters are bound on the server (binding_cursor), where a
+# column of a multi-row VALUES list that is NULL in every row would otherwise be typed text.
 _PLACEHOLDERS = (
-    "(%s, %s, %s, %s, %s::vector, %s::jsonb, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector)"
+    "(%s::uuid, %s::uuid, %s::uuid, %s::text, %s::vector, %s::jsonb, %s::integer, %s::text, %s::text[], "
+    "%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::vector)"
 )
 
 
@@ -221,10 +224,10 @@ def _insert(bucket: Bucket, rows: list[_Row]) -> dict[str, uuid.UUID]:
     params: list = []
     for r in rows:
         params += [
-            r.id, bucket.tenant_id, bucket.pk, r.item.content, to_pgvector(r.embedding), Jsonb(r.item.metadata or {}),
+            r.id, bucket.tenant_id, bucket.pk, r.item.content, r.embedding, Jsonb(r.item.metadata or {}),
             r.token_count, r.item.hint_root, r.item.hint_tags, r.created_at, r.text_lemmatized, r.text_hash,
             r.item.attributed_to, r.item.agent_id, r.item.run_id, r.item.source_actor_id,
-            r.context_text, r.context_lemmatized, to_pgvector(r.context_embedding),
+            r.context_text, r.context_lemmatized, r.context_embedding,
         ]  # fmt: skip
     sql = (
         f"INSERT INTO memories ({', '.join(_INSERT_COLUMNS)}) VALUES "
@@ -233,7 +236,8 @@ def _insert(bucket: Bucket, rows: list[_Row]) -> dict[str, uuid.UUID]:
         + " ON CONFLICT (tenant_id, bucket_id, text_hash) WHERE text_hash IS NOT NULL DO NOTHING"
         + " RETURNING id, text_hash"
     )
-    with connection.cursor() as cur:
+    # Vectors go as binary parameters, not as decimals spelled into megabytes of SQL.
+    with binding_cursor(connection) as cur:
         cur.execute(sql, params)
         return {h: i for i, h in cur.fetchall()}
 
