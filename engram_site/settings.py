@@ -127,7 +127,7 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------
-# DATABASE_URL selects any PostgreSQL with pgvector >= 0.5. Unset, Engram starts
+# DATABASE_URL selects any PostgreSQL with pgvector >= 0.8. Unset, Engram starts
 # (or joins) its embedded PostgreSQL 18 + pgvector in $ENGRAM_HOME/pgdata.
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:

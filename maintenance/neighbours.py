@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
+from memories.models import half_precision_distance
 from memories.retrieval import EXACT_SCAN_BELOW
 
 EF_SEARCH = 100
@@ -54,7 +55,7 @@ def nearest(
     else:
         sql = f"""
             SELECT m.id, 1 - (m.embedding <=> {probe}) AS similarity FROM memories m
-            WHERE {where} ORDER BY m.embedding <=> {probe} LIMIT %s
+            WHERE {where} ORDER BY {half_precision_distance("m.embedding", probe)} LIMIT %s
         """
         params = [memory_id, tenant_id, bucket_id, memory_id, memory_id, k]
     with transaction.atomic(), connection.cursor() as cur:

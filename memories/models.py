@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
-from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Case, Func, Q, Value, When
-from django.db.models.functions import Coalesce, Concat
-from pgvector.django import HnswIndex, VectorField
+from django.db.models.functions import Cast, Coalesce, Concat
+from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 from engram_site.db import TransactionNow
 from tenants.models import Bucket, Tenant
@@ -24,6 +24,28 @@ EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2
 # 0.95 recall bar at 100k (bench/README.md). bench/hnsw_recall.py measures the result.
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 128
+
+
+def half_precision(column: str) -> Cast:
+    """``column::halfvec(384)``: what the two HNSW indexes hold, and what a walk orders by.
+
+    The graphs keep each vector in 16-bit floats: half the index (111 against 195 MB for
+    100k memories), about a third less database CPU per insert, and walks ~20% faster,
+    with the same recall@10 against an exact full-precision search (0.975 against 0.974
+    at 100k, bench/README.md). Similarities a search reports are still computed from the
+    stored 32-bit vectors. A query walks an index only when it orders by this expression:
+    :func:`half_precision_distance` writes it in SQL.
+    """
+    return Cast(column, HalfVectorField(dimensions=EMBEDDING_DIMENSIONS))
+
+
+def half_precision_distance(column_sql: str, vector_sql: str = "%s") -> str:
+    """SQL for the cosine distance an HNSW walk orders by: ``column_sql`` (e.g. ``m.embedding``)
+    to ``vector_sql`` (a placeholder or an expression of type vector), both in half precision."""
+    half = f"halfvec({EMBEDDING_DIMENSIONS})"
+    return f"({column_sql})::{half} <=> ({vector_sql})::{half}"
+
+
 # New entries of a GIN index wait in an unsorted pending list until it outgrows this many kB
 # (then the inserting write merges them) or a vacuum runs, and every keyword search reads the
 # whole list. PostgreSQL's default, 4 MB, held ~10,000 memories' lexemes after a load and
@@ -187,13 +209,12 @@ class Memory(models.Model):
             models.Index(fields=["tenant", "run_id"], name="idx_memories_run", condition=Q(run_id__isnull=False)),
             # Who links to this memory: linked_memory_ids @> '["<id>"]'.
             GinIndex(fields=["linked_memory_ids"], name="idx_memories_linked"),
-            # Vector retrieval: ORDER BY embedding <=> ? LIMIT k.
+            # Vector retrieval: ORDER BY embedding::halfvec(384) <=> ? LIMIT k (half_precision).
             HnswIndex(
-                fields=["embedding"],
+                OpClass(half_precision("embedding"), name="halfvec_cosine_ops"),
                 name="idx_memories_embedding_hnsw",
                 m=HNSW_M,
                 ef_construction=HNSW_EF_CONSTRUCTION,
-                opclasses=["vector_cosine_ops"],
             ),
             # Keyword retrieval over memory + context: context_tsv @@ query.
             GinIndex(
@@ -202,13 +223,12 @@ class Memory(models.Model):
                 condition=Q(context_lemmatized__isnull=False),
                 gin_pending_list_limit=GIN_PENDING_LIST_KB,
             ),
-            # Vector retrieval over memory + context: ORDER BY context_embedding <=> ? LIMIT k.
+            # Vector retrieval over memory + context: the same, on context_embedding.
             HnswIndex(
-                fields=["context_embedding"],
+                OpClass(half_precision("context_embedding"), name="halfvec_cosine_ops"),
                 name="idx_memories_context_hnsw",
                 m=HNSW_M,
                 ef_construction=HNSW_EF_CONSTRUCTION,
-                opclasses=["vector_cosine_ops"],
             ),
             # The enrichment sweep: rows whose embedding, lemmas or context vector are missing.
             models.Index(

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from memories import access, embedding, lemmatizer, ranking
 from memories.embedding import to_pgvector
+from memories.models import half_precision_distance
 from memories.text import rough_token_count
 from tenants.models import Bucket
 
@@ -497,7 +498,7 @@ def _vector(
             f"""
             SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity, {bare} AS bare FROM memories m
             WHERE {where} AND m.{column} IS NOT NULL
-            ORDER BY m.{column} <=> %s::vector LIMIT %s
+            ORDER BY {half_precision_distance("m." + column)} LIMIT %s
             """,
             [vector, *params, vector, limit],
         )

@@ -96,7 +96,7 @@ MEMORY_INDEXES = {
     "idx_memories_linked": "CREATE INDEX idx_memories_linked ON public.memories USING gin (linked_memory_ids)",
     "idx_memories_embedding_hnsw": (
         "CREATE INDEX idx_memories_embedding_hnsw ON public.memories USING hnsw "
-        "(embedding vector_cosine_ops) WITH (m='16', ef_construction='128')"
+        "(((embedding)::halfvec(384)) halfvec_cosine_ops) WITH (m='16', ef_construction='128')"
     ),
 }
 
@@ -107,7 +107,7 @@ MEMORY_EXTRA_INDEXES = {
     ),
     "idx_memories_context_hnsw": (
         "CREATE INDEX idx_memories_context_hnsw ON public.memories USING hnsw "
-        "(context_embedding vector_cosine_ops) WITH (m='16', ef_construction='128')"
+        "(((context_embedding)::halfvec(384)) halfvec_cosine_ops) WITH (m='16', ef_construction='128')"
     ),
     "idx_memories_enrich_pending": (
         "CREATE INDEX idx_memories_enrich_pending ON public.memories USING btree (created_at) "

@@ -541,6 +541,49 @@ def test_large_buckets_are_searched_through_the_hnsw_index_with_its_settings(api
     assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "hnsw"}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, monkeypatch):
+    from django.db import connection
+    from django.db.backends import utils
+
+    from maintenance import neighbours
+    from memories import retrieval
+
+    # Every statement ordering by a half-precision distance, from any thread's connection.
+    walks = []
+    real_execute = utils.CursorWrapper.execute
+
+    def execute(self, sql, params=None):
+        if "halfvec" in sql:
+            walks.append((sql, params))
+        return real_execute(self, sql, params)
+
+    monkeypatch.setattr(utils.CursorWrapper, "execute", execute)
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 10)
+    write(api, bucket, *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(30)], sequence=True)
+    search(api, bucket, "books about the ocean", mode="vector")
+    first = bucket.memories.order_by("created_at").first()
+    assert neighbours.nearest(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=first.pk, k=5, exact=False)
+    assert len(walks) == 3
+    monkeypatch.setattr(utils.CursorWrapper, "execute", real_execute)
+
+    # The planner may use an index only for the expression it holds: on this small table it
+    # does once scanning and sorting are off, and would scan and sort anyway if it could not.
+    indexes, used = ("idx_memories_embedding_hnsw", "idx_memories_context_hnsw"), set()
+    with connection.cursor() as cur:
+        cur.execute("SET enable_seqscan = off; SET enable_sort = off; SET enable_bitmapscan = off")
+        try:
+            for sql, params in walks:
+                cur.execute("EXPLAIN " + sql, params)
+                plan = "\n".join(row[0] for row in cur.fetchall())
+                walked = {name for name in indexes if f"using {name}" in plan}
+                assert walked, plan
+                used |= walked
+        finally:
+            cur.execute("RESET enable_seqscan; RESET enable_sort; RESET enable_bitmapscan")
+    assert used == set(indexes)
+
+
 def reader_and_gardener(api, bucket, monkeypatch) -> list[dict]:
     """A "large" bucket (the exact-read cutoff lowered to 20) where the agent "reader" wrote
     60 memories and "gardener" three, analysed: the planner estimates three rows for the
