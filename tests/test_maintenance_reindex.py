@@ -131,7 +131,7 @@ def test_reindex_runs_while_searches_and_writes_keep_working(bucket):
         result = run.counts[name]
         assert result["size_before"] > 0 and result["size_after"] > 0 and result["seconds"] >= 0
         assert index_state(name) == (True, 1)  # valid, and no _ccnew/_ccold left behind
-    assert run.counts["idx_memories_embedding_hnsw"]["size_before"] > 1_000_000  # 2,100 vectors of 384 floats
+    assert run.counts["idx_memories_embedding_hnsw"]["size_before"] > 1_000_000  # 2,100 vectors of 384 16-bit floats
 
 
 def test_never_two_reindexes_at_once(db):
