@@ -209,7 +209,30 @@ def test_vector_extension_is_installed():
         row = cur.fetchone()
     assert row is not None
     major, minor = (int(x) for x in row[0].split(".")[:2])
-    assert (major, minor) >= (0, 5)
+    assert (major, minor) >= (0, 8)
+
+
+@pytest.mark.parametrize("installed", [("0.6.2",), ("0.7.4",), None])
+def test_the_half_precision_migration_names_the_pgvector_it_needs(installed):
+    import importlib
+    from types import SimpleNamespace
+    from unittest import mock
+
+    migration = importlib.import_module("memories.migrations.0007_half_precision_hnsw")
+    cursor = mock.MagicMock()
+    cursor.__enter__.return_value.fetchone.return_value = installed
+    editor = SimpleNamespace(connection=SimpleNamespace(cursor=lambda: cursor))
+    with pytest.raises(RuntimeError, match=r"needs 0\.8 or newer") as raised:
+        migration._require_halfvec(None, editor)
+    assert (installed[0] if installed else "(none)") in str(raised.value)
+
+
+def test_the_half_precision_migration_accepts_the_installed_pgvector():
+    import importlib
+
+    migration = importlib.import_module("memories.migrations.0007_half_precision_hnsw")
+    with connection.schema_editor() as editor:
+        migration._require_halfvec(None, editor)  # the embedded server's 0.8.5: no error
 
 
 def test_tenant_bucket_and_token_tables():
