@@ -3,7 +3,7 @@
 Each new index is built beside the old one without blocking writes (CREATE INDEX
 CONCURRENTLY; hence a non-atomic migration), then the old one is dropped and the new one
 takes its name. Searches keep an index throughout: until the swap they walk the old one.
-An interrupted build leaves an invalid "_half" index, which the next run drops first.
+An interrupted build leaves an invalid "_new" index, which the next run drops first.
 The build needs maintenance_work_mem for the graph: at 100k memories ~30 s per index
 with the embedded server's settings (docs/OPERATIONS.md).
 """
