@@ -32,8 +32,14 @@ def normalize_for_hash(text: str) -> str:
 def text_hash(text: str) -> str:
     """MD5 (32 hex characters) of the normalised text. Text that normalises to
     nothing (only punctuation) is hashed verbatim, so "!!!" and "???" stay distinct."""
+    return hash_key(text)[1]
+
+
+def hash_key(text: str) -> tuple[int, str]:
+    """``(length of the hashed text, text_hash(text))``: one order for every text,
+    shortest first, that texts with the same hash share (the write path inserts in it)."""
     normalized = normalize_for_hash(text) or text.strip()
-    return hashlib.md5(normalized.encode("utf-8")).hexdigest()
+    return len(normalized), hashlib.md5(normalized.encode("utf-8")).hexdigest()
 
 
 def rough_token_count(text: str) -> int:

@@ -57,17 +57,17 @@ def test_concurrent_processes_writing_overlapping_content_leave_one_row_each(buc
 
 
 def test_batches_sharing_texts_in_opposite_orders_wait_for_each_other_instead_of_deadlocking(bucket):
-    """Batch rows are inserted in hash order, so two transactions holding texts of each
-    other's batches queue on the unique index rather than deadlock (which PostgreSQL
-    resolves by failing one of them)."""
+    """Batch rows are inserted in one order of texts (length, then hash), so two
+    transactions holding texts of each other's batches queue on the unique index rather
+    than deadlock (which PostgreSQL resolves by failing one of them)."""
     import threading
 
     from django.db import connections, transaction
 
     from memories.services import MemoryInput, memories_ingest
-    from memories.text import text_hash
+    from memories.text import hash_key
 
-    first, second = sorted(["The boiler was serviced in May", "The roof was repaired in June"], key=text_hash)
+    first, second = sorted(["The boiler was serviced in May", "The roof was repaired in June"], key=hash_key)
     holding, go = threading.Event(), threading.Event()
     outcome: dict[str, object] = {}
 

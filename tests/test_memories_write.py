@@ -119,6 +119,36 @@ def test_normalisation_keeps_real_distinctions():
     assert text_hash("!!!") != text_hash("???")
 
 
+def test_the_insert_order_puts_short_texts_first_and_spellings_of_one_text_together():
+    from memories.text import hash_key
+
+    # One text in two spellings: one key, so every writer meets it at the same place.
+    assert hash_key("I prefer dark-roast coffee!") == hash_key("i prefer  dark roast coffee")
+    assert hash_key("!!!")[0] == 3 and hash_key("  ?? ")[0] == 2  # hashed verbatim, stripped
+    keys = sorted(hash_key(t) for t in ["a much longer sentence about the garden shed", "short one", "mid length text"])
+    assert [k[0] for k in keys] == sorted(k[0] for k in keys)
+    assert all(k[1] == text_hash(t) for k, t in [(hash_key("Tea."), "Tea."), (hash_key("tea"), "tea")])
+
+
+def test_a_batch_is_embedded_and_inserted_shortest_text_first(bucket, monkeypatch):
+    from memories import services
+
+    monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 3)
+    real_insert, inserted = services._insert, []
+
+    def insert(bucket, rows):
+        inserted.append([row.item.content for row in rows])
+        return real_insert(bucket, rows)
+
+    monkeypatch.setattr(services, "_insert", insert)
+    texts = [("x" * (n % 11 + 1)) + f" item {n}" for n in range(0, 40, 3)]  # lengths out of order
+    out = services.memories_ingest(bucket=bucket, items=[services.MemoryInput(content=t) for t in texts])
+    assert [r.deduplicated for r in out] == [False] * len(texts)
+    flat = [text for chunk in inserted for text in chunk]
+    assert sorted(flat) == sorted(texts) and len(inserted) > 2
+    assert [len(t) for t in flat] == sorted(len(t) for t in texts)
+
+
 @pytest.mark.parametrize(
     "text",
     [
