@@ -21,12 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
 from django.conf import settings
 from django.db import OperationalError, close_old_connections, connection
 from django.utils import timezone
 
+from engram_site.db import binding_cursor
 from memories import access, embedding, lemmatizer, ranking
-from memories.embedding import to_pgvector
 from memories.models import half_precision_distance
 from memories.text import rough_token_count
 from tenants.models import Bucket
@@ -452,11 +453,12 @@ def _hnsw_settings(cur, ef_search: int) -> None:
         _session_ef_search[raw] = ef_search
 
 
-def _estimated_rows(cur, where: str, params: list, column: str) -> float:
+def _estimated_rows(where: str, params: list, column: str) -> float:
     """The planner's estimate of the embedded rows passing ``where`` (from the column
     statistics ANALYZE keeps: a plan, not a count, so it costs the same for any filter)."""
-    cur.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM memories m WHERE {where} AND m.{column} IS NOT NULL", params)
-    plan = cur.fetchone()[0]
+    with connection.cursor() as cur:
+        cur.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM memories m WHERE {where} AND m.{column} IS NOT NULL", params)
+        plan = cur.fetchone()[0]
     if isinstance(plan, str):
         plan = json.loads(plan)
     return float(plan[0]["Plan"]["Plan Rows"])
@@ -471,7 +473,11 @@ def _vector(
     bare = "false" if context else "m.context_embedding IS NULL"
     stats = bucket_stats.size(bucket)
     where, params = filters.sql(bucket)
-    vector = to_pgvector(query_vector)
+    # Bound apart from the statement, in binary (binding_cursor), instead of 384 decimals
+    # spelled into the SQL twice: ~0.17 ms less Python per walk alone, 0.15-0.2 ms less CPU
+    # per search in-process at 20k (bench/README.md). The walk's ORDER BY must then cast the
+    # placeholder to vector first: a bare placeholder would be typed halfvec and misread.
+    vector = np.asarray(query_vector, dtype=np.float32)
     limit = config.candidates
     # From the per-process cache: it may lag, so an empty-looking bucket is still
     # searched (exactly, which costs nothing when it really is empty).
@@ -483,11 +489,11 @@ def _vector(
         SELECT id, 1 - (v <=> %s::vector) AS similarity, bare FROM b ORDER BY v <=> %s::vector LIMIT %s
     """
     exact_params = [*params, vector, vector, limit]
-    with connection.cursor() as cur:
+    with binding_cursor(connection) as cur:
         if population < EXACT_SCAN_BELOW or (
             where != SearchFilters().sql(bucket)[0]
             and bucket_stats.filtered_rows(
-                bucket, column, where, params, lambda: _estimated_rows(cur, where, params, column)
+                bucket, column, where, params, lambda: _estimated_rows(where, params, column)
             )
             < EXACT_SCAN_BELOW
         ):
@@ -498,7 +504,7 @@ def _vector(
             f"""
             SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity, {bare} AS bare FROM memories m
             WHERE {where} AND m.{column} IS NOT NULL
-            ORDER BY {half_precision_distance("m." + column)} LIMIT %s
+            ORDER BY {half_precision_distance("m." + column, "%s::vector")} LIMIT %s
             """,
             [vector, *params, vector, limit],
         )

@@ -96,8 +96,13 @@ def test_limit(api, bucket):
     assert len(search(api, bucket, "anything at all", limit=3)["results"]) == 3
 
 
-@pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])
-def test_filters(api, bucket, mode):
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword", "vector-walk"])
+def test_filters(api, bucket, mode, monkeypatch):
+    if mode == "vector-walk":  # every filter through the HNSW walk, its parameters bound apart
+        from memories import retrieval
+
+        monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 0)
+        mode = "vector"
     now = timezone.now()
     a, b, c, d = write(
         api,
@@ -546,6 +551,7 @@ def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, mo
     from django.db import connection
     from django.db.backends import utils
 
+    from engram_site.db import binding_cursor
     from maintenance import neighbours
     from memories import retrieval
 
@@ -569,19 +575,48 @@ def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, mo
 
     # The planner may use an index only for the expression it holds: on this small table it
     # does once scanning and sorting are off, and would scan and sort anyway if it could not.
+    # Explained with the parameters bound as the search binds them (the query vector in binary).
     indexes, used = ("idx_memories_embedding_hnsw", "idx_memories_context_hnsw"), set()
     with connection.cursor() as cur:
         cur.execute("SET enable_seqscan = off; SET enable_sort = off; SET enable_bitmapscan = off")
         try:
-            for sql, params in walks:
-                cur.execute("EXPLAIN " + sql, params)
-                plan = "\n".join(row[0] for row in cur.fetchall())
-                walked = {name for name in indexes if f"using {name}" in plan}
-                assert walked, plan
-                used |= walked
+            with binding_cursor(connection) as bound:
+                for sql, params in walks:
+                    bound.execute("EXPLAIN " + sql, params)
+                    plan = "\n".join(row[0] for row in bound.fetchall())
+                    walked = {name for name in indexes if f"using {name}" in plan}
+                    assert walked, plan
+                    used |= walked
         finally:
             cur.execute("RESET enable_seqscan; RESET enable_sort; RESET enable_bitmapscan")
     assert used == set(indexes)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_hnsw_walk_ranks_by_the_query_it_was_given(api, bucket, monkeypatch):
+    """The walk binds the query vector in binary; ranked by anything else (a placeholder
+    typed halfvec would misread those bytes) the nearest memory would not come first."""
+    from memories import retrieval
+
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 0)
+    texts = [
+        "My sister Anna works as a nurse in Boston.",
+        "The car needs new winter tyres before December.",
+        "I am allergic to peanuts and cashews.",
+        "The wifi password is written on the fridge door.",
+        "We adopted a grey cat called Miso last spring.",
+    ]
+    write(api, bucket, *texts, sequence=False)
+    for query, expected in [
+        ("What is Anna's job?", 0),
+        ("Which nuts can't I eat?", 2),
+        ("How do I get online at home?", 3),
+        ("What pet do we have?", 4),
+        ("What does the car need?", 1),
+    ]:
+        body = search(api, bucket, query, mode="vector", explain=True)
+        assert body["results"][0]["explain"]["vector_search"]["vector"] == "hnsw"
+        assert body["results"][0]["content"] == texts[expected], query
 
 
 def reader_and_gardener(api, bucket, monkeypatch) -> list[dict]:
@@ -632,9 +667,9 @@ def test_the_filtered_row_estimate_is_planned_once_per_filter_until_the_bucket_c
     planned = []  # the agent of every filter the planner was asked about
     real_estimate = retrieval._estimated_rows
 
-    def estimate(cur, where, params, column):
+    def estimate(where, params, column):
         planned.append(params[-1])
-        return real_estimate(cur, where, params, column)
+        return real_estimate(where, params, column)
 
     monkeypatch.setattr(retrieval, "_estimated_rows", estimate)
 
