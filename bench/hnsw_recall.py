@@ -103,7 +103,8 @@ def where_sql(tenant_id: Any, bucket_id: str, filters: dict | None) -> tuple[str
 
 
 def to_pgvector(vector: list[float]) -> str:
-    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"  # memories.embedding.to_pgvector
+    """A vector in pgvector's text input format (the server binds vectors in binary instead)."""
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
 
 
 WALK_ORDER = {

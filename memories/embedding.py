@@ -197,10 +197,3 @@ def count_tokens(texts: list[str]) -> list[int]:
     except Exception:
         logger.warning("tokenizer unavailable; using the rough token estimate", exc_info=True)
         return [rough_token_count(t) for t in texts]
-
-
-def to_pgvector(vector: np.ndarray | None) -> str | None:
-    """A vector in pgvector's text input format."""
-    if vector is None:
-        return None
-    return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
