@@ -178,3 +178,33 @@ def test_counting_tokens_while_another_thread_embeds_changes_no_vector():
     assert errors == []
     for vectors in results:
         assert np.abs(vectors - expected).max() < 1e-4
+
+
+# --- batches by token count --------------------------------------------------------------
+
+
+class _RecordingSession:
+    """Wraps an ONNX session and records the shape of every batch it runs."""
+
+    def __init__(self, session):
+        self.session = session
+        self.shapes: list[tuple[int, int]] = []
+
+    def run(self, outputs, feed):
+        self.shapes.append(feed["input_ids"].shape)
+        return self.session.run(outputs, feed)
+
+
+def test_a_batch_holds_texts_of_similar_token_counts_within_the_token_budget(torch_model, monkeypatch):
+    model = embedding.get_model()
+    recording = _RecordingSession(model.session)
+    monkeypatch.setattr(model, "session", recording)
+    long_text, short_text = "alpha beta gamma " * 200, "hi"  # 256 tokens once cut, and 3
+    texts = [short_text, long_text] * 30 + [long_text] * 10
+    got = model.encode(texts, batch_size=64)
+    expected = dict(zip((long_text, short_text), reference(torch_model, [long_text, short_text]), strict=True))
+    assert np.abs(got - np.vstack([expected[t] for t in texts])).max() < 1e-5
+    # 40 texts of 256 tokens, 16 at a time (the last 8 alone); the 30 short ones together,
+    # padded to 3 tokens, not 256.
+    assert onnx_encoder.MAX_BATCH_TOKENS == 64 * 64
+    assert sorted(recording.shapes) == [(8, 256), (16, 256), (16, 256), (30, 3)]
