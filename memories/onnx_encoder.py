@@ -5,9 +5,10 @@ weights are the package's own) into ``ENGRAM_MODEL_CACHE``, named by a hash of t
 weight, config and tokenizer files, and checked against sentence-transformers on
 :data:`PROBE_TEXTS` before it is kept: a graph whose vectors differ by more than
 :data:`MAX_DIFFERENCE` in any component is thrown away and the caller falls back to torch.
-Measured on the 2-core development machine (bench/results/embedding-runtime-2026-11-23.md):
-a one-question embedding in 3.1 ms instead of 6.6 ms, batches ~7% slower than torch (with
-idle threads sleeping, see ENGRAM_ORT_SPIN), vectors equal to 2e-7.
+Measured on 2-core development machines: a one-question embedding in 2.9-3.1 ms instead of
+5.9-6.6 ms, vectors equal to 2e-7; batches, once run by token counts (see
+:meth:`OnnxSentenceEncoder.encode`), 16% faster than torch for memory texts and 10% for
+context texts (bench/results/embedding-runtime-2026-11-24-intel-tokens.md; ~7% slower before).
 
 :class:`OnnxSentenceEncoder` answers ``encode()`` like ``SentenceTransformer`` for the
 arguments Engram passes, with the same tokenizer, truncation (``max_seq_length``), mean
