@@ -367,9 +367,9 @@ def build_report(ctx: dict[str, Any]) -> str:
         lines += [common.markdown_table(headers, table), ""]
         lines += [
             "Shares of the in-process `memories_ingest` time (exclusive, in the request's thread: embedding = "
-            "waiting for the model, which runs a chunk of 256 rows ahead in a helper thread; database = every "
-            "SQL statement and commit, including the run-context lookups and the HNSW/GIN index maintenance of "
-            "the insert; "
+            "waiting for the model, which runs a chunk ahead in a helper thread (chunks of up to 256 rows, the "
+            "last ones halving down to 8); database = every SQL statement and commit, including the run-context "
+            "lookups and the HNSW/GIN index maintenance of the insert; "
             "queue hints = publishing the post-commit enrichment and graph messages to the broker; other = "
             "Python between them; these add up to 100%). Model busy = the model's own time in its thread, "
             "overlapping the others: model busy + database above 100% is the overlap. "

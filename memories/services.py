@@ -33,12 +33,12 @@ from tenants.models import Bucket
 logger = logging.getLogger(__name__)
 
 CONTEXT_PREDECESSORS = 2  # how many preceding memories make a memory's context
-# Batches are embedded and inserted in chunks of this many rows, the next chunk's
+# Batches are embedded and inserted in chunks of at most this many rows, the next chunk's
 # embeddings computed in a helper thread while this one is inserted (see _EmbeddingAhead).
 EMBED_CHUNK_ROWS = 256
-# The last rows of a batch form a short chunk of their own: nothing is left to embed while
-# the last chunk is inserted, so the shorter it is, the less the model waits at the end.
-LAST_CHUNK_ROWS = 64
+# The last chunks halve in size down to this many rows (see _chunks): nothing is left to
+# embed while the last chunk is inserted, so the shorter it is, the less the model waits.
+SMALLEST_CHUNK_ROWS = 8
 _embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
 
 
@@ -167,12 +167,28 @@ def _insert_order(row: _Row) -> tuple[int, str]:
 
 
 def _chunks(rows: list[_Row]) -> list[list[_Row]]:
-    """``rows`` in chunks of EMBED_CHUNK_ROWS, the last LAST_CHUNK_ROWS (or fewer) apart."""
-    tail = min(LAST_CHUNK_ROWS, EMBED_CHUNK_ROWS)
-    if len(rows) <= tail:
-        return [rows]
-    head = rows[:-tail]
-    return [head[i : i + EMBED_CHUNK_ROWS] for i in range(0, len(head), EMBED_CHUNK_ROWS)] + [rows[-tail:]]
+    """``rows`` in order, in chunks of at most EMBED_CHUNK_ROWS whose last ones halve down to
+    SMALLEST_CHUNK_ROWS: 100 rows make chunks of 44, 32, 16 and 8; 1000 rows 251, 251, 250,
+    128, 64, 32, 16 and 8; 16 rows or fewer one chunk.
+
+    The model embeds a row in about twice the time the database takes to insert it
+    (HNSW upkeep included), so while a chunk is inserted, the model embeds the next one, half
+    its size, in about as long; and the one insert nothing overlaps, the last chunk's, is
+    short. Smaller calls cost the model a little more per text (bench/README.md).
+    """
+    tail: list[int] = []
+    size, left = SMALLEST_CHUNK_ROWS, len(rows)
+    while size < EMBED_CHUNK_ROWS and left > 2 * size:
+        tail.append(size)
+        left -= size
+        size *= 2
+    count = -(-left // EMBED_CHUNK_ROWS)  # the rest in chunks of even sizes, larger first
+    sizes = [left // count + (i < left % count) for i in range(count)] + tail[::-1]
+    chunks, start = [], 0
+    for size in sizes:
+        chunks.append(rows[start : start + size])
+        start += size
+    return chunks
 
 
 def _count_tokens(rows: list[_Row]) -> None:

@@ -234,10 +234,10 @@ def test_a_small_batch_is_embedded_in_two_calls_memories_apart_from_their_contex
         return original(texts, **kwargs)
 
     monkeypatch.setattr(embedding, "embed_texts", spy)
-    api.post(url(bucket), {"memories": [{"content": f"fact {i}"} for i in range(40)]}, format="json")
-    # One chunk: the 40 memories in one call, the 39 (longer) context texts in another,
-    # so no memory is padded to a context's length.
-    assert calls == [40, 39]
+    api.post(url(bucket), {"memories": [{"content": f"fact {i}"} for i in range(16)]}, format="json")
+    # One chunk (16 rows, SMALLEST_CHUNK_ROWS x 2): the 16 memories in one call, the 15
+    # (longer) context texts in another, so no memory is padded to a context's length.
+    assert calls == [16, 15]
 
 
 def test_token_count_uses_the_model_tokenizer(api, bucket):
@@ -302,21 +302,28 @@ def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bu
             )
 
 
-@pytest.mark.parametrize("count", [1, 63, 64, 65, 256, 319, 320, 321, 1000])
-def test_chunks_keep_every_row_once_in_order_and_end_with_a_short_chunk(count):
+@pytest.mark.parametrize("count", [1, 16, 17, 63, 64, 65, 100, 256, 319, 320, 321, 1000, 1018])
+def test_chunks_keep_every_row_once_in_order_and_shrink_towards_the_end(count):
     from memories import services
 
     rows = list(range(count))
     chunks = services._chunks(rows)
+    sizes = [len(chunk) for chunk in chunks]
     assert [row for chunk in chunks for row in chunk] == rows
-    assert all(0 < len(chunk) <= services.EMBED_CHUNK_ROWS for chunk in chunks)
-    assert len(chunks[-1]) == min(count, services.LAST_CHUNK_ROWS)
+    assert all(0 < size <= services.EMBED_CHUNK_ROWS for size in sizes)
+    assert sizes == sorted(sizes, reverse=True)  # no small chunk before a large one
+    assert sizes[-1] == (services.SMALLEST_CHUNK_ROWS if count > 2 * services.SMALLEST_CHUNK_ROWS else count)
+    if count == 100:
+        assert sizes == [44, 32, 16, 8]
+    if count >= 1000:
+        assert sizes[-5:] == [128, 64, 32, 16, 8] and max(sizes[:-5]) - min(sizes[:-5]) <= 1
 
 
 def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, bucket, monkeypatch):
     from memories import services
 
-    monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 5)
+    monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 8)
+    monkeypatch.setattr(services, "SMALLEST_CHUNK_ROWS", 2)
     real_insert, calls = services._insert, []
 
     def insert(bucket, rows):
@@ -330,7 +337,7 @@ def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, buck
         services.memories_ingest(
             bucket=bucket, items=[services.MemoryInput(content=i["content"]) for i in big_batch(14)]
         )
-    assert calls == [5, 4, 5]  # the last rows are a chunk of their own (LAST_CHUNK_ROWS, at most a chunk)
+    assert calls == [8, 4, 2]  # the chunks halve towards the end; the third failed
     assert not Memory.objects.filter(bucket=bucket).exists()
 
 
