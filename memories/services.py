@@ -2,7 +2,8 @@
 
 Write path (seed 000): normalise → hash → insert, with ``ON CONFLICT DO NOTHING``
 against the partial unique index, so dedup is a database invariant and two
-clients writing the same text at once end with one row. Lemmas and token counts
+clients writing the same text at once end with one row; texts the bucket already
+holds are looked up first and skip the model. Lemmas and token counts
 are computed before the insert, in batches; embeddings chunk by chunk, each chunk
 while the previous one is inserted. If the embedding model or the lemmatizer is
 down the row is stored anyway with the derived column NULL, and
@@ -191,6 +192,22 @@ def _chunks(rows: list[_Row]) -> list[list[_Row]]:
     return chunks
 
 
+def _prepare(rows: list[_Row]) -> _EmbeddingAhead:
+    """Put ``rows`` in the insert order, give them lemmas and token counts, and embed them
+    chunk by chunk; returns once the first chunk is ready (the transaction starts once there
+    is something to insert)."""
+    rows = sorted(rows, key=_insert_order)
+    embedded = _EmbeddingAhead(_chunks(rows))
+    if rows:
+        # The model (which releases the GIL) embeds the first chunk while this thread
+        # lemmatises and counts tokens (embedding needs neither).
+        embedded.start(0)
+        _lemmatize_rows(rows)
+        _count_tokens(rows)
+        embedded.ready(0)
+    return embedded
+
+
 def _count_tokens(rows: list[_Row]) -> None:
     for row, count in zip(rows, embedding.count_tokens([r.item.content for r in rows]), strict=True):
         row.token_count = count
@@ -302,6 +319,12 @@ def _hold_bucket(bucket: Bucket) -> None:
 _BUCKET_FOREIGN_KEYS = {"memories_bucket_id_fk", "memories_tenant_id_fk"}
 
 
+class _RowVanished(Exception):
+    def __init__(self, hashes: set[str]):
+        super().__init__(f"{len(hashes)} row(s) deleted during the write")
+        self.hashes = hashes
+
+
 def _constraint(exc: IntegrityError) -> str | None:
     diag = getattr(exc.__cause__, "diag", None)
     return getattr(diag, "constraint_name", None)
@@ -338,15 +361,11 @@ def memories_ingest(
     first_rows: dict[str, _Row] = {}
     for row in rows:
         first_rows.setdefault(row.text_hash, row)
-    unique_rows = sorted(first_rows.values(), key=_insert_order)
-    chunks = _chunks(unique_rows)
-    embedded = _EmbeddingAhead(chunks)
-    # The model (which releases the GIL) embeds the first chunk while this thread
-    # lemmatises and counts tokens (embedding needs neither).
-    embedded.start(0)
-    _lemmatize_rows(unique_rows)
-    _count_tokens(unique_rows)
-    embedded.ready(0)  # the transaction starts once there is something to insert
+    # Texts the bucket already holds are neither embedded nor inserted: a writer sending
+    # again what it wrote before pays one indexed lookup, not the model. Texts that arrive
+    # from another writer meanwhile are left to the insert's ON CONFLICT.
+    stored = _existing_ids(bucket, first_rows)
+    embedded = _prepare([row for digest, row in first_rows.items() if digest not in stored])
 
     outermost = not connection.in_atomic_block
     for attempt in range(3):
@@ -354,26 +373,35 @@ def memories_ingest(
             with transaction.atomic():
                 _hold_bucket(bucket)
                 inserted = {}
-                for index in range(len(chunks)):
+                for index in range(len(embedded.chunks)):
                     inserted.update(_insert(bucket, embedded.ready(index)))
                 missing = [h for h in first_rows if h not in inserted]
                 existing = _existing_ids(bucket, missing) if missing else {}
-                if len(existing) == len(missing):
-                    break
+                if len(existing) < len(missing):
+                    raise _RowVanished({h for h in missing if h not in existing})
+            break
+        except _RowVanished as exc:
+            # A row this batch did not insert because the bucket held it (at its insert, or
+            # when the batch looked before) was deleted before the lookup that was to return
+            # it. This attempt is rolled back; the next one inserts the row. One the batch did
+            # not prepare (found at the first look) is prepared now, with the rest again: a
+            # rare path, kept simple.
+            unprepared = [first_rows[h] for h in exc.hashes if h in stored]
+            if unprepared:
+                stored = {h: i for h, i in stored.items() if h not in exc.hashes}
+                embedded = _prepare([row for chunk in embedded.chunks for row in chunk] + unprepared)
         except OperationalError as exc:
             # A deadlock with another writer (a merge, an edit): PostgreSQL rolled this
             # transaction back; when it is ours alone, run it again.
             if not (outermost and rolled_back_by_concurrency(exc) and attempt < 2):
                 raise
             logger.info("ingest into bucket %s retried after %s", bucket.pk, type(exc.__cause__).__name__)
-            continue
         except IntegrityError as exc:
             # The tenant was deleted after the caller looked the bucket up: the insert's
             # foreign key check waited for that transaction and then failed.
             if _constraint(exc) in _BUCKET_FOREIGN_KEYS:
                 raise NotFound("Bucket not found.") from None
             raise
-        # A conflicting row was deleted between our insert and our lookup: try again.
     else:  # pragma: no cover - needs a delete racing the same text three times
         raise Conflict("The memory changed concurrently; retry the request.", code="retry")
 

@@ -103,6 +103,52 @@ def test_duplicates_inside_one_batch_are_stored_once(api, bucket):
     assert Memory.objects.filter(bucket=bucket).count() == 2
 
 
+def test_texts_the_bucket_already_holds_skip_the_model(api, bucket, monkeypatch):
+    from memories import embedding
+
+    old = [{"content": f"Box {i} sits on the {i}th shelf of the garage."} for i in range(5)]
+    first = api.post(url(bucket), {"memories": old, "sequence": False}, format="json").json()["results"]
+    embedded = []
+    real_embed = embedding.embed_texts
+
+    def spy(texts, **kwargs):
+        embedded.extend(texts)
+        return real_embed(texts, **kwargs)
+
+    monkeypatch.setattr(embedding, "embed_texts", spy)
+    again = [{"content": item["content"].upper()} for item in old] + [{"content": "The bike hangs by the door."}]
+    response = api.post(url(bucket), {"memories": again, "sequence": False}, format="json")
+    assert response.status_code == 201, response.content
+    results = response.json()["results"]
+    assert results[:5] == [{"id": r["id"], "deduplicated": True} for r in first]
+    assert results[5]["deduplicated"] is False
+    assert embedded == ["The bike hangs by the door."]  # only the new text met the model
+    assert Memory.objects.filter(bucket=bucket).count() == 6
+    assert not Memory.objects.filter(bucket=bucket, embedding__isnull=True).exists()
+
+
+def test_a_held_text_deleted_before_the_insert_is_written_again(bucket, monkeypatch):
+    from memories import services
+
+    kept = services.memories_ingest(bucket=bucket, items=[services.MemoryInput(content="Tea at five.")])[0]
+    real_prepare, prepared = services._prepare, []
+
+    def prepare(rows):
+        prepared.append(sorted(row.item.content for row in rows))
+        if len(prepared) == 1:  # after the batch looked the text up, before its transaction
+            Memory.objects.filter(pk=kept.id).delete()
+        return real_prepare(rows)
+
+    monkeypatch.setattr(services, "_prepare", prepare)
+    items = [services.MemoryInput(content="tea at five"), services.MemoryInput(content="Coffee at nine.")]
+    out = services.memories_ingest(bucket=bucket, items=items)
+    assert prepared == [["Coffee at nine."], ["Coffee at nine.", "tea at five"]]
+    assert [r.deduplicated for r in out] == [False, False] and out[0].id != kept.id
+    stored = Memory.objects.get(pk=out[0].id)
+    assert stored.content == "tea at five" and stored.embedding is not None and stored.text_lemmatized
+    assert Memory.objects.filter(bucket=bucket).count() == 2
+
+
 def test_same_text_in_two_buckets_is_two_memories(api, tenant, bucket):
     from tenants.services import bucket_create
 
