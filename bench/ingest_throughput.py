@@ -368,7 +368,7 @@ def build_report(ctx: dict[str, Any]) -> str:
         lines += [
             "Shares of the in-process `memories_ingest` time (exclusive, in the request's thread: embedding = "
             "waiting for the model, which runs a chunk ahead in a helper thread (chunks of up to 256 rows, the "
-            "last ones halving down to 8); database = every SQL statement and commit, including the run-context "
+            "last ones halving down to 4); database = every SQL statement and commit, including the run-context "
             "lookups and the HNSW/GIN index maintenance of the insert; "
             "queue hints = publishing the post-commit enrichment and graph messages to the broker; other = "
             "Python between them; these add up to 100%). Model busy = the model's own time in its thread, "

@@ -39,7 +39,7 @@ CONTEXT_PREDECESSORS = 2  # how many preceding memories make a memory's context
 EMBED_CHUNK_ROWS = 256
 # The last chunks halve in size down to this many rows (see _chunks): nothing is left to
 # embed while the last chunk is inserted, so the shorter it is, the less the model waits.
-SMALLEST_CHUNK_ROWS = 8
+SMALLEST_CHUNK_ROWS = 4
 _embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
 
 
@@ -169,8 +169,8 @@ def _insert_order(row: _Row) -> tuple[int, str]:
 
 def _chunks(rows: list[_Row]) -> list[list[_Row]]:
     """``rows`` in order, in chunks of at most EMBED_CHUNK_ROWS whose last ones halve down to
-    SMALLEST_CHUNK_ROWS: 100 rows make chunks of 44, 32, 16 and 8; 1000 rows 251, 251, 250,
-    128, 64, 32, 16 and 8; 16 rows or fewer one chunk.
+    SMALLEST_CHUNK_ROWS: 10 rows make chunks of 6 and 4; 100 rows 40, 32, 16, 8 and 4; 1000
+    rows 250, 249, 249, 128, 64, 32, 16, 8 and 4; 8 rows or fewer one chunk.
 
     The model embeds a row in about twice the time the database takes to insert it
     (HNSW upkeep included), so while a chunk is inserted, the model embeds the next one, half

@@ -280,10 +280,10 @@ def test_a_small_batch_is_embedded_in_two_calls_memories_apart_from_their_contex
         return original(texts, **kwargs)
 
     monkeypatch.setattr(embedding, "embed_texts", spy)
-    api.post(url(bucket), {"memories": [{"content": f"fact {i}"} for i in range(16)]}, format="json")
-    # One chunk (16 rows, SMALLEST_CHUNK_ROWS x 2): the 16 memories in one call, the 15
+    api.post(url(bucket), {"memories": [{"content": f"fact {i}"} for i in range(8)]}, format="json")
+    # One chunk (8 rows, SMALLEST_CHUNK_ROWS x 2): the 8 memories in one call, the 7
     # (longer) context texts in another, so no memory is padded to a context's length.
-    assert calls == [16, 15]
+    assert calls == [8, 7]
 
 
 def test_token_count_uses_the_model_tokenizer(api, bucket):
@@ -348,7 +348,7 @@ def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bu
             )
 
 
-@pytest.mark.parametrize("count", [1, 16, 17, 63, 64, 65, 100, 256, 319, 320, 321, 1000, 1018])
+@pytest.mark.parametrize("count", [1, 8, 9, 10, 16, 17, 63, 64, 65, 100, 256, 319, 320, 321, 1000, 1018])
 def test_chunks_keep_every_row_once_in_order_and_shrink_towards_the_end(count):
     from memories import services
 
@@ -359,10 +359,12 @@ def test_chunks_keep_every_row_once_in_order_and_shrink_towards_the_end(count):
     assert all(0 < size <= services.EMBED_CHUNK_ROWS for size in sizes)
     assert sizes == sorted(sizes, reverse=True)  # no small chunk before a large one
     assert sizes[-1] == (services.SMALLEST_CHUNK_ROWS if count > 2 * services.SMALLEST_CHUNK_ROWS else count)
+    if count == 10:
+        assert sizes == [6, 4]
     if count == 100:
-        assert sizes == [44, 32, 16, 8]
+        assert sizes == [40, 32, 16, 8, 4]
     if count >= 1000:
-        assert sizes[-5:] == [128, 64, 32, 16, 8] and max(sizes[:-5]) - min(sizes[:-5]) <= 1
+        assert sizes[-6:] == [128, 64, 32, 16, 8, 4] and max(sizes[:-6]) - min(sizes[:-6]) <= 1
 
 
 def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, bucket, monkeypatch):
