@@ -186,9 +186,9 @@ def _chunks(rows: list[_Row]) -> list[list[_Row]]:
     count = -(-left // EMBED_CHUNK_ROWS)  # the rest in chunks of even sizes, larger first
     sizes = [left // count + (i < left % count) for i in range(count)] + tail[::-1]
     chunks, start = [], 0
-    for size in sizes:
-        chunks.append(rows[start : start + size])
-        start += size
+    for length in sizes:
+        chunks.append(rows[start : start + length])
+        start += length
     return chunks
 
 
@@ -364,7 +364,7 @@ def memories_ingest(
     # Texts the bucket already holds are neither embedded nor inserted: a writer sending
     # again what it wrote before pays one indexed lookup, not the model. Texts that arrive
     # from another writer meanwhile are left to the insert's ON CONFLICT.
-    stored = _existing_ids(bucket, first_rows)
+    stored = set(_existing_ids(bucket, first_rows))
     embedded = _prepare([row for digest, row in first_rows.items() if digest not in stored])
 
     outermost = not connection.in_atomic_block
@@ -388,7 +388,7 @@ def memories_ingest(
             # rare path, kept simple.
             unprepared = [first_rows[h] for h in exc.hashes if h in stored]
             if unprepared:
-                stored = {h: i for h, i in stored.items() if h not in exc.hashes}
+                stored -= exc.hashes
                 embedded = _prepare([row for chunk in embedded.chunks for row in chunk] + unprepared)
         except OperationalError as exc:
             # A deadlock with another writer (a merge, an edit): PostgreSQL rolled this
