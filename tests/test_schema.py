@@ -96,7 +96,7 @@ MEMORY_INDEXES = {
     "idx_memories_linked": "CREATE INDEX idx_memories_linked ON public.memories USING gin (linked_memory_ids)",
     "idx_memories_embedding_hnsw": (
         "CREATE INDEX idx_memories_embedding_hnsw ON public.memories USING hnsw "
-        "(((embedding)::halfvec(384)) halfvec_cosine_ops) WITH (m='16', ef_construction='128')"
+        "(((embedding)::halfvec(384)) halfvec_cosine_ops) WITH (m='12', ef_construction='160')"
     ),
 }
 
@@ -107,7 +107,7 @@ MEMORY_EXTRA_INDEXES = {
     ),
     "idx_memories_context_hnsw": (
         "CREATE INDEX idx_memories_context_hnsw ON public.memories USING hnsw "
-        "(((context_embedding)::halfvec(384)) halfvec_cosine_ops) WITH (m='16', ef_construction='128')"
+        "(((context_embedding)::halfvec(384)) halfvec_cosine_ops) WITH (m='12', ef_construction='160')"
     ),
     "idx_memories_enrich_pending": (
         "CREATE INDEX idx_memories_enrich_pending ON public.memories USING btree (created_at) "
@@ -233,6 +233,32 @@ def test_the_half_precision_migration_accepts_the_installed_pgvector():
     migration = importlib.import_module("memories.migrations.0007_half_precision_hnsw")
     with connection.schema_editor() as editor:
         migration._require_halfvec(None, editor)  # the embedded server's 0.8.5: no error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_hnsw_parameter_migration_rebuilds_both_graphs_and_back():
+    import importlib
+
+    migration = importlib.import_module("memories.migrations.0008_hnsw_m12_efc160")
+    hnsw = ("idx_memories_embedding_hnsw", "idx_memories_context_hnsw")
+
+    def run(statements):
+        with connection.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+
+    try:
+        run(migration._rebuild(**migration.BEFORE))
+        indexes = _indexes("memories")
+        assert all("WITH (m='16', ef_construction='128')" in indexes[name] for name in hnsw)
+        # A build interrupted earlier left an index named "_new" behind: the next run drops it.
+        run(["CREATE INDEX idx_memories_context_hnsw_new ON memories (created_at)"])
+    finally:
+        run(migration._rebuild(migration.M, migration.EF_CONSTRUCTION))
+    indexes = _indexes("memories")
+    expected = {**MEMORY_INDEXES, **MEMORY_EXTRA_INDEXES}
+    assert {name: indexes[name] for name in hnsw} == {name: expected[name] for name in hnsw}
+    assert not [name for name in indexes if name.endswith("_new")]
 
 
 def test_tenant_bucket_and_token_tables():

@@ -19,11 +19,12 @@ EF_CONSTRUCTION = 128
 COLUMNS = {"idx_memories_embedding_hnsw": "embedding", "idx_memories_context_hnsw": "context_embedding"}
 
 
-def _swap(name: str, definition: str) -> list[str]:
+def _swap(name: str, definition: str, m: int = M, ef_construction: int = EF_CONSTRUCTION) -> list[str]:
+    """Build ``name`` anew beside the old index, then drop the old one and rename (also used by 0008)."""
     return [
         f"DROP INDEX CONCURRENTLY IF EXISTS {name}_new",
         f"CREATE INDEX CONCURRENTLY {name}_new ON memories USING hnsw ({definition}) "
-        f"WITH (m = {M}, ef_construction = {EF_CONSTRUCTION})",
+        f"WITH (m = {m}, ef_construction = {ef_construction})",
         f"DROP INDEX CONCURRENTLY IF EXISTS {name}",
         f"ALTER INDEX {name}_new RENAME TO {name}",
     ]
@@ -51,7 +52,7 @@ def _require_halfvec(apps, schema_editor):
         )
 
 
-def _state_index(name: str, column: str):
+def _state_index(name: str, column: str, m: int = M, ef_construction: int = EF_CONSTRUCTION):
     return pgvector.django.indexes.HnswIndex(
         django.contrib.postgres.indexes.OpClass(
             django.db.models.functions.comparison.Cast(
@@ -59,8 +60,8 @@ def _state_index(name: str, column: str):
             ),
             name="halfvec_cosine_ops",
         ),
-        ef_construction=EF_CONSTRUCTION,
-        m=M,
+        ef_construction=ef_construction,
+        m=m,
         name=name,
     )
 
