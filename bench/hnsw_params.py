@@ -38,6 +38,7 @@ from pathlib import Path
 
 import common
 import numpy as np
+from hnsw_recall import to_pgvector
 
 DATA_DIR = common.REPO_ROOT / "bench" / "data"
 TABLE = "bench_hnsw_vectors"
@@ -116,17 +117,15 @@ def _vectors(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
 
     rows, queries = _texts(args)
     started = time.perf_counter()
-    embed_query = embedding.embed_query if args.source == "corpus" else None
-    query_vectors = np.stack([embed_query(q) for q in queries]) if embed_query else embedding.embed_texts(queries)
-    row_vectors = embedding.embed_texts(rows)
+    if args.source == "corpus":  # questions, embedded as the server embeds a search's query
+        query_vectors = np.stack([embedding.embed_query(q) for q in queries]).astype(np.float32)
+    else:
+        query_vectors = embedding.embed_texts(queries).astype(np.float32)
+    row_vectors = embedding.embed_texts(rows).astype(np.float32)
     common.log(f"embedded {len(rows)} rows and {len(queries)} queries in {time.perf_counter() - started:.0f}s")
     cache.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(cache, rows=row_vectors.astype(np.float32), queries=query_vectors.astype(np.float32))
-    return row_vectors.astype(np.float32), query_vectors.astype(np.float32)
-
-
-def _literal(vector: np.ndarray) -> str:
-    return "[" + ",".join(f"{x:.8g}" for x in vector) + "]"
+    np.savez(cache, rows=row_vectors, queries=query_vectors)
+    return row_vectors, query_vectors
 
 
 def _backend_cpu(pid: int) -> float | None:
@@ -222,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     kept = np.arange(len(rows)) % args.filter_parts == 0  # WHERE part = 0
     similarities[:, ~kept] = -np.inf
     exact["filtered_"] = [set(np.argsort(-row)[:10].tolist()) for row in similarities]
-    literals = [_literal(v) for v in rows]
-    query_literals = [_literal(v) for v in queries]
+    literals = [to_pgvector(v) for v in rows]
+    query_literals = [to_pgvector(v) for v in queries]
     results = []
     with connection.cursor() as cur:
         cur.execute("SELECT pg_backend_pid()")

@@ -20,7 +20,7 @@ COLUMNS = {"idx_memories_embedding_hnsw": "embedding", "idx_memories_context_hns
 
 
 def _swap(name: str, definition: str, m: int = M, ef_construction: int = EF_CONSTRUCTION) -> list[str]:
-    """Build ``name`` anew beside the old index, then drop the old one and rename (also used by 0008)."""
+    """Build ``name`` anew beside the old index, then drop the old one and rename."""
     return [
         f"DROP INDEX CONCURRENTLY IF EXISTS {name}_new",
         f"CREATE INDEX CONCURRENTLY {name}_new ON memories USING hnsw ({definition}) "
@@ -30,8 +30,9 @@ def _swap(name: str, definition: str, m: int = M, ef_construction: int = EF_CONS
     ]
 
 
-def _half(name: str, column: str) -> list[str]:
-    return _swap(name, f"({column}::halfvec(384)) halfvec_cosine_ops")
+def _half(name: str, column: str, m: int = M, ef_construction: int = EF_CONSTRUCTION) -> list[str]:
+    """``_swap`` to a graph over the half-precision copies (also what 0008 rebuilds with its parameters)."""
+    return _swap(name, f"({column}::halfvec(384)) halfvec_cosine_ops", m, ef_construction)
 
 
 def _full(name: str, column: str) -> list[str]:

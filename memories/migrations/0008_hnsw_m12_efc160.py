@@ -14,7 +14,7 @@ from django.db import migrations
 half_precision_hnsw = importlib.import_module("memories.migrations.0007_half_precision_hnsw")
 
 M, EF_CONSTRUCTION = 12, 160
-BEFORE = {"m": 16, "ef_construction": 128}
+BEFORE = {"m": half_precision_hnsw.M, "ef_construction": half_precision_hnsw.EF_CONSTRUCTION}
 COLUMNS = half_precision_hnsw.COLUMNS
 
 
@@ -22,9 +22,7 @@ def _rebuild(m: int, ef_construction: int) -> list[str]:
     return [
         sql
         for name, column in COLUMNS.items()
-        for sql in half_precision_hnsw._swap(
-            name, f"({column}::halfvec(384)) halfvec_cosine_ops", m=m, ef_construction=ef_construction
-        )
+        for sql in half_precision_hnsw._half(name, column, m=m, ef_construction=ef_construction)
     ]
 
 
