@@ -84,6 +84,7 @@ class LoadInfo:
     sent_now: int
     seconds: float
     resumed: bool
+    sequence: bool = True
 
     def describe(self) -> str:
         if not self.sent_now:
@@ -91,8 +92,8 @@ class LoadInfo:
         rate = self.sent_now / self.seconds if self.seconds else 0.0
         how = "resumed: " if self.resumed else ""
         return (
-            f"{how}loaded {self.sent_now} rows in {self.seconds:.0f}s ({rate:.0f} rows/s, batches of 1000); "
-            f"the bucket holds {self.memory_count} memories"
+            f"{how}loaded {self.sent_now} rows in {self.seconds:.0f}s ({rate:.0f} rows/s, batches of 1000, "
+            f"sequence={str(self.sequence).lower()}); the bucket holds {self.memory_count} memories"
         )
 
 
@@ -104,20 +105,31 @@ def ensure_loaded(
     clients: int = 2,
     batch: int = 1000,
     bucket_name: str = BUCKET,
+    sequence: bool = True,
 ) -> LoadInfo:
-    """Make the bucket hold the first ``rows`` rows of ``corpus`` (sequence=true, like a client
-    importing its history in order); send only what is missing."""
+    """Make the bucket hold the first ``rows`` rows of ``corpus``; send only what is missing.
+
+    ``sequence=True`` (the API default) writes them like a client importing its history in
+    order: each memory gets its run's predecessors as context, so two embeddings each.
+    ``False`` writes unrelated facts: one embedding each, ~3x faster to load, but no context
+    vectors or context text, so the context signals find nothing. A bucket is loaded one way
+    only (recorded with the progress)."""
     with target.client() as client:
         bucket_id = client.find_bucket(bucket_name) or client.create_bucket(
             bucket_name, f"benchmark corpus ({corpus.name}, a prefix of it)"
         )
         count = client.get_bucket(bucket_id)["memory_count"]
     state_path = target.home / f"bench-load-{bucket_id}.json" if target.home else None
-    state = {"corpus": str(corpus), "done": []}
+    state = {"corpus": str(corpus), "done": [], "sequence": sequence}
     if state_path and state_path.exists():
         state = json.loads(state_path.read_text())
         if Path(state["corpus"]).name != corpus.name:
             raise SystemExit(f"bucket {bucket_name!r} was loaded from {state['corpus']}, not {corpus}")
+        if state.setdefault("sequence", True) != sequence:
+            raise SystemExit(
+                f"bucket {bucket_name!r} was loaded with sequence={str(state['sequence']).lower()}: "
+                "use the same --load-sequence (or another --home)"
+            )
     elif count:
         # No progress file (an existing server without --home): trust the row count; a shortfall
         # is resent whole from the last complete thousand, and the server deduplicates.
@@ -130,7 +142,7 @@ def ensure_loaded(
     gaps = _missing(state["done"], rows)
     todo = [(lo, min(lo + batch, hi)) for lo, hi in gaps for lo in range(lo, hi, batch)]
     if not todo:
-        return LoadInfo(bucket_id, rows, count, 0, 0.0, False)
+        return LoadInfo(bucket_id, rows, count, 0, 0.0, False, sequence)
     resumed = bool(state["done"])
     total = sum(hi - lo for lo, hi in todo)
     common.log(
@@ -153,7 +165,7 @@ def ensure_loaded(
                 except queue.Empty:
                     return
                 try:
-                    client.ingest(bucket_id, data[lo:hi])
+                    client.ingest(bucket_id, data[lo:hi], sequence=sequence)
                 except BaseException as exc:
                     errors.append(exc)
                     return
@@ -182,7 +194,7 @@ def ensure_loaded(
         count = client.get_bucket(bucket_id)["memory_count"]
     if count < rows:
         common.log(f"warning: the bucket holds {count} memories for {rows} rows sent (duplicates in the corpus?)")
-    return LoadInfo(bucket_id, rows, count, sent[0], seconds, resumed)
+    return LoadInfo(bucket_id, rows, count, sent[0], seconds, resumed, sequence)
 
 
 def build_graph(target: common.Target) -> tuple[str, float]:
@@ -219,16 +231,25 @@ def build_graph(target: common.Target) -> tuple[str, float]:
 # --------------------------------------------------------------------------------------------
 
 
-def query_pool(corpus: Path, rows: int) -> tuple[list[dict], dict]:
+def query_pool(corpus: Path, rows: int, *, seed: int = CORPUS_SEED) -> tuple[list[dict], dict]:
     """Every distinct generated question about ``corpus`` (regenerated with make_corpus's own
-    code, so there are ~26k instead of the 500 in queries-100k.jsonl), those about the loaded
-    rows (``source_row < rows``) first. Each query gets ``filters``: its own when the generator
-    gave it some, otherwise ``attributed_to`` or ``agent_id`` of its source row (alternating)."""
+    code, so there are ~26k at 100k rows instead of the 500 in queries-100k.jsonl), those about
+    the loaded rows (``source_row < rows``) first. Each query gets ``filters``: its own when the
+    generator gave it some, otherwise ``attributed_to`` or ``agent_id`` of its source row
+    (alternating).
+
+    ``corpus`` must be make_corpus output of ``--seed seed`` without ``--buckets``; its ``--rows``
+    is the file's line count (the generator's stream depends on it: the first rows of a 1M file
+    are not those of the 100k one)."""
     import make_corpus
 
+    with open(corpus, "rb") as fh:
+        generated = sum(1 for _ in fh)
     if corpus.resolve() != DEFAULT_CORPUS.resolve():
-        common.log(f"note: queries are generated for make_corpus --rows {CORPUS_ROWS} --seed {CORPUS_SEED}")
-    _, queries = make_corpus.generate(CORPUS_ROWS, CORPUS_SEED, 0, None, queries=10 * CORPUS_ROWS)
+        common.log(f"note: queries are generated for make_corpus --rows {generated} --seed {seed}")
+    # Ten requested per row at 100k give ~26k distinct texts; capped so a 1M corpus is not
+    # asked for ten million.
+    _, queries = make_corpus.generate(generated, seed, 0, None, queries=min(10 * generated, 10 * CORPUS_ROWS))
     source = {}
     wanted = {q["source_row"] for q in queries}
     with open(corpus, encoding="utf-8") as fh:
