@@ -482,6 +482,13 @@ def _vector(
     # From the per-process cache: it may lag, so an empty-looking bucket is still
     # searched (exactly, which costs nothing when it really is empty).
     population = stats["n_context_embedded"] if context else stats["n_embedded"]
+    if population == 0 and stats["n"] >= EXACT_SCAN_BELOW:
+        # Not one row of a large bucket had a vector in this column when it was last counted
+        # (a bucket written as unrelated facts has no context vectors): the exact read would
+        # visit every row to find none (~150 ms a search at 605k memories, bench/README.md).
+        # A vector written since is found once the count is renewed (after _STATS_TTL, or
+        # once this process has written 5% of the bucket); a small bucket is still read.
+        return [], "none", set()
     exact_sql = f"""
         WITH b AS MATERIALIZED (
             SELECT m.id, m.{column} AS v, {bare} AS bare FROM memories m WHERE {where} AND m.{column} IS NOT NULL

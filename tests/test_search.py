@@ -798,3 +798,30 @@ def test_memories_about_a_person_named_in_the_question_are_boosted(api, bucket):
         "I like green tea in the evening.",
         "Ann and Anna both like green tea.",
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_large_bucket_without_context_vectors_skips_the_context_walk_until_it_has_some(api, bucket, monkeypatch):
+    """Written as unrelated facts, a bucket has no context vectors: reading all its rows to
+    find none would cost a full scan per search. Once it has some, they are searched."""
+    from memories import retrieval
+
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
+    facts = [f"Fact {i}: the blue notebook sits on shelf {i}" for i in range(30)]
+    write(api, bucket, *facts)  # sequence=False: no context
+    body = search(api, bucket, "Where is the blue notebook?", mode="vector", explain=True)
+    assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "none"}
+
+    # A small bucket is still read exactly: nothing is skipped there.
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 2000)
+    body = search(api, bucket, "Which shelf has the notebook?", mode="vector", explain=True)
+    assert body["results"][0]["explain"]["vector_search"] == {"vector": "exact", "vector_context": "exact"}
+
+    # This process's writes renew the count: sequenced memories are found by their context
+    # (two context vectors, fewer than the cutoff: read exactly).
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
+    story = ["We moved to Lisbon in May.", "The new flat has a balcony over the river.", "It gets the morning sun."]
+    write(api, bucket, *story, sequence=True)
+    body = search(api, bucket, "the balcony of the Lisbon flat", mode="vector", explain=True)
+    assert body["results"][0]["explain"]["vector_search"]["vector_context"] == "exact"
+    assert any(r["explain"]["signals"].get("vector_context") for r in body["results"])
