@@ -62,14 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--walk", choices=sorted(WALK_ORDER), default="half",
         help="order the walk by the half-precision distance (the server's indexes) or the full one",
     )  # fmt: skip
-    p.add_argument("--load-clients", type=int, default=2, help="threads loading the corpus")
-    p.add_argument(
-        "--load-sequence",
-        choices=("true", "false"),
-        default="true",
-        help="load as sequences (context embeddings, the API default) or as unrelated facts (~3x faster loads)",
-    )
-    p.add_argument("--corpus", type=Path, default=loader.DEFAULT_CORPUS)
+    loader.add_load_arguments(p)
     p.add_argument("--out", type=Path, help="report path (default bench/results/hnsw-recall-<date>.md)")
     common.add_server_args(p)
     args = p.parse_args(argv)
@@ -419,9 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             env, where = inproc.child_env(home=target.home)
         if where == "none":
             raise SystemExit("hnsw_recall needs the server's database: use a private server, --home or DATABASE_URL")
-        load = loader.ensure_loaded(
-            target, args.corpus, args.rows, clients=args.load_clients, sequence=args.load_sequence == "true"
-        )
+        load = loader.load(target, args)
         common.log(load.describe())
         params = inproc.run_task("dsn", {}, env)
         common.log(f"embedding {len(queries)} query texts in-process")

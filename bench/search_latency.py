@@ -48,17 +48,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queries", type=int, default=100, help="queries per condition per pass (default 100)")
     p.add_argument("--modes", default="keyword,vector,hybrid,graph")
     p.add_argument("--limit", type=int, default=10, help="search limit (default 10)")
-    p.add_argument("--load-clients", type=int, default=2, help="threads loading the corpus")
-    p.add_argument(
-        "--load-sequence",
-        choices=("true", "false"),
-        default="true",
-        help="load as sequences (context embeddings, the API default) or as unrelated facts (~3x faster loads)",
-    )
+    loader.add_load_arguments(p)
     p.add_argument("--no-graph", action="store_true", help="do not extract the knowledge graph after loading")
     p.add_argument("--probe", type=int, default=30, help="explain-probe queries per filter condition (0: skip)")
     p.add_argument("--ranking", type=json.loads, help="ranking overrides sent with every search (JSON)")
-    p.add_argument("--corpus", type=Path, default=loader.DEFAULT_CORPUS)
     p.add_argument("--out", type=Path, help="report path (default bench/results/search-latency-<date>.md)")
     common.add_server_args(p)
     args = p.parse_args(argv)
@@ -301,9 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     slots = loader.deal(pool, 2 + args.repeat * len(conds), args.queries)
     warm_queries, probe_queries, pass_slots = slots[0] + slots[1], slots[0][: args.probe], slots[2:]
     with common.server_from_args(args, tenant=loader.TENANT) as target:
-        load = loader.ensure_loaded(
-            target, args.corpus, args.rows, clients=args.load_clients, sequence=args.load_sequence == "true"
-        )
+        load = loader.load(target, args)
         common.log(load.describe())
         graph = "skipped (--no-graph)"
         if not args.no_graph and {"graph", "hybrid"} & set(args.modes):

@@ -479,15 +479,14 @@ def _vector(
     # placeholder to vector first: a bare placeholder would be typed halfvec and misread.
     vector = np.asarray(query_vector, dtype=np.float32)
     limit = config.candidates
-    # From the per-process cache: it may lag, so an empty-looking bucket is still
-    # searched (exactly, which costs nothing when it really is empty).
+    # From the per-process cache, which may lag: a small bucket that looks empty is still
+    # searched (exactly, which costs nothing when it really is empty). A large one with no
+    # vector at all in this column (no context vectors when written as unrelated facts) is
+    # not: the exact read would visit every row to find none (~130 ms a search at 605k
+    # memories, bench/README.md). A vector written since is found once the count is renewed
+    # (after _STATS_TTL, or once this process has written 5% of the bucket).
     population = stats["n_context_embedded"] if context else stats["n_embedded"]
     if population == 0 and stats["n"] >= EXACT_SCAN_BELOW:
-        # Not one row of a large bucket had a vector in this column when it was last counted
-        # (a bucket written as unrelated facts has no context vectors): the exact read would
-        # visit every row to find none (~150 ms a search at 605k memories, bench/README.md).
-        # A vector written since is found once the count is renewed (after _STATS_TTL, or
-        # once this process has written 5% of the bucket); a small bucket is still read.
         return [], "none", set()
     exact_sql = f"""
         WITH b AS MATERIALIZED (
