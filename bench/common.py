@@ -209,6 +209,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so ``kill PID`` unwinds through the ``with`` blocks that
+    stop a private server (by default SIGTERM ends Python at once and leaves gunicorn and the
+    embedded PostgreSQL running). Only from the main thread, and only over the default action."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM while the block runs (a second Ctrl-C must not cut a stop short),
+    then restore the previous handlers. Does nothing outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 @dataclass
 class ServerOptions:
     workers: int = 2
@@ -304,6 +331,7 @@ class PrivateServer:
         return proc
 
     def start(self) -> PrivateServer:
+        _exit_on_sigterm()
         opts = self.options
         if opts.home is None:
             self.home = Path(tempfile.mkdtemp(prefix="engram-bench-", dir="/tmp"))
@@ -363,6 +391,10 @@ class PrivateServer:
         return EngramClient(self.base_url, self.token, timeout=timeout)
 
     def stop(self) -> None:
+        with _signals_held():
+            self._stop()
+
+    def _stop(self) -> None:
         for name, proc in reversed(self._procs):
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
