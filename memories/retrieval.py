@@ -63,6 +63,23 @@ MAX_KEYWORD_MATCHES = 3000
 # costs more than reading the rows that pass (measured at 33k memories: bench/README.md).
 EXACT_SCAN_BELOW = 2000
 
+# A walk at a fixed ef_search finds less of the exact top 10 as its graph grows: at
+# ef_search 100, recall@10 was 0.970 with 100k vectors in the graph and 0.893 with 1M
+# (0.932 at 200, 0.960 at 400: bench/README.md, "A million memories"). Past EF_GROWS_FROM
+# vectors the configured ef_search is multiplied by (graph size / EF_GROWS_FROM) ** EF_GROWTH,
+# which gives x4 at 1M. The graphs are table-wide (every tenant's vectors are in them).
+EF_GROWS_FROM = 100_000
+EF_GROWTH = 0.6
+EF_SEARCH_MAX = 1000  # pgvector's own bound
+
+
+def scaled_ef_search(ef_search: int, graph_size: float) -> int:
+    """The ef_search a walk uses in a graph of ``graph_size`` vectors."""
+    if graph_size <= EF_GROWS_FROM:
+        return ef_search
+    return min(EF_SEARCH_MAX, math.ceil(ef_search * (graph_size / EF_GROWS_FROM) ** EF_GROWTH))
+
+
 _STATS_TTL = 60.0
 _STATS_STALE_MAX = 3600.0  # an older size is not served, even while a refresh runs
 _DF_TTL = 600.0
@@ -228,6 +245,10 @@ class _BucketStats:
                 [bucket.tenant_id, bucket.pk],
             )
             avgdl, avgdl_context = cur.fetchone()
+            # The table's row estimate (kept by ANALYZE and autovacuum; -1 before the first)
+            # sizes the HNSW graphs for scaled_ef_search, read with the bucket's size.
+            cur.execute("SELECT reltuples FROM pg_class WHERE oid = 'memories'::regclass")
+            table_rows = max(0.0, float(cur.fetchone()[0]))
         stats = {
             "n": total,
             "n_context": with_context,
@@ -235,6 +256,7 @@ class _BucketStats:
             "n_context_embedded": context_embedded,
             "avgdl": float(avgdl or 1.0),
             "avgdl_context": float(avgdl_context or 1.0),
+            "table_rows": table_rows,
         }
         now = time.monotonic()
         with self._lock:
@@ -505,7 +527,11 @@ def _vector(
         ):
             cur.execute(exact_sql, exact_params)
             return _neighbours(cur.fetchall(), "exact")
-        _hnsw_settings(cur, max(config.ef_search, limit))
+        # The graph's size, estimated as the table's rows times this bucket's share of rows
+        # with a vector in the column (few have a context vector when most are written as
+        # unrelated facts); never less than this bucket's own vectors.
+        graph = max(population, stats.get("table_rows", 0.0) * population / max(1, stats["n"]))
+        _hnsw_settings(cur, max(scaled_ef_search(config.ef_search, graph), limit))
         cur.execute(
             f"""
             SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity, {bare} AS bare FROM memories m

@@ -825,3 +825,45 @@ def test_a_large_bucket_without_context_vectors_skips_the_context_walk_until_it_
     body = search(api, bucket, "the balcony of the Lisbon flat", mode="vector", explain=True)
     assert body["results"][0]["explain"]["vector_search"]["vector_context"] == "exact"
     assert any(r["explain"]["signals"].get("vector_context") for r in body["results"])
+
+
+def test_scaled_ef_search_keeps_the_setting_up_to_the_first_size_and_grows_past_it():
+    from memories.retrieval import EF_GROWS_FROM, EF_SEARCH_MAX, scaled_ef_search
+
+    assert scaled_ef_search(100, 0) == 100
+    assert scaled_ef_search(100, EF_GROWS_FROM) == 100
+    assert scaled_ef_search(100, 10 * EF_GROWS_FROM) == 399  # x4 at 1M, where ef_search 400 measured 0.960
+    assert scaled_ef_search(40, 10 * EF_GROWS_FROM) == 160  # a lower setting stays lower
+    assert scaled_ef_search(100, 1000 * EF_GROWS_FROM) == EF_SEARCH_MAX
+
+
+def test_the_index_walk_widens_with_the_graph_across_buckets_and_tenants(api, bucket, other_tenant, monkeypatch):
+    """Recall at a fixed ef_search falls as the graph grows, and the graph holds every
+    tenant's vectors: a walk in a bucket of a large table searches wider."""
+    from django.db import connection
+
+    from memories import retrieval
+    from tests.conftest import make_client
+
+    used = []
+    real = retrieval._hnsw_settings
+    monkeypatch.setattr(retrieval, "_hnsw_settings", lambda cur, ef: (used.append(ef), real(cur, ef)))
+    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
+    monkeypatch.setattr(retrieval, "EF_GROWS_FROM", 100)
+    write(api, bucket, *(f"Fact {i}: the green kettle is in cupboard {i}" for i in range(30)))
+    search(api, bucket, "Where is the kettle?", mode="vector", ranking={"candidates": 10})
+    assert used == [100]  # 30 vectors: below the first size, the setting as is
+
+    # Another tenant's 270 memories are in the same graph; ANALYZE counts them.
+    neighbour = other_tenant.buckets.create(name="neighbour")
+    write(make_client(other_tenant), neighbour, *(f"Note {i}: the train leaves platform {i}" for i in range(270)))
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE memories")
+    retrieval.bucket_stats.clear()
+    used.clear()
+    search(api, bucket, "Which cupboard has the kettle?", mode="vector", ranking={"candidates": 10})
+    assert used == [retrieval.scaled_ef_search(100, 300)] and used[0] > 100
+    # A configured ef_search is the base it grows from.
+    used.clear()
+    search(api, bucket, "Which cupboard has the kettle?", mode="vector", ranking={"candidates": 10, "ef_search": 20})
+    assert used == [retrieval.scaled_ef_search(20, 300)]
