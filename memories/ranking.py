@@ -84,6 +84,8 @@ class RankingConfig:
 
 DEFAULTS = RankingConfig()
 
+EF_SEARCH_MAX = 1000  # pgvector's own bound for hnsw.ef_search
+
 _NUMERIC_BOUNDS = {
     "rrf_k": (0.0, 1000.0),
     "candidates": (10, 1000),
@@ -95,7 +97,7 @@ _NUMERIC_BOUNDS = {
     "person_boost": (0.0, 2.0),
     "trust_boost": (0.0, 2.0),
     "superseded_weight": (0.0, 1.0),
-    "ef_search": (10, 1000),
+    "ef_search": (10, EF_SEARCH_MAX),
 }
 
 

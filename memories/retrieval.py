@@ -70,14 +70,13 @@ EXACT_SCAN_BELOW = 2000
 # which gives x4 at 1M. The graphs are table-wide (every tenant's vectors are in them).
 EF_GROWS_FROM = 100_000
 EF_GROWTH = 0.6
-EF_SEARCH_MAX = 1000  # pgvector's own bound
 
 
 def scaled_ef_search(ef_search: int, graph_size: float) -> int:
     """The ef_search a walk uses in a graph of ``graph_size`` vectors."""
     if graph_size <= EF_GROWS_FROM:
         return ef_search
-    return min(EF_SEARCH_MAX, math.ceil(ef_search * (graph_size / EF_GROWS_FROM) ** EF_GROWTH))
+    return min(ranking.EF_SEARCH_MAX, math.ceil(ef_search * (graph_size / EF_GROWS_FROM) ** EF_GROWTH))
 
 
 _STATS_TTL = 60.0
@@ -229,12 +228,15 @@ class _BucketStats:
                 SELECT count(*),
                        count(*) FILTER (WHERE context_lemmatized IS NOT NULL),
                        count(*) FILTER (WHERE embedding IS NOT NULL),
-                       count(*) FILTER (WHERE context_embedding IS NOT NULL)
+                       count(*) FILTER (WHERE context_embedding IS NOT NULL),
+                       -- The table's row estimate (kept by ANALYZE and autovacuum; -1 before
+                       -- the first) sizes the HNSW graphs for scaled_ef_search.
+                       (SELECT reltuples FROM pg_class WHERE oid = 'memories'::regclass)
                 FROM memories WHERE tenant_id = %s AND bucket_id = %s
                 """,
                 [bucket.tenant_id, bucket.pk],
             )
-            total, with_context, embedded, context_embedded = cur.fetchone()
+            total, with_context, embedded, context_embedded, table_rows = cur.fetchone()
             # Average lengths from a recent sample: exact enough for BM25, bounded in cost.
             cur.execute(
                 f"""
@@ -245,10 +247,6 @@ class _BucketStats:
                 [bucket.tenant_id, bucket.pk],
             )
             avgdl, avgdl_context = cur.fetchone()
-            # The table's row estimate (kept by ANALYZE and autovacuum; -1 before the first)
-            # sizes the HNSW graphs for scaled_ef_search, read with the bucket's size.
-            cur.execute("SELECT reltuples FROM pg_class WHERE oid = 'memories'::regclass")
-            table_rows = max(0.0, float(cur.fetchone()[0]))
         stats = {
             "n": total,
             "n_context": with_context,
@@ -256,7 +254,7 @@ class _BucketStats:
             "n_context_embedded": context_embedded,
             "avgdl": float(avgdl or 1.0),
             "avgdl_context": float(avgdl_context or 1.0),
-            "table_rows": table_rows,
+            "table_rows": max(0.0, float(table_rows)),
         }
         now = time.monotonic()
         with self._lock:
@@ -530,7 +528,7 @@ def _vector(
         # The graph's size, estimated as the table's rows times this bucket's share of rows
         # with a vector in the column (few have a context vector when most are written as
         # unrelated facts); never less than this bucket's own vectors.
-        graph = max(population, stats.get("table_rows", 0.0) * population / max(1, stats["n"]))
+        graph = max(population, stats["table_rows"] * population / max(1, stats["n"]))
         _hnsw_settings(cur, max(scaled_ef_search(config.ef_search, graph), limit))
         cur.execute(
             f"""

@@ -828,7 +828,8 @@ def test_a_large_bucket_without_context_vectors_skips_the_context_walk_until_it_
 
 
 def test_scaled_ef_search_keeps_the_setting_up_to_the_first_size_and_grows_past_it():
-    from memories.retrieval import EF_GROWS_FROM, EF_SEARCH_MAX, scaled_ef_search
+    from memories.ranking import EF_SEARCH_MAX
+    from memories.retrieval import EF_GROWS_FROM, scaled_ef_search
 
     assert scaled_ef_search(100, 0) == 100
     assert scaled_ef_search(100, EF_GROWS_FROM) == 100
