@@ -20,7 +20,16 @@ Engram's own tables:
 * **recall@10** of ``ORDER BY v::halfvec(384) <=> q LIMIT 10`` at each ``--ef`` against the exact
   top 10 (cosine over the 32-bit vectors, in numpy), and the median time of that statement;
   **filtered**, the same with ``WHERE part = 0`` (one row in ``--filter-parts``) and
-  ``hnsw.iterative_scan = relaxed_order``, as the server walks with filters.
+  ``hnsw.iterative_scan = relaxed_order``, as the server walks with filters;
+* **the misses**: per query, how much similarity the walk's ten give up against the true ten,
+  so a query with low recall can be told apart from one that found near-ties;
+* **sizes**: ``--rows 250000,500000,1000000`` measures each size in turn on prefixes of the same
+  vectors (embedded once, for the largest), and ``--ef grown`` is the ``ef_search`` the server
+  uses at each size (its default grown with the graph past 100k vectors).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/hnsw_params.py --corpus bench/data/corpus-1m.jsonl \
+        --queries-file bench/data/queries-1m.jsonl --rows 100000,250000,500000,1000000 \
+        --params 12/160 --ef 100,200,400,grown
 """
 
 from __future__ import annotations
@@ -48,17 +57,75 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", choices=("corpus", "docstrings"), default="corpus")
     p.add_argument("--corpus", type=Path, default=DATA_DIR / "corpus-100k.jsonl", help="make_corpus.py rows")
-    p.add_argument("--queries-file", type=Path, default=DATA_DIR / "queries-prof.jsonl", help="its questions")
-    p.add_argument("--rows", type=int, default=100_000, help="vectors in the table (default 100000)")
+    p.add_argument(
+        "--queries-file",
+        type=Path,
+        default=DATA_DIR / "queries-100k.jsonl",
+        help="its questions (make_corpus.py --queries 500 --queries-out ...)",
+    )
+    p.add_argument(
+        "--rows",
+        default="100000",
+        help="vectors in the table (default 100000); several sizes, comma-separated, are measured one after "
+        "another on prefixes of the same vectors",
+    )
     p.add_argument("--queries", type=int, default=400, help="query vectors (default 400)")
     p.add_argument("--insert-rows", type=int, default=2000, help="rows inserted into the built index (default 2000)")
     p.add_argument("--params", default="16/128,12/160", help="m/ef_construction pairs, comma-separated")
-    p.add_argument("--ef", default="40,100,200", help="hnsw.ef_search values")
+    p.add_argument(
+        "--ef",
+        default="40,100,200",
+        help="hnsw.ef_search values; 'grown' is the server's own at each size (the default ef_search grown with "
+        "the graph, memories.retrieval.scaled_ef_search)",
+    )
     p.add_argument("--filter-parts", type=int, default=10, help="the filtered walk keeps 1 row in N (default 10)")
     p.add_argument("--incremental", action="store_true", help="build by inserts instead of CREATE INDEX")
     p.add_argument("--home", type=Path, default=DATA_DIR / "hnsw-params-home", help="ENGRAM_HOME of the database")
     p.add_argument("--out", type=Path, default=None, help="report path (default bench/results/hnsw-params-<date>.md)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        args.sizes = sorted({int(size) for size in args.rows.split(",")})
+    except ValueError:
+        p.error("--rows takes whole numbers, comma-separated")
+    if args.sizes[0] <= args.insert_rows:
+        p.error("every --rows size must be larger than --insert-rows")
+    args.rows = args.sizes[-1]
+    args.ef_labels = [label.strip() for label in args.ef.split(",") if label.strip()]
+    if not all(label == GROWN or label.isdigit() for label in args.ef_labels):
+        p.error(f"--ef takes whole numbers and '{GROWN}'")
+    return args
+
+
+GROWN = "grown"
+
+
+def ef_values(args: argparse.Namespace, size: int) -> dict[str, int]:
+    """``--ef`` labels and the ef_search each stands for with ``size`` vectors in the graph."""
+    from memories import ranking
+    from memories.retrieval import scaled_ef_search
+
+    grown = scaled_ef_search(ranking.DEFAULTS.ef_search, size)
+    return {label: grown if label == GROWN else int(label) for label in args.ef_labels}
+
+
+def _exact_top10(
+    unit_queries: np.ndarray, unit_rows: np.ndarray, kept: np.ndarray
+) -> dict[str, list[tuple[set[int], float]]]:
+    """Each query's exact top 10 by cosine and their summed similarity, over every row and over
+    the rows ``kept`` (the filter)."""
+    similarities = unit_queries @ unit_rows.T
+
+    def top10(matrix: np.ndarray) -> list[tuple[set[int], float]]:
+        tops = []
+        for row in matrix:
+            best = np.argpartition(-row, 10)[:10]
+            tops.append((set(best.tolist()), float(row[best].sum())))
+        return tops
+
+    exact = {"": top10(similarities)}
+    similarities[:, ~kept] = -np.inf
+    exact["filtered_"] = top10(similarities)
+    return exact
 
 
 def _docstring_sentences(limit: int) -> list[str]:
@@ -100,6 +167,11 @@ def _texts(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             rows.append(json.loads(line)["content"])
             if len(rows) == args.rows:
                 break
+    if not args.queries_file.exists():
+        raise SystemExit(
+            f"{args.queries_file} is missing: make it with bench/make_corpus.py and the corpus's own arguments "
+            "plus --queries 500 --queries-out (bench/README.md)"
+        )
     with args.queries_file.open() as f:
         queries = [json.loads(line)["query"] for line in f][: args.queries]
     if len(rows) < args.rows or len(queries) < args.queries:
@@ -108,11 +180,21 @@ def _texts(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 
 def _vectors(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
-    """Rows and queries embedded by the server's model, cached by source and size."""
-    cache = DATA_DIR / f"hnsw-params-{args.source}-{args.rows}-{args.queries}.npz"
-    if cache.exists():
-        saved = np.load(cache)
-        return saved["rows"], saved["queries"]
+    """Rows and queries embedded by the server's model, cached by source (and corpus) and size. A cache
+    of more rows of the same texts serves too: the rows are always the source's first ones."""
+    name = args.source if args.source == "docstrings" else f"corpus-{args.corpus.stem}-{args.queries_file.stem}"
+    cache = DATA_DIR / f"hnsw-params-{name}-{args.rows}-{args.queries}.npz"
+    pattern = re.compile(rf"hnsw-params-{re.escape(name)}-(\d+)-{args.queries}\.npz")
+    larger = sorted(
+        (int(match.group(1)), path)
+        for path in DATA_DIR.glob(f"hnsw-params-{name}-*.npz")
+        if (match := pattern.fullmatch(path.name)) and int(match.group(1)) >= args.rows
+    )
+    if args.source == "docstrings":  # the held-out queries follow the rows: only the same size serves
+        larger = [(size, path) for size, path in larger if size == args.rows]
+    if larger:
+        saved = np.load(larger[0][1])
+        return saved["rows"][: args.rows], saved["queries"]
     from memories import embedding
 
     rows, queries = _texts(args)
@@ -136,7 +218,12 @@ def _backend_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(cur, pid: int, m: int, ef_construction: int, args, literals: list[str], exact: dict, queries) -> dict:
+def _measure(
+    cur, pid: int, m: int, ef_construction: int, args, literals: list[str], exact: dict, queries, unit
+) -> dict:
+    """Build, insert into and walk one graph over ``literals`` (one size); ``exact``: its true top 10s;
+    ``unit``: the normalised query and row vectors."""
+    unit_queries, unit_rows = unit
     built = len(literals) - args.insert_rows
     cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
     cur.execute(f"CREATE TABLE {TABLE} (id integer PRIMARY KEY, part integer NOT NULL, v vector(384))")
@@ -168,7 +255,10 @@ def _measure(cur, pid: int, m: int, ef_construction: int, args, literals: list[s
     insert_wall = time.perf_counter() - started
     cpu_after = _backend_cpu(pid)
     cur.execute(f"SELECT pg_relation_size('{TABLE}_hnsw')")
+    efs = ef_values(args, len(literals))
     result = {
+        "vectors": len(literals),
+        "efs": efs,
         "m": m,
         "ef_construction": ef_construction,
         "build_s": build_s,
@@ -180,9 +270,9 @@ def _measure(cur, pid: int, m: int, ef_construction: int, args, literals: list[s
     }
     cur.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
     for kind, where in (("", ""), ("filtered_", "WHERE part = 0")):
-        for ef in [int(x) for x in args.ef.split(",")]:
+        for label, ef in efs.items():
             cur.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(ef)])
-            found, seconds = 0, []
+            found, seconds, recalls, lost = 0, [], [], []
             for q, query in enumerate(queries):
                 started = time.perf_counter()
                 cur.execute(
@@ -190,9 +280,21 @@ def _measure(cur, pid: int, m: int, ef_construction: int, args, literals: list[s
                 )
                 ids = {row[0] for row in cur.fetchall()}
                 seconds.append(time.perf_counter() - started)
-                found += len(ids & exact[kind][q])
-            result[f"{kind}recall_ef{ef}"] = found / (10 * len(queries))
-            result[f"{kind}ms_ef{ef}"] = statistics.median(seconds) * 1000
+                truth, best = exact[kind][q]
+                found += len(ids & truth)
+                recalls.append(len(ids & truth) / 10)
+                # How much worse the walk's ten are than the true ten: the similarity given up,
+                # per result (near 0 when the misses were near-ties of the true ones).
+                got = float((unit_rows[sorted(ids)] @ unit_queries[q]).sum()) if ids else 0.0
+                lost.append((best - got) / 10)
+            result[f"{kind}recall_ef{label}"] = found / (10 * len(queries))
+            result[f"{kind}lowest_ef{label}"] = min(recalls)
+            result[f"{kind}lost_ef{label}"] = statistics.mean(lost)
+            result[f"{kind}low_ef{label}"] = sum(1 for recall in recalls if recall <= 0.5)
+            result[f"{kind}lost_low_ef{label}"] = max(
+                (gap for gap, recall in zip(lost, recalls, strict=True) if recall <= 0.5), default=float("nan")
+            )
+            result[f"{kind}ms_ef{label}"] = statistics.median(seconds) * 1000
     cur.execute(f"DROP TABLE {TABLE}")
     common.log(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}))
     return result
@@ -212,15 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
     from django.db import connection
 
+    from memories import ranking, retrieval
+
     call_command("migrate", verbosity=0)  # the vector extension
     rows, queries = _vectors(args)
     unit_rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
     unit_queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
-    similarities = unit_queries @ unit_rows.T
-    exact = {"": [set(np.argsort(-row)[:10].tolist()) for row in similarities]}
     kept = np.arange(len(rows)) % args.filter_parts == 0  # WHERE part = 0
-    similarities[:, ~kept] = -np.inf
-    exact["filtered_"] = [set(np.argsort(-row)[:10].tolist()) for row in similarities]
     literals = [to_pgvector(v) for v in rows]
     query_literals = [to_pgvector(v) for v in queries]
     results = []
@@ -228,12 +328,32 @@ def main(argv: list[str] | None = None) -> int:
         cur.execute("SELECT pg_backend_pid()")
         pid = cur.fetchone()[0]
         cur.execute("SET max_parallel_maintenance_workers = 1")
-        for m, ef_construction in pairs:
-            results.append(_measure(cur, pid, m, ef_construction, args, literals, exact, query_literals))
-    efs = args.ef.split(",")
+        # A graph of a million vectors (~1 GB) does not fit in the embedded server's 512 MB, and a
+        # build past that point goes on on disk, many times slower; the graph itself is the same.
+        cur.execute("SET maintenance_work_mem = '4GB'")
+        for size in args.sizes:
+            exact = _exact_top10(unit_queries, unit_rows[:size], kept[:size])
+            for m, ef_construction in pairs:
+                results.append(
+                    _measure(
+                        cur,
+                        pid,
+                        m,
+                        ef_construction,
+                        args,
+                        literals[:size],
+                        exact,
+                        query_literals,
+                        (unit_queries, unit_rows[:size]),
+                    )  # fmt: skip
+                )
+    efs = args.ef_labels
+    grown = GROWN in efs
     table = common.markdown_table(
         [
+            *(["vectors"] if len(args.sizes) > 1 else []),
             "m / ef_construction",
+            *([f"{GROWN} ef_search"] if grown else []),
             *(f"recall@10, ef_search {ef}" for ef in efs),
             *(f"walk ms, ef_search {ef}" for ef in efs),
             *(f"filtered recall@10, ef_search {ef}" for ef in efs),
@@ -244,7 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         ],
         [
             [
+                *([f"{r['vectors']:,}"] if len(args.sizes) > 1 else []),
                 f"{r['m']} / {r['ef_construction']}",
+                *([str(r["efs"][GROWN])] if grown else []),
                 *(f"{r[f'recall_ef{ef}']:.4f}" for ef in efs),
                 *(f"{r[f'ms_ef{ef}']:.2f}" for ef in efs),
                 *(f"{r[f'filtered_recall_ef{ef}']:.4f}" for ef in efs),
@@ -256,6 +378,35 @@ def main(argv: list[str] | None = None) -> int:
             for r in results
         ],
     )
+    misses = common.markdown_table(
+        [
+            "vectors",
+            "m / ef_construction",
+            "walk",
+            "ef_search",
+            "recall@10",
+            "lowest",
+            "queries at <= 0.5",
+            "similarity given up per result, mean",
+            "the same, worst of the queries at <= 0.5",
+        ],  # fmt: skip
+        [
+            [
+                f"{r['vectors']:,}",
+                f"{r['m']} / {r['ef_construction']}",
+                "filtered" if kind else "unfiltered",
+                f"{r['efs'][ef]}" + (f" ({GROWN})" if ef == GROWN else ""),
+                f"{r[f'{kind}recall_ef{ef}']:.4f}",
+                f"{r[f'{kind}lowest_ef{ef}']:.1f}",
+                str(r[f"{kind}low_ef{ef}"]),
+                f"{r[f'{kind}lost_ef{ef}']:.5f}",
+                "—" if np.isnan(r[f"{kind}lost_low_ef{ef}"]) else f"{r[f'{kind}lost_low_ef{ef}']:.4f}",
+            ]
+            for r in results
+            for kind in ("", "filtered_")
+            for ef in efs
+        ],
+    )
     source = (
         f"`{args.corpus.name}` (make_corpus.py), questions from `{args.queries_file.name}`"
         if args.source == "corpus"
@@ -263,19 +414,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     report = "\n".join(
         [
-            f"# HNSW build parameters, {args.rows:,} vectors ({args.source})",
+            f"# HNSW build parameters, {' / '.join(f'{size:,}' for size in args.sizes)} vectors ({args.source})",
             "",
             common.machine_markdown(),
             "",
             f"Command: `{common.command_line()}`",
             "",
-            f"Vectors: {args.rows:,} texts, {source}; {len(queries)} queries; the server's embedding model. "
-            f"Built {'by inserts of 1000 rows' if args.incremental else 'with CREATE INDEX'} over "
-            f"{args.rows - args.insert_rows:,} rows, then {args.insert_rows:,} rows inserted in statements of 250. "
+            f"Vectors: the first {' / '.join(f'{size:,}' for size in args.sizes)} texts, {source}; "
+            f"{len(queries)} queries; the server's embedding model. "
+            f"Built {'by inserts of 1000 rows' if args.incremental else 'with CREATE INDEX'} over all but the "
+            f"last {args.insert_rows:,} rows, then those inserted in statements of 250. "
             "Recall@10 against exact cosine top 10; walk = one `ORDER BY ... LIMIT 10` statement, client side, median; "
-            f"filtered: `WHERE part = 0` keeps 1 row in {args.filter_parts}, iterative scan `relaxed_order`.",
+            f"filtered: `WHERE part = 0` keeps 1 row in {args.filter_parts}, iterative scan `relaxed_order`."
+            + (
+                f" `{GROWN}`: the ef_search the server walks a graph of that many vectors with by default "
+                f"(ef_search {ranking.DEFAULTS.ef_search} grown past {retrieval.EF_GROWS_FROM:,} vectors: "
+                "memories.retrieval.scaled_ef_search)."
+                if GROWN in efs
+                else ""
+            ),
             "",
             table,
+            "",
+            "## The misses",
+            "",
+            "Per query: recall@10, and the similarity the walk's ten give up against the true ten "
+            "((sum of the true ten's cosine similarities - sum of the walk's) / 10, over the 32-bit vectors). "
+            "A query with low recall whose ten give up almost nothing found near-ties of the true ten.",
+            "",
+            misses,
         ]
     )
     common.write_report(report, args.out or common.default_report_path(f"hnsw-params-{args.source}"))
