@@ -64,12 +64,13 @@ MAX_KEYWORD_MATCHES = 3000
 EXACT_SCAN_BELOW = 2000
 
 # A walk at a fixed ef_search finds less of the exact top 10 as its graph grows: at
-# ef_search 100, recall@10 was 0.970 with 100k vectors in the graph and 0.893 with 1M
-# (0.932 at 200, 0.960 at 400: bench/README.md, "A million memories"). Past EF_GROWS_FROM
-# vectors the configured ef_search is multiplied by (graph size / EF_GROWS_FROM) ** EF_GROWTH,
-# which gives x4 at 1M. The graphs are table-wide (every tenant's vectors are in them).
+# ef_search 100, recall@10 was 0.956-0.970 with 100k vectors in the graph, 0.916 with 250k,
+# 0.892 with 500k and 0.864-0.893 with 1M; 0.95 took ~230, ~430 and 500-600 at those sizes
+# (bench/README.md, "A million memories" and "Recall between 100k and 1M"). Past EF_GROWS_FROM
+# vectors the configured ef_search is multiplied by (graph size / EF_GROWS_FROM) ** EF_GROWTH:
+# x2.3 at 250k, x4.3 at 500k, x8 at 1M. The graphs are table-wide (every tenant's vectors are in them).
 EF_GROWS_FROM = 100_000
-EF_GROWTH = 0.6
+EF_GROWTH = 0.9
 
 
 def scaled_ef_search(ef_search: int, graph_size: float) -> int:

@@ -833,8 +833,9 @@ def test_scaled_ef_search_keeps_the_setting_up_to_the_first_size_and_grows_past_
 
     assert scaled_ef_search(100, 0) == 100
     assert scaled_ef_search(100, EF_GROWS_FROM) == 100
-    assert scaled_ef_search(100, 10 * EF_GROWS_FROM) == 399  # x4 at 1M, where ef_search 400 measured 0.960
-    assert scaled_ef_search(40, 10 * EF_GROWS_FROM) == 160  # a lower setting stays lower
+    assert scaled_ef_search(100, 2.5 * EF_GROWS_FROM) == 229  # 250k, where 0.95 took ~230
+    assert scaled_ef_search(100, 10 * EF_GROWS_FROM) == 795  # x8 at 1M, where 400 found 0.941-0.960
+    assert scaled_ef_search(40, 10 * EF_GROWS_FROM) == 318  # a lower setting stays lower
     assert scaled_ef_search(100, 1000 * EF_GROWS_FROM) == EF_SEARCH_MAX
 
 
