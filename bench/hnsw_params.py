@@ -272,7 +272,7 @@ def _measure(
     for kind, where in (("", ""), ("filtered_", "WHERE part = 0")):
         for label, ef in efs.items():
             cur.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(ef)])
-            found, seconds, recalls, lost = 0, [], [], []
+            seconds, recalls, lost = [], [], []
             for q, query in enumerate(queries):
                 started = time.perf_counter()
                 cur.execute(
@@ -281,13 +281,12 @@ def _measure(
                 ids = {row[0] for row in cur.fetchall()}
                 seconds.append(time.perf_counter() - started)
                 truth, best = exact[kind][q]
-                found += len(ids & truth)
                 recalls.append(len(ids & truth) / 10)
                 # How much worse the walk's ten are than the true ten: the similarity given up,
                 # per result (near 0 when the misses were near-ties of the true ones).
                 got = float((unit_rows[sorted(ids)] @ unit_queries[q]).sum()) if ids else 0.0
                 lost.append((best - got) / 10)
-            result[f"{kind}recall_ef{label}"] = found / (10 * len(queries))
+            result[f"{kind}recall_ef{label}"] = statistics.mean(recalls)
             result[f"{kind}lowest_ef{label}"] = min(recalls)
             result[f"{kind}lost_ef{label}"] = statistics.mean(lost)
             result[f"{kind}low_ef{label}"] = sum(1 for recall in recalls if recall <= 0.5)
@@ -345,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                         exact,
                         query_literals,
                         (unit_queries, unit_rows[:size]),
-                    )  # fmt: skip
+                    )
                 )
     efs = args.ef_labels
     grown = GROWN in efs
@@ -389,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             "queries at <= 0.5",
             "similarity given up per result, mean",
             "the same, worst of the queries at <= 0.5",
-        ],  # fmt: skip
+        ],
         [
             [
                 f"{r['vectors']:,}",
@@ -430,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                 f" `{GROWN}`: the ef_search the server walks a graph of that many vectors with by default "
                 f"(ef_search {ranking.DEFAULTS.ef_search} grown past {retrieval.EF_GROWS_FROM:,} vectors: "
                 "memories.retrieval.scaled_ef_search)."
-                if GROWN in efs
+                if grown
                 else ""
             ),
             "",
