@@ -505,6 +505,41 @@ def _ram_gib() -> float | None:
     return None
 
 
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process on this machine; None for one elsewhere (a
+    database server on another host, say)."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(backend_pid: int) -> float | None:
+    """CPU seconds of a whole PostgreSQL server on this machine, found from one of its backends:
+    the postmaster, its live children (backends, WAL writer, checkpointer, autovacuum) and the
+    children it has already reaped. None when the server runs elsewhere."""
+    backend = _proc_stat(backend_pid)
+    if backend is None:
+        return None
+    postmaster = int(backend[1])
+    fields = _proc_stat(postmaster)
+    if fields is None:
+        return None
+    ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))  # its own time and its reaped children's
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (child := _proc_stat(int(entry.name))) and int(child[1]) == postmaster:
+            ticks += int(child[11]) + int(child[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def git_commit() -> str:
     try:
         sha = subprocess.run(

@@ -210,14 +210,6 @@ def _vectors(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     return row_vectors, query_vectors
 
 
-def _backend_cpu(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None  # a server on another machine
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _measure(
     cur, pid: int, m: int, ef_construction: int, args, literals: list[str], exact: dict, queries, unit
 ) -> dict:
@@ -250,10 +242,10 @@ def _measure(
         cur.execute(index)
     build_s = time.perf_counter() - started
     cur.execute("CHECKPOINT")
-    cpu_before, started = _backend_cpu(pid), time.perf_counter()
+    cpu_before, started = common.process_cpu_seconds(pid), time.perf_counter()
     insert(built, len(literals), 250)
     insert_wall = time.perf_counter() - started
-    cpu_after = _backend_cpu(pid)
+    cpu_after = common.process_cpu_seconds(pid)
     cur.execute(f"SELECT pg_relation_size('{TABLE}_hnsw')")
     efs = ef_values(args, len(literals))
     result = {

@@ -229,6 +229,82 @@ def _rate(texts: int, seconds: list[float]) -> float:
     return texts / common.median(seconds) if seconds else float("nan")
 
 
+def _embeddings_per_item(cfg: Config, verified: dict, split: dict | None) -> tuple[float, float] | None:
+    """(memory, context) embeddings the server computed per item of ``cfg``: counted on the stored
+    rows, or failing that from the in-process run's calls."""
+    ver = verified.get(cfg.label)
+    if ver and ver["rows"]:
+        return ver["embedding"] / ver["rows"], ver["context"] / ver["rows"]
+    s = next((r for r in split["runs"] if r["label"].startswith(cfg.label + "#")), None) if split else None
+    if s:
+        return (s["embedded_texts"] - s["context_texts"]) / s["items"], s["context_texts"] / s["items"]
+    return None
+
+
+def _model_alone(ceiling: dict, per_item: tuple[float, float], key: str) -> float:
+    """Seconds (``key`` "seconds") or CPU seconds ("cpu") the model alone takes for one item's
+    embeddings, from the ceiling runs' medians; nan when they were not measured."""
+    total = 0.0
+    for kind, count in zip(("content", "context"), per_item, strict=True):
+        if count:
+            measured = ceiling["embed"].get(kind, {})
+            values = measured.get(key) or []
+            total += count * common.median(values) / measured["texts"] if values else float("nan")
+    return total
+
+
+def _per_1000(runs: list[dict], values: list[float | None]) -> float:
+    """The median of ``values`` (one per run, None where unknown) per 1000 items of its run."""
+    known = [v / r["items"] * 1000 for v, r in zip(values, runs, strict=True) if v is not None]
+    return common.median(known) if known else float("nan")
+
+
+def _cpu_section(configs: list[Config], verified: dict, split: dict, ceiling: dict) -> list[str]:
+    """What the cores did during the in-process runs, and the rate no schedule of that work can pass."""
+    cores = ceiling.get("cores")
+    headers = [
+        "configuration", "wall s", "process core-s", "database core-s", "cores busy",
+        "model alone s", "model alone core-s", "bound items/s", "bound % of ceiling", "in-process % of ceiling",
+    ]  # fmt: skip
+    table = []
+    for cfg in configs:
+        mine = [r for r in split["runs"] if r["label"].startswith(cfg.label + "#") and r.get("cpu")]
+        per_item = _embeddings_per_item(cfg, verified, split)
+        if not mine or per_item is None or not cores:
+            continue
+        wall = _per_1000(mine, [r["seconds"] for r in mine])
+        process = _per_1000(mine, [r["cpu"]["process"] for r in mine])
+        database = _per_1000(mine, [r["cpu"]["database"] for r in mine])
+        model_wall = 1000 * _model_alone(ceiling, per_item, "seconds")
+        model_cpu = 1000 * _model_alone(ceiling, per_item, "cpu")
+        best_wall = max(model_wall, (model_cpu + database) / cores)
+        table.append(
+            [
+                cfg.describe(), f"{wall:.2f}", f"{process:.2f}", f"{database:.2f}",
+                f"{(process + database) / wall:.2f}", f"{model_wall:.2f}", f"{model_cpu:.2f}",
+                f"{1000 / best_wall:.1f}", f"{100 * model_wall / best_wall:.0f}%", f"{100 * model_wall / wall:.0f}%",
+            ]
+        )  # fmt: skip
+    if not table:
+        return []
+    return [
+        f"## CPU per 1000 items: what {cores} cores allow (in-process, medians)",
+        "",
+        common.markdown_table(headers, table),
+        "",
+        "Per 1000 items of the in-process `memories_ingest` runs: wall seconds; CPU seconds of that process (the "
+        "model's threads and the Python around them) and of the database server (all of its processes: the "
+        "backend's inserts and index upkeep, WAL writing, autovacuum; n/a for a server on another machine); "
+        "cores busy = both CPU figures over the wall time. Model alone = the ceiling runs' wall and CPU time for "
+        "the same embeddings. The bound is the rate no schedule of this work can pass on these cores: the model "
+        "alone's CPU plus the database's, spread over every core without loss (nothing else costing anything), "
+        "and never faster than the model alone. A bound under 100% of the ceiling is the database's share of "
+        "the machine; what separates the in-process rate from the bound is the model slowing beside the "
+        "database and the Python around them.",
+        "",
+    ]
+
+
 def build_report(ctx: dict[str, Any]) -> str:
     args, configs = ctx["args"], ctx["configs"]
     runs, verified, split, ceiling = ctx["runs"], ctx["verified"], ctx["split"], ctx["ceiling"]
@@ -256,13 +332,6 @@ def build_report(ctx: dict[str, Any]) -> str:
         "```",
         "",
     ]
-    # --- ceiling rates
-    rate_content = rate_context = float("nan")
-    if ceiling:
-        emb = ceiling["embed"]
-        rate_content = _rate(emb["content"]["texts"], emb["content"]["seconds"])
-        if "context" in emb:
-            rate_context = _rate(emb["context"]["texts"], emb["context"]["seconds"])
     lines += ["## Throughput through HTTP (medians)", ""]
     headers = [
         "configuration", "rows", "items/s", "min–max", "request p50 ms", "request p95 ms",
@@ -274,20 +343,12 @@ def build_report(ctx: dict[str, Any]) -> str:
         if not mine:
             continue
         ips = [r["items_per_s"] for r in mine]
-        ver = verified.get(cfg.label)
-        per_item_content = per_item_context = None
-        if ver and ver["rows"]:
-            per_item_content, per_item_context = ver["embedding"] / ver["rows"], ver["context"] / ver["rows"]
-        elif split:
-            s = next((r for r in split["runs"] if r["label"].startswith(cfg.label + "#")), None)
-            if s:
-                per_item_context = s["context_texts"] / s["items"]
-                per_item_content = (s["embedded_texts"] - s["context_texts"]) / s["items"]
+        per_item = _embeddings_per_item(cfg, verified, split)
         ceiling_ips = pct = "n/a"
         emb_item = "n/a"
-        if per_item_content is not None:
-            emb_item = f"{per_item_content + per_item_context:.2f}"
-            cost = per_item_content / rate_content + (per_item_context / rate_context if per_item_context else 0.0)
+        if per_item is not None:
+            emb_item = f"{sum(per_item):.2f}"
+            cost = _model_alone(ceiling, per_item, "seconds") if ceiling else float("nan")
             if cost == cost and cost > 0:  # not nan
                 ceiling_ips = 1.0 / cost
                 pct = f"{100.0 * common.median(ips) / ceiling_ips:.0f}%"
@@ -379,6 +440,8 @@ def build_report(ctx: dict[str, Any]) -> str:
             "moments: a negative value means the in-process run was slower, i.e. the machine was not quiet.",
             "",
         ]
+    if split and ceiling:
+        lines += _cpu_section(configs, verified, split, ceiling)
     if verified:
         lines += ["## What the server stored (first run of each configuration)", ""]
         headers = ["configuration", "rows", "embedded", "context embedded", "context pending", "any pending"]
@@ -590,7 +653,10 @@ def merge_ceilings(ceilings: list[dict]) -> dict:
     for name in ("embed", "lemmatize", "tokenize"):
         merged[name] = {}
         for kind, first in ceilings[0][name].items():
-            merged[name][kind] = {**first, "seconds": [x for c in ceilings for x in c[name][kind]["seconds"]]}
+            merged[name][kind] = {
+                **first,
+                **{key: [x for c in ceilings for x in c[name][kind].get(key, [])] for key in ("seconds", "cpu")},
+            }
     return merged
 
 

@@ -32,6 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import common
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 
@@ -220,6 +222,11 @@ def task_ingest_split(request: dict) -> dict:
 
     rows = request["rows"]
     results = []
+    # CPU of this process (the model's threads and the Python around them) and of the database
+    # server (every process of it; only for one on this machine), per run: what the two cores did.
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        backend_pid = cur.fetchone()[0]
     with conn.execute_wrapper(sql_timer):
         for run in request["runs"]:
             bucket = Bucket.objects.select_related("tenant").get(pk=run["bucket_id"])
@@ -235,6 +242,7 @@ def task_ingest_split(request: dict) -> dict:
                 recorded["context"] = []
             clock.enabled = True
             per_request = []
+            cpu_before, database_before = time.process_time(), common.server_cpu_seconds(backend_pid)
             started = time.perf_counter()
             for batch in batches:
                 t0 = time.perf_counter()
@@ -243,6 +251,9 @@ def task_ingest_split(request: dict) -> dict:
                 if len(out) != len(batch):
                     raise RuntimeError("memories_ingest returned the wrong number of results")
             total = time.perf_counter() - started
+            cpu = {"process": time.process_time() - cpu_before, "database": None}
+            if database_before is not None and (database_after := common.server_cpu_seconds(backend_pid)):
+                cpu["database"] = database_after - database_before
             clock.enabled = False
             recording["on"] = False
             stages = {stage: clock.seconds.get(stage, 0.0) for stage in STAGES}
@@ -257,6 +268,7 @@ def task_ingest_split(request: dict) -> dict:
                     "per_request": per_request,
                     "stages": stages,
                     "calls": dict(clock.calls),
+                    "cpu": cpu,
                     **counters,
                 }
             )
@@ -288,16 +300,18 @@ def task_ceiling(request: dict) -> dict:
             ("lemmatize", lemmatizer.lemmatize_many),
             ("tokenize", embedding.count_tokens),
         ):
-            runs = []
+            runs, cpu = [], []
             for _ in range(int(request.get("repeat", 3))):
-                started = time.perf_counter()
+                started, cpu_before = time.perf_counter(), time.process_time()
                 for c in chunks:
                     fn(c)
                 runs.append(time.perf_counter() - started)
-            out[name][kind] = {"texts": len(texts), "seconds": runs, "chars": sum(len(t) for t in texts)}
+                cpu.append(time.process_time() - cpu_before)
+            out[name][kind] = {"texts": len(texts), "seconds": runs, "cpu": cpu, "chars": sum(len(t) for t in texts)}
             best = len(texts) / sorted(runs)[len(runs) // 2]
             log(f"{name} {kind}: {len(texts)} texts, median {best:.1f} texts/s")
     out["runtime"] = embedding.runtime()
+    out["cores"] = len(os.sched_getaffinity(0))
     return out
 
 
