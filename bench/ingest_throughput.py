@@ -29,6 +29,10 @@ Three parts, one run, one machine:
    model. The ceiling of a configuration in items/s is
    ``1 / (content embeddings per item / content rate + context embeddings per item / context rate)``
    with the per-item counts the server actually produced; the report gives HTTP items/s as a % of it.
+4. **CPU**: the stage split's runs and the ceiling's also record CPU seconds — of the child process
+   and of every process of the database server (``/proc``; only for a server on this machine) — so
+   the report can say what the cores did and the *bound*: the rate no schedule of the same work can
+   pass, ``cores / (model-alone CPU + database CPU)`` per item, capped at the ceiling.
 
 Long runs are resumable with a kept home: ``--home DIR`` (or ``--state FILE``) records every
 finished run, and a rerun with the same arguments skips them.
@@ -62,6 +66,9 @@ class Config:
         if self.single:
             return "single writes (memory object, sequence by run_id)"
         return f"batch {self.batch_size}, sequence={'true' if self.sequence else 'false'}"
+
+
+PRELOAD_BUCKET = "ingest-preload"
 
 
 def build_configs(args: argparse.Namespace) -> list[Config]:
@@ -99,6 +106,14 @@ class Database:
         with psycopg.connect(**self.params, autocommit=True) as conn:
             conn.execute("VACUUM (ANALYZE) memories")
         return time.perf_counter() - started
+
+    def table_rows(self) -> int | None:
+        if not self.params:
+            return None
+        import psycopg
+
+        with psycopg.connect(**self.params) as conn:
+            return conn.execute("SELECT count(*) FROM memories").fetchone()[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,6 +333,14 @@ def build_report(ctx: dict[str, Any]) -> str:
         f" sizes < 10; {args.clients} client(s) writing at once (own bucket each); {args.repeat} repetitions",
         "- between runs: buckets deleted"
         + (", `VACUUM (ANALYZE) memories`" if ctx["db"] else " (no vacuum: no database access)"),
+        "- memories already in the table (the HNSW graph each insert joins): "
+        + (f"{ctx['table_rows']:,}" if ctx["table_rows"] is not None else "unknown (no database access)")
+        + (
+            f", {p.rows:,} of them preloaded (`--preload`: corpus rows {ctx['preload_from']:,} onwards, "
+            "written without context into a bucket of their own)"
+            if (p := ctx["preloaded"])
+            else ""
+        ),
         f"- in-process measurements (bench/inproc.py, database: {ctx['inproc_db']}): "
         + (
             f"stage split on the first {args.split_rows} rows (single/batch<10: "
@@ -509,6 +532,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-split", action="store_true", help="skip the in-process stage split (the ceiling is always measured)"
     )
     p.add_argument("--corpus", type=Path, default=loader.DEFAULT_CORPUS)
+    p.add_argument(
+        "--preload",
+        type=int,
+        default=0,
+        help="memories written into a bucket of their own before anything is measured (as unrelated facts, "
+        "from the corpus rows after those the runs write): the size of the HNSW graph every insert joins",
+    )
     p.add_argument("--state", type=Path, help="resume file (default: $HOME_DIR/bench-ingest-state.json with --home)")
     p.add_argument("--out", type=Path, help="report path (default bench/results/ingest-throughput-<date>.md)")
     common.add_server_args(p)
@@ -518,6 +548,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("batch sizes must be within 1..1000")
     if args.rows < 1 or args.repeat < 1 or args.clients < 1:
         p.error("--rows, --repeat and --clients must be positive")
+    if args.preload < 0:
+        p.error("--preload must be 0 or more")
     return args
 
 
@@ -546,10 +578,18 @@ def main(argv: list[str] | None = None) -> int:
         state_path = args.state or (target.home / "bench-ingest-state.json" if args.home else None)
         signature = {
             "rows": args.rows, "single_rows": args.single_rows, "clients": args.clients,
-            "corpus": str(args.corpus), "configs": [asdict(c) for c in configs],
+            "corpus": str(args.corpus), "configs": [asdict(c) for c in configs], "preload": args.preload,
         }  # fmt: skip
         state = State(state_path, signature)
+        preloaded = None
+        if args.preload:
+            # Rows the runs never write, so no run's text is already a neighbour of itself in the graph.
+            preloaded = loader.ensure_loaded(
+                target, args.corpus, args.preload, bucket_name=PRELOAD_BUCKET, sequence=False, start=len(rows)
+            )
+            common.log(f"preload: {preloaded.describe()}")
         db.vacuum()
+        table_rows = db.table_rows()
         texts = ceiling_texts(rows, args.split_rows)
         common.log(
             f"in-process ceiling (before): {len(texts['content'])} memory + {len(texts['context'])} context texts"
@@ -624,7 +664,9 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "args": args, "configs": configs, "runs": runs, "verified": verified, "split": split,
                 "ceiling": ceiling, "machine": machine, "command": command, "target": target.describe(),
-                "db": db.available, "inproc_db": inproc_db, "notes": notes,
+                "preload_from": len(rows),
+                "db": db.available, "inproc_db": inproc_db, "notes": notes, "preloaded": preloaded,
+                "table_rows": table_rows,
             }
         )  # fmt: skip
     common.write_report(report, out)

@@ -3,7 +3,8 @@
 Shared by ``search_latency.py`` and ``hnsw_recall.py`` (and the row reader by
 ``ingest_throughput.py``). Both scripts use the same tenant (``bench-corpus``) and bucket
 (``corpus``), so one kept ``--home`` serves both: a bucket holds a *prefix* of the corpus file
-(rows 0..N-1), and a larger ``--rows`` later only sends the rows that are missing.
+(rows 0..N-1, or N rows from a given first row), and a larger ``--rows`` later only sends the rows
+that are missing.
 
 Progress is saved after every batch in ``$ENGRAM_HOME/bench-load-<bucket id>.json`` (completed
 row ranges), so an interrupted load resumes where it stopped. A batch that was sent but not
@@ -64,16 +65,17 @@ def _merge(ranges: list[list[int]]) -> list[list[int]]:
     return merged
 
 
-def _missing(done: list[list[int]], total: int) -> list[tuple[int, int]]:
-    gaps, at = [], 0
+def _missing(done: list[list[int]], first: int, end: int) -> list[tuple[int, int]]:
+    """The row ranges of ``first .. end-1`` that ``done`` does not cover."""
+    gaps, at = [], first
     for lo, hi in _merge(done):
         if lo > at:
-            gaps.append((at, min(lo, total)))
+            gaps.append((at, min(lo, end)))
         at = max(at, hi)
-        if at >= total:
+        if at >= end:
             break
-    if at < total:
-        gaps.append((at, total))
+    if at < end:
+        gaps.append((at, end))
     return [(lo, hi) for lo, hi in gaps if hi > lo]
 
 
@@ -126,8 +128,10 @@ def ensure_loaded(
     batch: int = 1000,
     bucket_name: str = BUCKET,
     sequence: bool = True,
+    start: int = 0,
 ) -> LoadInfo:
-    """Make the bucket hold the first ``rows`` rows of ``corpus``; send only what is missing.
+    """Make the bucket hold the first ``rows`` rows of ``corpus`` (from row ``start``: rows
+    ``start .. start+rows-1``); send only what is missing.
 
     ``sequence=True`` (the API default) writes them like a client importing its history in
     order: each memory gets its run's predecessors as context, so two embeddings each.
@@ -140,11 +144,14 @@ def ensure_loaded(
         )
         count = client.get_bucket(bucket_id)["memory_count"]
     state_path = target.home / f"bench-load-{bucket_id}.json" if target.home else None
-    state = {"corpus": str(corpus), "done": [], "sequence": sequence}
+    state = {"corpus": str(corpus), "done": [], "sequence": sequence, "start": start}
     if state_path and state_path.exists():
         state = json.loads(state_path.read_text())
-        if Path(state["corpus"]).name != corpus.name:
-            raise SystemExit(f"bucket {bucket_name!r} was loaded from {state['corpus']}, not {corpus}")
+        if Path(state["corpus"]).name != corpus.name or state.setdefault("start", 0) != start:
+            raise SystemExit(
+                f"bucket {bucket_name!r} was loaded from row {state['start']} of {state['corpus']}, "
+                f"not from row {start} of {corpus}"
+            )
         if state.setdefault("sequence", True) != sequence:
             raise SystemExit(
                 f"bucket {bucket_name!r} was loaded with sequence={str(state['sequence']).lower()}: "
@@ -153,13 +160,13 @@ def ensure_loaded(
     elif count:
         # No progress file (an existing server without --home): trust the row count; a shortfall
         # is resent whole from the last complete thousand, and the server deduplicates.
-        state["done"] = [[0, (min(count, rows) // batch) * batch]]
+        state["done"] = [[start, start + (min(count, rows) // batch) * batch]]
     if count > rows:
         raise SystemExit(
             f"bucket {bucket_name!r} already holds {count} memories, more than --rows {rows}: "
             "use another --home (or a smaller one) so the measurement is at the size you ask for"
         )
-    gaps = _missing(state["done"], rows)
+    gaps = _missing(state["done"], start, start + rows)
     todo = [(lo, min(lo + batch, hi)) for lo, hi in gaps for lo in range(lo, hi, batch)]
     if not todo:
         return LoadInfo(bucket_id, rows, count, 0, 0.0, False, sequence)
@@ -168,7 +175,7 @@ def ensure_loaded(
     common.log(
         f"loading {total} rows of {corpus.name} into bucket {bucket_name} ({len(todo)} batches, {clients} clients)"
     )
-    data = read_rows(corpus, rows)
+    data = read_rows(corpus, rows, start)
     work: queue.Queue = queue.Queue()
     for item in todo:
         work.put(item)
@@ -185,7 +192,7 @@ def ensure_loaded(
                 except queue.Empty:
                     return
                 try:
-                    client.ingest(bucket_id, data[lo:hi], sequence=sequence)
+                    client.ingest(bucket_id, data[lo - start : hi - start], sequence=sequence)
                 except BaseException as exc:
                     errors.append(exc)
                     return
