@@ -2,7 +2,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/ingest_throughput.py --rows 10000 --repeat 3
 
-Three parts, one run, one machine:
+Four parts, one run, one machine:
 
 1. **HTTP** (a private server, or ``--base-url``/``--token``): the first ``--rows`` rows of the
    corpus are written in batches of each ``--batch-sizes`` (``{"memories": [...]}``, with

@@ -34,8 +34,7 @@ from typing import Any
 
 import common
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
+BENCH_DIR, REPO_ROOT = common.BENCH_DIR, common.REPO_ROOT
 
 STAGES = ("embedding", "tokenizer", "lemmatizing", "database", "queue hints")
 
@@ -252,7 +251,8 @@ def task_ingest_split(request: dict) -> dict:
                     raise RuntimeError("memories_ingest returned the wrong number of results")
             total = time.perf_counter() - started
             cpu = {"process": time.process_time() - cpu_before, "database": None}
-            if database_before is not None and (database_after := common.server_cpu_seconds(backend_pid)):
+            database_after = common.server_cpu_seconds(backend_pid)
+            if database_before is not None and database_after is not None:
                 cpu["database"] = database_after - database_before
             clock.enabled = False
             recording["on"] = False
