@@ -4,11 +4,13 @@ supervising them until interrupted.
 
 Environment: ENGRAM_HOST (127.0.0.1), ENGRAM_PORT (8000), ENGRAM_WEB_WORKERS (2),
 ENGRAM_WEB_THREADS (4), ENGRAM_RUN_WORKER (1: also start the Celery worker + beat),
-ENGRAM_WORKER_CONCURRENCY (2).
+ENGRAM_WORKER_CONCURRENCY (2). ``--host`` and ``--port`` override the first two; any other
+argument is refused rather than ignored.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -18,15 +20,22 @@ import time
 import django
 
 
-def main() -> int:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="./engram serve", description="Migrate, then serve Engram.")
+    parser.add_argument("--host", default=os.environ.get("ENGRAM_HOST", "127.0.0.1"), help="(ENGRAM_HOST)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("ENGRAM_PORT", "8000")), help="(ENGRAM_PORT)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     django.setup()
     from django.conf import settings
     from django.core.management import call_command
 
-    host = os.environ.get("ENGRAM_HOST", "127.0.0.1")
-    port = os.environ.get("ENGRAM_PORT", "8000")
+    host, port = args.host, args.port
     workers = os.environ.get("ENGRAM_WEB_WORKERS", "2")
     threads = os.environ.get("ENGRAM_WEB_THREADS", "4")
 
