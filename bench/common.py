@@ -513,13 +513,18 @@ def _proc_stat(pid: int) -> list[str] | None:
         return None
 
 
+def _ticks(fields: list[str]) -> int:
+    """User + system clock ticks of a process, from its ``_proc_stat`` fields."""
+    return int(fields[11]) + int(fields[12])
+
+
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a process on this machine; None for one elsewhere (a
     database server on another host, say)."""
     fields = _proc_stat(pid)
     if fields is None:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _ticks(fields) / os.sysconf("SC_CLK_TCK")
 
 
 def server_cpu_seconds(backend_pid: int) -> float | None:
@@ -533,10 +538,10 @@ def server_cpu_seconds(backend_pid: int) -> float | None:
     fields = _proc_stat(postmaster)
     if fields is None:
         return None
-    ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))  # its own time and its reaped children's
+    ticks = _ticks(fields) + int(fields[13]) + int(fields[14])  # its own time and its reaped children's
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (child := _proc_stat(int(entry.name))) and int(child[1]) == postmaster:
-            ticks += int(child[11]) + int(child[12])
+            ticks += _ticks(child)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

@@ -45,6 +45,7 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -268,9 +269,9 @@ def _model_alone(ceiling: dict, per_item: tuple[float, float], key: str) -> floa
     return total
 
 
-def _per_1000(runs: list[dict], values: list[float | None]) -> float:
-    """The median of ``values`` (one per run, None where unknown) per 1000 items of its run."""
-    known = [v / r["items"] * 1000 for v, r in zip(values, runs, strict=True) if v is not None]
+def _per_1000(runs: list[dict], value: Callable[[dict], float | None]) -> float:
+    """The median over ``runs`` of ``value(run)`` per 1000 items of the run (None: unknown, left out)."""
+    known = [v / r["items"] * 1000 for r in runs if (v := value(r)) is not None]
     return common.median(known) if known else float("nan")
 
 
@@ -287,9 +288,9 @@ def _cpu_section(configs: list[Config], verified: dict, split: dict, ceiling: di
         per_item = _embeddings_per_item(cfg, verified, split)
         if not mine or per_item is None or not cores:
             continue
-        wall = _per_1000(mine, [r["seconds"] for r in mine])
-        process = _per_1000(mine, [r["cpu"]["process"] for r in mine])
-        database = _per_1000(mine, [r["cpu"]["database"] for r in mine])
+        wall = _per_1000(mine, lambda r: r["seconds"])
+        process = _per_1000(mine, lambda r: r["cpu"]["process"])
+        database = _per_1000(mine, lambda r: r["cpu"]["database"])
         model_wall = 1000 * _model_alone(ceiling, per_item, "seconds")
         model_cpu = 1000 * _model_alone(ceiling, per_item, "cpu")
         best_wall = max(model_wall, (model_cpu + database) / cores)
