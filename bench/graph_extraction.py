@@ -1,0 +1,193 @@
+"""Precision and recall of the graph extractor on a hand-labelled set of memories.
+
+    ./engram bench graph_extraction.py                 # writes bench/results/graph-extraction-<date>.md
+    ./engram bench graph_extraction.py --show-errors   # and prints every miss and every extra
+    ./engram bench graph_extraction.py --label after   # graph-extraction-<date>-after.md
+
+The set (bench/graph/labelled.jsonl) was written for this benchmark: one memory per
+line with its ``kind`` (possessive, apposition, copula, org, product, pet, family,
+work, place, first_person, speaker, negation, names), optional ``attributed_to``, and
+the entities (name, type) and edges (subject, predicate, object) a careful reader
+would extract in the extractor's vocabulary (docs/GRAPH.md). Negated and hedged
+memories expect no edge at all.
+
+The real extractor runs over each memory alone (no database, no entity resolution
+across memories): the spaCy pipeline of graph/nlp.py, then graph/extract.py, with the
+speaker rule the graph services apply (a leading ``Name:``) when the extractor has it.
+
+Matching rules:
+
+* A name is compared after case folding, collapsing whitespace, "’" read as "'", and
+  dropping a leading article or title (the, a, an, Mr, Mrs, Ms, Dr, with or without a
+  dot). Nothing else is forgiven: "Alice Chen 's" is not "Alice Chen", "Boston." is
+  not "Boston".
+* Entities: the extractor's mentions except the speaker placeholders (User,
+  Assistant), as (name, type) pairs; a predicted pair is right when the labelled set
+  holds the same name with the same type. The "names" columns ignore the type.
+  Placeholders for unnamed people are labelled as the extractor names them
+  ("sister of User").
+* Edges: (subject, predicate, object) triples; the object is an entity name or a
+  literal (literals are lower case, the head noun singular: "peanut"). A triple is
+  right when all three match. Symmetric predicates (sibling_of, spouse_of, partner_of,
+  friend_of, cousin_of, roommate_of, neighbour_of, colleague_of, married_to) match in
+  either direction. The first person is "User" (or "Assistant", or the speaker of a
+  ``Name:`` prefix).
+* Precision = right predictions / predictions; recall = right predictions / labels;
+  both micro-averaged over the set, overall and per kind. Duplicates count once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import common
+
+BENCH_DIR = common.BENCH_DIR
+sys.path.insert(0, str(common.REPO_ROOT))
+
+SYMMETRIC = {
+    "sibling_of", "spouse_of", "partner_of", "friend_of", "cousin_of", "roommate_of", "neighbour_of",
+    "colleague_of", "married_to",
+}  # fmt: skip
+_LEADING = re.compile(r"^(?:(?:the|a|an|mr|mrs|ms|miss|dr|prof)\.?\s+)+")
+
+
+def norm(name: str) -> str:
+    text = " ".join(name.replace("’", "'").casefold().split())
+    return _LEADING.sub("", text)
+
+
+def edge_key(subject: str, predicate: str, obj: str) -> tuple[str, str, str]:
+    s, o = norm(subject), norm(obj)
+    if predicate in SYMMETRIC and o < s:
+        s, o = o, s
+    return s, predicate, o
+
+
+def configure_django() -> None:
+    import django
+    from django.conf import settings
+
+    settings.configure(ENGRAM_GRAPH_ENABLED=True)
+    django.setup()
+
+
+def run_extractor(rows: list[dict]) -> tuple[list[tuple[set, set]], float]:
+    """(entities, edges) predicted for each row, and the seconds spent parsing and extracting."""
+    from graph import extract as extraction
+    from graph import nlp
+
+    pipeline = nlp.get_pipeline()
+    pipeline("Warm up the pipeline.")
+    # The speaker rule of a leading "Name:" (absent from extractors older than it).
+    split = getattr(extraction, "split_speaker", None)
+    out = []
+    started = time.perf_counter()
+    for row in rows:
+        if split is not None:
+            speaker, text = split(row["text"], attributed_to=row.get("attributed_to"))
+        else:
+            speaker, text = extraction.speaker_ref(row.get("attributed_to")), row["text"]
+        result = extraction.extract(pipeline(text), speaker=speaker)
+        entities = {(norm(ref.name), ref.type) for ref in result.mentions if ref.type != "SPEAKER"}
+        edges = {
+            edge_key(fact.subject.name, fact.predicate, fact.obj.name if fact.obj is not None else fact.literal or "")
+            for fact in result.facts
+        }
+        out.append((entities, edges))
+    return out, time.perf_counter() - started
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.right = self.predicted = self.labelled = 0
+
+    def add(self, predicted: set, labelled: set) -> None:
+        self.right += len(predicted & labelled)
+        self.predicted += len(predicted)
+        self.labelled += len(labelled)
+
+    def precision(self) -> float:
+        return self.right / self.predicted if self.predicted else 1.0
+
+    def recall(self) -> float:
+        return self.right / self.labelled if self.labelled else 1.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(BENCH_DIR / "graph" / "labelled.jsonl"))
+    parser.add_argument("--label", default="", help="suffix of the results file name (e.g. baseline, after)")
+    parser.add_argument("--show-errors", action="store_true")
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    args = parser.parse_args()
+
+    configure_django()
+    rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
+    predictions, seconds = run_extractor(rows)
+
+    kinds = ["all", *sorted({r["kind"] for r in rows})]
+    tallies = {k: {"entities": Tally(), "names": Tally(), "edges": Tally()} for k in kinds}
+    sentences = defaultdict(int)
+    errors = []
+    for row, (entities, edges) in zip(rows, predictions, strict=True):
+        want_entities = {(norm(n), t) for n, t in row["entities"]}
+        want_edges = {edge_key(*e) for e in row["edges"]}
+        for kind in ("all", row["kind"]):
+            sentences[kind] += 1
+            tallies[kind]["entities"].add(entities, want_entities)
+            tallies[kind]["names"].add({n for n, _ in entities}, {n for n, _ in want_entities})
+            tallies[kind]["edges"].add(edges, want_edges)
+        if entities != want_entities or edges != want_edges:
+            errors.append((row["text"], want_entities - entities, entities - want_entities, want_edges - edges,
+                           edges - want_edges))  # fmt: skip
+
+    header = "| kind | memories | entity P | entity R | name P | name R | edge P | edge R |"
+    lines = [header, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for kind in kinds:
+        t = tallies[kind]
+        lines.append(
+            f"| {kind} | {sentences[kind]} | {t['entities'].precision():.2f} | {t['entities'].recall():.2f} "
+            f"| {t['names'].precision():.2f} | {t['names'].recall():.2f} "
+            f"| {t['edges'].precision():.2f} | {t['edges'].recall():.2f} |"
+        )
+    table = "\n".join(lines)
+    exact = sum(1 for _ in rows) - len(errors)
+    per_memory = 1000 * seconds / len(rows)
+    print(table)
+    print(f"\n{exact}/{len(rows)} memories extracted exactly; {per_memory:.2f} ms per memory (parse + extract)")
+    if args.show_errors:
+        for text, missed_e, extra_e, missed, extra in errors:
+            print(f"\n{text}")
+            for label, items in (("missed entity", missed_e), ("extra entity", extra_e), ("missed edge", missed),
+                                 ("extra edge", extra)):  # fmt: skip
+                for item in sorted(items):
+                    print(f"  {label}: {item}")
+    if args.no_write:
+        return 0
+    info = common.machine_info()
+    suffix = f"-{args.label}" if args.label else ""
+    path = common.RESULTS_DIR / f"graph-extraction-{datetime.now(UTC):%Y-%m-%d}{suffix}.md"
+    title = "Graph extraction: precision and recall on the labelled set" + (f" ({args.label})" if args.label else "")
+    data = f"{Path(args.data).relative_to(BENCH_DIR.parent)} ({len(rows)} memories)"
+    path.write_text(
+        f"# {title}\n\n{common.machine_markdown(info)}\n- data: {data}\n\n"
+        "Matching rules: see the docstring of bench/graph_extraction.py (names case-folded, a leading article or "
+        "title dropped, nothing else forgiven; edges matched on subject, predicate and object, symmetric "
+        "predicates in either direction; micro-averaged).\n\n"
+        f"{table}\n\n{exact}/{len(rows)} memories extracted exactly. Parse + extract: {per_memory:.2f} ms per "
+        "memory (one at a time, one process).\n"
+    )
+    print(f"\nwrote {path.relative_to(BENCH_DIR.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
