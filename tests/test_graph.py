@@ -71,10 +71,10 @@ def test_entities_and_triples_from_realistic_sentences(bucket):
     )
     got = facts(bucket)
     expected = {
-        ("User", "sister", "Anna"),
+        ("User", "sibling_of", "Anna"),
         ("Anna", "role", "nurse"),
         ("Anna", "works_at", "Mass General"),
-        ("User", "dog", "Biscuit"),
+        ("User", "owns_pet", "Biscuit"),
         ("Biscuit", "is_a", "golden retriever"),
         ("User", "works_at", "Initech"),
         ("User", "role", "data engineer"),
@@ -227,7 +227,7 @@ def test_placeholder_merges_into_an_entity_known_by_name_in_the_same_batch(bucke
         ("My sister Anna is a nurse.", at(2023, 1)),
         ("My sister loves jazz.", at(2023, 2)),
     )
-    assert {("Anna", "lives_in", "Denver"), ("User", "sister", "Anna"), ("Anna", "likes", "jazz")} <= facts(bucket)
+    assert {("Anna", "lives_in", "Denver"), ("User", "sibling_of", "Anna"), ("Anna", "likes", "jazz")} <= facts(bucket)
     assert Entity.objects.for_bucket(bucket).filter(normalized_name="anna").count() == 1
     assert not Entity.objects.for_bucket(bucket).filter(normalized_name="user sister").exists()
     graph_rebuild(bucket=bucket)
