@@ -12,7 +12,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q, Value
 
 from engram_site.db import TransactionNow
 from memories.models import Memory
@@ -61,6 +61,16 @@ class Entity(models.Model):
             # The query's entities by alias (graph retrieval's seeds: aliases && ARRAY[...]),
             # the other arm of its OR with normalized_name = ANY(...).
             GinIndex(fields=["aliases"], name="graph_entities_aliases"),
+            # A lone first name read as the bucket's one person of that first name (extraction's
+            # resolver and retrieval's seeds): WHERE tenant_id = ? AND bucket_id = ? AND type =
+            # 'PERSON' AND split_part(normalized_name, ' ', 1) = ANY(?).
+            models.Index(
+                F("tenant"),
+                F("bucket"),
+                Func(F("normalized_name"), Value(" "), Value(1), function="split_part"),
+                condition=Q(type="PERSON"),
+                name="graph_entities_first_word",
+            ),
         ]
 
     def __str__(self) -> str:

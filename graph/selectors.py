@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Q, QuerySet
 
 from engram_site.exceptions import NotFound
-from graph.extract import normalize_name
+from graph.extract import first_name_variants, normalize_name
 from graph.models import Edge, Entity
 from memories.models import Memory
 from tenants.models import ApiToken, Bucket, Tenant
@@ -82,3 +84,29 @@ def edge_memories(*, edge: Edge) -> QuerySet[Memory]:
         .defer("embedding", "context_embedding")
         .order_by("created_at", "id")
     )
+
+
+def entities_by_first_name(*, bucket: Bucket, words: list[str]) -> dict[str, list[uuid.UUID]]:
+    """For each one-word name, the bucket's named PERSON entities of two or more words whose
+    first word is that name or one of its nickname forms (at most two each: one means unique)."""
+    wanted = {word: first_name_variants(word) for word in words if word and " " not in word}
+    if not wanted:
+        return {}
+    variants = sorted(set().union(*wanted.values()))
+    with connection.cursor() as cur:
+        # graph_entities_first_word: (tenant, bucket, first word of the name) for PERSON rows.
+        cur.execute(
+            """
+            SELECT split_part(normalized_name, ' ', 1), id FROM graph_entities
+            WHERE tenant_id = %s AND bucket_id = %s AND type = 'PERSON'
+              AND split_part(normalized_name, ' ', 1) = ANY(%s) AND strpos(normalized_name, ' ') > 0
+              -- a name, not a placeholder such as "sister of Bob" (normalized "bob sister")
+              AND split_part(lower(name), ' ', 1) = split_part(normalized_name, ' ', 1)
+            ORDER BY mention_count DESC, id
+            """,
+            [bucket.tenant_id, bucket.pk, variants],
+        )
+        by_first: dict[str, list[uuid.UUID]] = {}
+        for first, entity_id in cur.fetchall():
+            by_first.setdefault(first, []).append(entity_id)
+    return {word: [e for v in sorted(forms) for e in by_first.get(v, [])][:2] for word, forms in wanted.items()}

@@ -21,13 +21,15 @@ from django.db.models import Q
 from graph import extract as extraction
 from graph import nlp
 from graph.models import Edge, Entity, Mention
+from graph.selectors import entities_by_first_name
 from memories.links import links_add, links_remove
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
 
 logger = logging.getLogger(__name__)
 
-EXTRACTOR_VERSION = 1
+# 2: relation predicates (manager_of, sibling_of, owns_pet …), the "Name:" speaker, first names.
+EXTRACTOR_VERSION = 2
 BATCH = 200
 
 
@@ -86,6 +88,8 @@ class _Entities:
                 self.merged[placeholder.pk] = entity.pk
                 _merge_entity(source=placeholder, target=entity)
             placeholder = None
+        if entity is None and placeholder is None:
+            entity = self._full_name(ref)
         if entity is None:
             entity = _get_or_create(self.bucket, ref)
         if ref.alias and ref.alias not in entity.aliases and ref.alias != entity.normalized_name:
@@ -105,6 +109,16 @@ class _Entities:
         if ref.alias:
             self.by_key[ref.alias] = entity
         return entity
+
+    def _full_name(self, ref: extraction.Ref) -> Entity | None:
+        """A lone first name (or its nickname) is the bucket's one person of that first name:
+        "Alice" is Alice Chen while the bucket knows no other Alice."""
+        if " " in ref.key or ref.type not in {"PERSON", "THING"}:
+            return None
+        matches = entities_by_first_name(bucket=self.bucket, words=[ref.key]).get(ref.key, [])
+        if len(matches) != 1:
+            return None
+        return Entity.objects.get(pk=matches[0])
 
 
 def _get_or_create(bucket: Bucket, ref: extraction.Ref) -> Entity:
@@ -137,14 +151,19 @@ def _merge_entity(*, source: Entity, target: Entity) -> None:
 
 
 def _parse(memories: list[Memory]):
+    """(memory, speaker, parsed text, parsed context) per memory; a leading "Name:" is the speaker."""
     pipeline = nlp.get_pipeline()
-    texts = [m.content[:5000] for m in memories]
+    speakers, texts = [], []
+    for memory in memories:
+        speaker, text = extraction.split_speaker(memory.content[:5000], attributed_to=memory.attributed_to)
+        speakers.append(speaker)
+        texts.append(text)
     contexts = [m.context_text[-2000:] if m.context_text else "" for m in memories]
     docs = list(pipeline.pipe(texts, batch_size=64))
     context_docs = list(pipeline.pipe(contexts, batch_size=64))
     return [
-        (memory, doc, context_doc if memory.context_text else None)
-        for memory, doc, context_doc in zip(memories, docs, context_docs, strict=True)
+        (memory, speaker, doc, context_doc if memory.context_text else None)
+        for memory, speaker, doc, context_doc in zip(memories, speakers, docs, context_docs, strict=True)
     ]
 
 
@@ -165,11 +184,9 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, 
 
     new_edges: list[Edge] = []
     new_mentions: list[Mention] = []
-    for memory, doc, context_doc in _parse(memories):
+    for memory, speaker, doc, context_doc in _parse(memories):
         try:
-            result = extraction.extract(
-                doc, speaker=extraction.speaker_ref(memory.attributed_to), context_doc=context_doc
-            )
+            result = extraction.extract(doc, speaker=speaker, context_doc=context_doc)
         except Exception as exc:  # one odd memory must not stop a rebuild
             logger.exception("extraction failed for memory %s", memory.pk)
             report.errors.append(f"{memory.pk}: {exc}")
