@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection
 
 from graph import extract as extraction
 from graph import nlp
+from graph.extract.vocabulary import SYMMETRIC, relation_predicate
+from graph.selectors import entities_by_first_name
 from memories import lemmatizer
 
 MAX_DEPTH = 3
@@ -33,13 +36,59 @@ _WORD = re.compile(r"[\w'’-]+")
 
 
 # Words whose referent only the parse can resolve ("my sister" is the user's sister, known
-# by the alias "user sister"). Without them, names in the query are found by the word
-# n-grams alone, and the spaCy parse (a few milliseconds of CPU per query) is skipped.
-_NEEDS_PARSE = re.compile(r"\b(i|me|my|mine|we|us|our|ours|you|your|he|him|his|she|her|they|them|their)\b", re.I)
+# by the alias "user sister"; "Bob's sister" is whoever Bob's sibling_of edges reach).
+# Without them, names in the query are found by the word n-grams alone, and the spaCy parse
+# (a few milliseconds of CPU per query) is skipped.
+_NEEDS_PARSE = re.compile(
+    r"\b(i|me|my|mine|we|us|our|ours|you|your|he|him|his|she|her|they|them|their)\b|\w['’]s\b", re.I
+)
+
+# Question words -> the predicates they ask about: "who manages Alice?" is about manager_of
+# edges, "where does she live?" about lives_in. Edges of these predicates weigh double.
+_ASKS = {
+    "manager_of": "manage manages managed managing manager managers boss bosses supervise supervises supervisor "
+                  "supervisors report reports reporting",
+    "lives_in": "live lives lived living home reside resides moved move",
+    "works_at": "work works worked working job employer employed employs company",
+    "role": "job role profession occupation",
+    "sibling_of": "sister sisters brother brothers sibling siblings",
+    "parent_of": "mother mom mum father dad parent parents son sons daughter daughters kid kids child children",
+    "grandparent_of": "grandmother grandma grandfather grandpa grandparent grandparents grandson granddaughter "
+                      "grandchild grandchildren",
+    "spouse_of": "wife husband spouse married",
+    "married_to": "wife husband spouse married",
+    "partner_of": "partner boyfriend girlfriend fiance fiancee",
+    "friend_of": "friend friends",
+    "owns_pet": "dog dogs cat cats pet pets puppy kitten parrot rabbit hamster horse",
+    "born_in": "born birthplace",
+    "studies_at": "study studies studied studying school university college",
+    "graduated_from": "graduate graduated school university college",
+    "visited": "visit visited trip travel travelled traveled went",
+    "owns": "own owns drive drives phone car laptop",
+}  # fmt: skip
+_PREDICATES_OF_WORD: dict[str, set[str]] = {}
+for _predicate, _words in _ASKS.items():
+    for _word in _words.split():
+        _PREDICATES_OF_WORD.setdefault(_word, set()).add(_predicate)
+ASKED_WEIGHT = 2.0
+# The owner in "Bob's sister" leads to the answer; the answer is the sister.
+OWNER_WEIGHT = 0.5
+RELATED_PER_OWNER = 20
 
 
-def query_entity_keys(query: str) -> list[str]:
-    keys: list[str] = []
+@dataclass
+class Question:
+    """What a query names: entity keys, relations to follow ("Bob's sister": (bob, sibling_of,
+    person_first=False)), and the predicates its words ask about."""
+
+    keys: list[str] = field(default_factory=list)
+    relations: list[tuple[str, str, bool]] = field(default_factory=list)
+    predicates: set[str] = field(default_factory=set)
+
+
+def parse_question(query: str) -> Question:
+    question = Question()
+    keys = question.keys
     doc = None
     if _NEEDS_PARSE.search(query):
         try:
@@ -47,9 +96,14 @@ def query_entity_keys(query: str) -> list[str]:
         except nlp.PipelineUnavailable:
             doc = None
     if doc is not None:
-        resolver = extraction._Resolver(doc, extraction.speaker_ref("user"), [])
+        resolver = extraction.Resolver(doc, extraction.speaker_ref("user"), [])
         for token in doc:
             if token.pos_ in {"PROPN", "NOUN"}:
+                relation = resolver.relation(token)
+                if relation is not None:
+                    owner, phrase, _people = relation
+                    predicate, person_first, _functional = relation_predicate(token.lemma_.lower(), phrase)
+                    question.relations.append((owner.key, predicate, person_first))
                 ref = resolver.ref(token)
                 if ref is not None and ref.type != "SPEAKER":
                     keys.append(ref.key)
@@ -57,6 +111,8 @@ def query_entity_keys(query: str) -> list[str]:
                         keys.append(ref.alias)
     # Possessives name the owner: "Linnea's" is Linnea.
     words = [re.sub(r"['’]s$", "", w.casefold()) for w in _WORD.findall(query)]
+    for word in words:
+        question.predicates |= _PREDICATES_OF_WORD.get(word, set())
     stops = lemmatizer.stop_words()
     for size in (3, 2, 1):
         for start in range(len(words) - size + 1):
@@ -64,7 +120,14 @@ def query_entity_keys(query: str) -> list[str]:
             if size == 1 and (gram[0] in stops or len(gram[0]) < 3):
                 continue
             keys.append(extraction.normalize_name(" ".join(gram)))
-    return [k for k in dict.fromkeys(keys) if k]
+    # "Bob's sister" is the way to the answer, not what is asked: its predicate is walked, not weighed.
+    question.predicates -= {predicate for _owner, predicate, _first in question.relations}
+    question.keys = [k for k in dict.fromkeys(keys) if k]
+    return question
+
+
+def query_entity_keys(query: str) -> list[str]:
+    return parse_question(query).keys
 
 
 # Ids stay text inside the signal (the walk handles thousands of them: text hashes and
@@ -74,20 +137,68 @@ def _array(values) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
-def _seeds(bucket, query: str) -> dict[str, str]:
-    keys = query_entity_keys(query)
+def _entities_named(bucket, keys: list[str], *, speaker: bool = False) -> dict[str, str]:
+    """{id: name} of the entities with these names or aliases; a lone first name also finds
+    the bucket's one person of that first name ("Alice" -> Alice Chen)."""
     if not keys:
         return {}
     with connection.cursor() as cur:
         cur.execute(
-            """
+            f"""
             SELECT id::text, name FROM graph_entities
-            WHERE tenant_id = %s AND bucket_id = %s AND type <> 'SPEAKER'
+            WHERE tenant_id = %s AND bucket_id = %s {"" if speaker else "AND type <> 'SPEAKER'"}
               AND (normalized_name = ANY(%s) OR aliases && %s::text[])
             """,
             [bucket.tenant_id, bucket.pk, keys, keys],
         )
-        return dict(cur.fetchall())
+        found = dict(cur.fetchall())
+    first_names = entities_by_first_name(bucket=bucket, words=[k for k in keys if " " not in k])
+    unique = [ids[0] for ids in first_names.values() if len(ids) == 1]
+    return found | _names({str(u) for u in unique} - set(found))
+
+
+def _related(bucket, owners: dict[str, str], predicate: str, person_first: bool, moment) -> set[str]:
+    """The entities ``owners`` are related to by ``predicate``: "Bob's sister" -> whom Bob's
+    sibling_of edges reach; "Alice's manager" -> the subjects of manager_of edges onto Alice."""
+    if not owners:
+        return set()
+    symmetric = predicate in SYMMETRIC
+    arms = []
+    if person_first or symmetric:  # the related person is the subject, the owner the object
+        arms.append("SELECT subject_id FROM graph_edges WHERE tenant_id = %(t)s AND bucket_id = %(b)s"
+                    " AND object_entity_id = ANY(%(o)s::uuid[]) AND predicate = %(p)s"
+                    " AND valid_from <= %(m)s AND (valid_to IS NULL OR valid_to > %(m)s) LIMIT %(n)s")  # fmt: skip
+    if not person_first or symmetric:
+        arms.append("SELECT object_entity_id FROM graph_edges WHERE tenant_id = %(t)s AND bucket_id = %(b)s"
+                    " AND subject_id = ANY(%(o)s::uuid[]) AND predicate = %(p)s AND object_entity_id IS NOT NULL"
+                    " AND valid_from <= %(m)s AND (valid_to IS NULL OR valid_to > %(m)s) LIMIT %(n)s")  # fmt: skip
+    # The user reached from "my brother's sister" is not an answer (nor a seed: SPEAKER rows
+    # are excluded from seeds everywhere).
+    query = (
+        "SELECT r.id FROM (" + " UNION ".join(f"({arm})" for arm in arms) + ") r(id)"
+        " JOIN graph_entities g ON g.id = r.id WHERE g.type <> 'SPEAKER'"
+    )
+    with connection.cursor() as cur:
+        cur.execute(
+            query,
+            {"t": bucket.tenant_id, "b": bucket.pk, "o": _array(owners), "p": predicate, "m": moment,
+             "n": RELATED_PER_OWNER * len(owners)},
+        )  # fmt: skip
+        return {str(row[0]) for row in cur.fetchall()} - set(owners)
+
+
+def _seeds(bucket, question: Question, moment) -> tuple[dict[str, str], set[str]]:
+    """The seeds ({id: name}) and, among them, the owners of the relations the question
+    follows ("Bob" of "Bob's sister"), which weigh less than the people they lead to."""
+    seeds = _entities_named(bucket, question.keys)
+    owners: set[str] = set()
+    for owner_key, predicate, person_first in question.relations:
+        owner_entities = _entities_named(bucket, [owner_key], speaker=owner_key in {"user", "assistant"})
+        related = _related(bucket, owner_entities, predicate, person_first, moment)
+        if related:
+            owners |= set(owner_entities) - related
+            seeds |= _names(related)
+    return seeds, owners & set(seeds)
 
 
 def _names(ids: set[str]) -> dict[str, str]:
@@ -184,11 +295,21 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
     memories returned.
     """
     moment = filters.as_of or now
-    seeds = _seeds(bucket, query)
+    question = parse_question(query)
+    seeds, owners = _seeds(bucket, question, moment)
     if not seeds:
         return [], {}
     depth, parent, edge_memories = _walk(bucket, seeds, moment)
     entities = list(depth)
+
+    def entity_weight(entity: str) -> float:
+        return OWNER_WEIGHT if entity in owners else 1.0 / depth[entity]
+
+    def edge_weight(memory_id: str) -> float:
+        level, near, predicate, _far, _literal, _forward = edge_memories[memory_id]
+        weight = OWNER_WEIGHT if level == 1 and near in owners else 1.0 / level
+        return weight * (ASKED_WEIGHT if predicate in question.predicates else 1.0)
+
     where, params = filters.sql(bucket)
     # Mentions and edges are of this bucket already: the memories table is only read when
     # filters narrow the bucket.
@@ -224,9 +345,9 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
             LIMIT %s
             """,
             [
-                _array(entities), _array(1.0 / depth[e] for e in entities),
+                _array(entities), _array(entity_weight(e) for e in entities),
                 _array(MENTIONS_PER_SEED if depth[e] == 1 else MENTIONS_PER_ENTITY for e in entities),
-                _array(edge_ids), _array(1.0 / edge_memories[m][0] for m in edge_ids),
+                _array(edge_ids), _array(edge_weight(m) for m in edge_ids),
                 *(params if narrowed else []), config.candidates,
             ],
         )  # fmt: skip
