@@ -188,8 +188,10 @@ def _name_tokens(token) -> list:
 
 
 def _trim(tokens: list) -> list:
-    """No article first, no possessive 's or punctuation last."""
-    while tokens and (tokens[0].lower_ in {"the", "a", "an"} or tokens[0].is_punct):
+    """No article or adverb first ("Probably Jonas"), no possessive 's or punctuation last."""
+    while tokens and (
+        tokens[0].lower_ in {"the", "a", "an"} or tokens[0].is_punct or tokens[0].pos_ in {"ADV", "PRON"}
+    ):
         tokens = tokens[1:]
     while tokens and (tokens[-1].dep_ == "case" or tokens[-1].lower_ in {"'s", "’s", "'"} or tokens[-1].is_punct):
         tokens = tokens[:-1]
@@ -221,8 +223,9 @@ class Resolver:
             return None  # dates, quantities, money: literals
         if ent is not None and token.pos_ in {"PROPN", "NOUN", "NUM"}:
             chain = _name_tokens(token)
-            # The entity's span, unless the model ran two names together ("Salt and Pepper").
-            span = [] if any(t.pos_ == "CCONJ" for t in ent) else list(ent)
+            # The entity's span, unless the model ran two names together ("Salt and Pepper") or
+            # took a clause for a name ("Lars manages Priyanka").
+            span = [] if any(t.pos_ in {"CCONJ", "VERB", "AUX"} for t in ent) else list(ent)
             indexes = sorted({t.i for t in chain} | {t.i for t in span if t.i <= token.i or t.head == token})
             tokens = _trim([token.doc[i] for i in range(indexes[0], indexes[-1] + 1)])
             kind = NER_TYPES[ent.label_]
