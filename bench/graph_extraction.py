@@ -191,7 +191,7 @@ def main() -> int:
     suffix = f"-{args.label}" if args.label else ""
     path = common.RESULTS_DIR / f"graph-extraction-{datetime.now(UTC):%Y-%m-%d}{suffix}.md"
     title = "Graph extraction: precision and recall on the labelled set" + (f" ({args.label})" if args.label else "")
-    data = f"{Path(args.data).relative_to(BENCH_DIR.parent)} ({len(rows)} memories)"
+    data = f"{Path(args.data).resolve().relative_to(BENCH_DIR.parent)} ({len(rows)} memories)"
     path.write_text(
         f"# {title}\n\n{common.machine_markdown(info)}\n- data: {data}\n\n"
         "Matching rules: see the docstring of bench/graph_extraction.py (names case-folded, a leading article or "
