@@ -162,14 +162,15 @@ SPEAKER_PRONOUNS = {"i", "me", "my", "mine", "myself", "we", "us", "our", "ours"
 THIRD_PERSON = {"he", "him", "his", "she", "her", "hers", "they", "them", "their"}
 RELATIVE_PRONOUNS = {"who", "that", "which", "whom"}
 # A first name stands for these formal names too (and back): "Bob" can be "Robert Martinez".
+# Nicknames that are also common words ("will", "bill", "rich", "pat", "sue") are left out:
+# a query word would otherwise seed the bucket's one William or Richard.
 NICKNAMES = {
-    "bob": "robert", "rob": "robert", "bobby": "robert", "bill": "william", "will": "william", "liz": "elizabeth",
-    "beth": "elizabeth", "kate": "katherine", "katie": "katherine", "mike": "michael", "jim": "james",
-    "jimmy": "james", "tom": "thomas", "tony": "anthony", "dave": "david", "dan": "daniel", "danny": "daniel",
-    "sam": "samuel", "alex": "alexander", "chris": "christopher", "matt": "matthew", "nick": "nicholas",
-    "joe": "joseph", "ben": "benjamin", "ed": "edward", "jen": "jennifer", "jenny": "jennifer", "sue": "susan",
-    "meg": "margaret", "maggie": "margaret", "pat": "patricia", "steve": "steven", "andy": "andrew",
-    "greg": "gregory", "rick": "richard", "dick": "richard", "rich": "richard", "abby": "abigail",
+    "bob": "robert", "rob": "robert", "bobby": "robert", "liz": "elizabeth", "beth": "elizabeth",
+    "kate": "katherine", "katie": "katherine", "mike": "michael", "jim": "james", "jimmy": "james",
+    "tom": "thomas", "tony": "anthony", "dave": "david", "dan": "daniel", "danny": "daniel", "sam": "samuel",
+    "alex": "alexander", "chris": "christopher", "matt": "matthew", "nick": "nicholas", "joe": "joseph",
+    "ben": "benjamin", "jen": "jennifer", "jenny": "jennifer", "meg": "margaret", "maggie": "margaret",
+    "steve": "steven", "andy": "andrew", "greg": "gregory", "rick": "richard", "abby": "abigail",
 }  # fmt: skip
 
 
