@@ -148,7 +148,7 @@ def test_a_write_enqueues_enrichment_that_a_worker_completes(broker, bucket, tmp
         )
         # The graph app queued its own extraction after the same commit.
         wait_until(
-            lambda: Edge.objects.for_bucket(bucket).filter(predicate="sister").exists(),
+            lambda: Edge.objects.for_bucket(bucket).filter(predicate="sibling_of").exists(),
             timeout=30,
             worker=worker,
             what="graph extraction",
