@@ -178,6 +178,13 @@ class Memory(models.Model):
     superseded_at = models.DateTimeField(null=True, blank=True)
     superseded_by = models.UUIDField(null=True, blank=True)
 
+    # Where the memory stands in the sequence it was written in: a run (``run_id``, across
+    # requests) or one write request's batch. Retrieval lifts a memory whose neighbours match
+    # the query and brings those neighbours in (an answer often follows its question). NULL
+    # for memories written as unrelated facts ("sequence": false) or before the column existed.
+    sequence_id = models.UUIDField(null=True, blank=True)
+    sequence_index = models.IntegerField(null=True, blank=True)
+
     objects = MemoryQuerySet.as_manager()
 
     class Meta:
@@ -233,6 +240,13 @@ class Memory(models.Model):
                 name="idx_memories_context_hnsw",
                 m=HNSW_M,
                 ef_construction=HNSW_EF_CONSTRUCTION,
+            ),
+            # Neighbour expansion in retrieval: WHERE tenant_id, bucket_id AND (sequence_id,
+            # sequence_index) IN (the positions around the best candidates).
+            models.Index(
+                fields=["tenant", "bucket", "sequence_id", "sequence_index"],
+                name="idx_memories_sequence",
+                condition=Q(sequence_id__isnull=False),
             ),
             # The enrichment sweep: rows whose embedding, lemmas or context vector are missing.
             models.Index(

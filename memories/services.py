@@ -28,7 +28,7 @@ from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
 from memories import embedding, lemmatizer, signals
 from memories.models import PENDING_ENRICHMENT, Memory
-from memories.text import hash_key, text_hash
+from memories.text import embedding_text, hash_key, text_hash
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,8 @@ class _Row:
     token_count: int | None = None
     embedding: np.ndarray | None = None
     context_embedding: np.ndarray | None = None
+    sequence_id: uuid.UUID | None = None
+    sequence_index: int | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -112,7 +114,7 @@ def _embed_rows(rows: list[_Row]) -> None:
         # model batch mixing both pads the short ones to the long ones' length. Two calls
         # measured faster for any number of rows, one memory and its context included
         # (bench/context_batching.py). Without contexts the second call does nothing.
-        vectors = embedding.embed_texts([r.item.content for r in rows])
+        vectors = embedding.embed_texts([embedding_text(r.item.content, r.item.attributed_to) for r in rows])
         context_vectors = embedding.embed_texts([join_context(r.context_text, r.item.content) for r in contexts])
     except embedding.EmbeddingUnavailable as exc:
         logger.warning("embedding model unavailable, storing rows without embeddings: %s", exc)
@@ -216,15 +218,22 @@ def _count_tokens(rows: list[_Row]) -> None:
 # --- sequence context -------------------------------------------------------------------
 
 
-def _previous_in_run(bucket: Bucket, run_id: str, before: datetime, limit: int) -> list[str]:
-    """The contents of the last ``limit`` memories of a run written before ``before``, oldest first."""
-    contents = list(
+def _previous_in_run(bucket: Bucket, run_id: str, before: datetime, limit: int) -> tuple[list[str], int]:
+    """The contents of the last ``limit`` memories of a run written before ``before``, oldest
+    first, and the position the run's next memory takes."""
+    previous = list(
         Memory.objects.for_bucket(bucket)
         .filter(run_id=run_id, created_at__lt=before)
         .order_by("-created_at", "-id")
-        .values_list("content", flat=True)[:limit]
+        .values_list("content", "sequence_index")[:limit]
     )
-    return contents[::-1]
+    next_index = max((index for _content, index in previous if index is not None), default=-1) + 1
+    return [content for content, _index in previous[::-1]], next_index
+
+
+def run_sequence_id(bucket: Bucket, run_id: str) -> uuid.UUID:
+    """A run's sequence id: the same for every request of the run, so it continues across them."""
+    return uuid.uuid5(bucket.pk, f"run:{run_id}")
 
 
 def _assign_context(bucket: Bucket, rows: list[_Row], *, sequence: bool) -> None:
@@ -233,20 +242,29 @@ def _assign_context(bucket: Bucket, rows: list[_Row], *, sequence: bool) -> None
     A sequence is a run (same ``run_id``, continuing across requests) or, for rows
     without a run, the request's own batch in order. ``sequence=False`` treats the
     rows as unrelated facts.
+
+    Each row also gets its place in the sequence (``sequence_id``, ``sequence_index``): a
+    run's id is derived from it and its positions continue across requests; a batch's rows
+    without a run share a new id.
     """
     if not sequence:
         return
     history: dict[str | None, list[str]] = {}
+    positions: dict[str | None, tuple[uuid.UUID, int]] = {}
     for row in rows:
         key = row.item.run_id
         if key not in history:
-            history[key] = (
-                _previous_in_run(bucket, key, row.created_at, CONTEXT_PREDECESSORS) if key is not None else []
-            )
+            if key is None:
+                history[key], positions[key] = [], (uuid.uuid4(), 0)
+            else:
+                history[key], first = _previous_in_run(bucket, key, row.created_at, CONTEXT_PREDECESSORS)
+                positions[key] = (run_sequence_id(bucket, key), first)
         previous = history[key][-CONTEXT_PREDECESSORS:]
         if previous:
             row.context_text = "\n".join(previous)
         history[key].append(row.item.content)
+        row.sequence_id, row.sequence_index = positions[key]
+        positions[key] = (row.sequence_id, row.sequence_index + 1)
 
 
 # --- ingest -------------------------------------------------------------------------------
@@ -254,13 +272,14 @@ def _assign_context(bucket: Bucket, rows: list[_Row], *, sequence: bool) -> None
 _INSERT_COLUMNS = [
     "id", "tenant_id", "bucket_id", "content", "embedding", "metadata", "token_count", "hint_root", "hint_tags",
     "created_at", "text_lemmatized", "text_hash", "attributed_to", "agent_id", "run_id", "source_actor_id",
-    "context_text", "context_lemmatized", "context_embedding",
+    "context_text", "context_lemmatized", "context_embedding", "sequence_id", "sequence_index",
 ]  # fmt: skip
 # Every placeholder is cast: the parameters are bound on the server (binding_cursor), where a
 # column of a multi-row VALUES list that is NULL in every row would otherwise be typed text.
 _PLACEHOLDERS = (
     "(%s::uuid, %s::uuid, %s::uuid, %s::text, %s::vector, %s::jsonb, %s::integer, %s::text, %s::text[], "
-    "%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::vector)"
+    "%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::vector, "
+    "%s::uuid, %s::integer)"
 )
 
 
@@ -274,7 +293,7 @@ def _insert(bucket: Bucket, rows: list[_Row]) -> dict[str, uuid.UUID]:
             r.id, bucket.tenant_id, bucket.pk, r.item.content, r.embedding, Jsonb(r.item.metadata or {}),
             r.token_count, r.item.hint_root, r.item.hint_tags, r.created_at, r.text_lemmatized, r.text_hash,
             r.item.attributed_to, r.item.agent_id, r.item.run_id, r.item.source_actor_id,
-            r.context_text, r.context_lemmatized, r.context_embedding,
+            r.context_text, r.context_lemmatized, r.context_embedding, r.sequence_id, r.sequence_index,
         ]  # fmt: skip
     sql = (
         f"INSERT INTO memories ({', '.join(_INSERT_COLUMNS)}) VALUES "
@@ -455,7 +474,7 @@ def memory_update(*, memory: Memory, **changes) -> Memory:
     update_fields = list(changes)
     if "content" in changes or "created_at" in changes:
         row = _Row(
-            item=MemoryInput(content=memory.content),
+            item=MemoryInput(content=memory.content, attributed_to=memory.attributed_to),
             id=memory.pk,
             text_hash=text_hash(memory.content),
             created_at=memory.created_at,
@@ -606,7 +625,7 @@ def memories_enrich_pending(
             return report
         rows = [
             _Row(
-                item=MemoryInput(content=m.content),
+                item=MemoryInput(content=m.content, attributed_to=m.attributed_to),
                 id=m.pk,
                 text_hash=m.text_hash,
                 created_at=m.created_at,

@@ -7,6 +7,8 @@ import re
 import unicodedata
 
 _WHITESPACE = re.compile(r"\s+")
+# A transcript line: "Caroline: I went to…", "Dr. Lee: take two a day".
+_SPEAKER_PREFIX = re.compile(r"^\s*([A-Z][\w'.-]{0,30}(?: [A-Z][\w'.-]{0,30}){0,2}):\s+(?=\S)")
 _ROUGH_TOKENS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 # The ASCII punctuation (Unicode category P), as a str.translate table: most memories are
 # ASCII, and translating them in C is several times faster than the per-character loop.
@@ -46,3 +48,21 @@ def rough_token_count(text: str) -> int:
     """A stated fallback when the model tokenizer is unavailable: words and
     punctuation marks, scaled by 1.3 (WordPiece splits rarer words)."""
     return max(1, round(len(_ROUGH_TOKENS.findall(text)) * 1.3))
+
+
+def transcript_speaker(content: str) -> str | None:
+    """The speaker a memory's text names at its start ("Caroline: …" → "Caroline"), or None."""
+    match = _SPEAKER_PREFIX.match(content)
+    return match.group(1) if match else None
+
+
+def embedding_text(content: str, attributed_to: str | None) -> str:
+    """The text a memory's own vector is computed from: without a leading "Name: " when the
+    memory has no attribution (the speaker is then its attribution, matched by name at search
+    time). In a short transcript line the name would otherwise dominate the vector: every
+    "Nate: You too!" lands near every question about Nate."""
+    if attributed_to is None:
+        match = _SPEAKER_PREFIX.match(content)
+        if match:
+            return content[match.end() :]
+    return content

@@ -49,6 +49,9 @@ MEMORY_EXTRA_COLUMNS: dict[str, tuple[str, bool, str | None]] = {
     # Supersession (memories 0003): retrieval demotes or filters historical memories.
     "superseded_at": ("timestamp with time zone", True, None),
     "superseded_by": ("uuid", True, None),
+    # Sequence position (memories 0009): retrieval's neighbour lift and expansion.
+    "sequence_id": ("uuid", True, None),
+    "sequence_index": ("integer", True, None),
 }
 
 GENERATED = {
@@ -108,6 +111,10 @@ MEMORY_EXTRA_INDEXES = {
     "idx_memories_context_hnsw": (
         "CREATE INDEX idx_memories_context_hnsw ON public.memories USING hnsw "
         "(((context_embedding)::halfvec(384)) halfvec_cosine_ops) WITH (m='12', ef_construction='160')"
+    ),
+    "idx_memories_sequence": (
+        "CREATE INDEX idx_memories_sequence ON public.memories USING btree "
+        "(tenant_id, bucket_id, sequence_id, sequence_index) WHERE (sequence_id IS NOT NULL)"
     ),
     "idx_memories_enrich_pending": (
         "CREATE INDEX idx_memories_enrich_pending ON public.memories USING btree (created_at) "
