@@ -10,10 +10,11 @@ A search runs several *signals*, each returning a bounded candidate list:
 ``graph``           knowledge-graph proximity (1/depth), when the graph app is on
 ==================  =====================================================
 
-The lists are fused (``rrf``: reciprocal rank fusion, or ``score``: min-max
-normalised score fusion), then multiplied by boosts: recency (exponential
-decay with a half-life), scope, people named in the query, trusted writers,
-and a demotion for superseded memories.
+The lists are fused (``score``: min-max normalised score fusion, or ``rrf``:
+reciprocal rank fusion), lifted by their sequence neighbours' scores, then
+multiplied by boosts: recency (exponential decay with a half-life), scope,
+people named in the query and their own transcript lines, time expressions for
+"when" questions, trusted writers, and a demotion for superseded memories.
 
 Defaults live in :data:`DEFAULTS`. A tenant overrides any of them in
 ``Tenant.settings["retrieval"]`` and a request in its ``ranking`` object; both
@@ -33,29 +34,26 @@ FUSION_METHODS = ("rrf", "score")
 
 @dataclass(frozen=True)
 class RankingConfig:
-    # Chosen on the conversational evaluation set (bench/eval, docs/RETRIEVAL.md): RRF with a
-    # small k keeps the best ranks of each list distinct (k=60 flattens them until hybrid
-    # ranks below vector alone); BM25 and the graph are strong on names, dates and exact
-    # words but noisy on paraphrases, so they count less than the vector lists.
-    fusion: str = "rrf"
+    # Chosen on two evaluation sets at once, our conversational set (bench/eval, with
+    # distractors) and the public LoCoMo benchmark's development half, by the smallest worst
+    # regret (bench/eval_both.py, docs/RETRIEVAL.md): score fusion keeps how far a list's best
+    # candidates lead (a rare word shared with one memory); BM25 at the vectors' weight serves
+    # questions asked in the words of what was said, the vectors paraphrases.
+    fusion: str = "score"
     rrf_k: float = 5.0
     weights: Mapping[str, float] = field(
         default_factory=lambda: {
             "vector": 1.0,
             "vector_context": 0.5,
-            "keyword": 0.5,
-            # Off by default: on the evaluation set it changes recall@10 by 0.001 (0.873 with it,
-            # 0.872 without; recall@5 0.728 / 0.718, MRR 0.545 / 0.577), and it is the costliest
-            # signal (a second BM25 over texts three times longer: ~12 ms of a 100k-bucket
-            # hybrid search). Tenants or requests may weight it back in.
-            "keyword_context": 0.0,
+            "keyword": 1.0,
+            "keyword_context": 0.5,
             "graph": 0.25,
         }
     )
     # Candidates each signal contributes before fusion (bounded: latency must not grow with the bucket).
     candidates: int = 100
     # BM25. Memories are short and uniform in length, so length normalisation is kept mild.
-    bm25_k1: float = 1.2
+    bm25_k1: float = 0.9
     bm25_b: float = 0.3
     # Recency: score *= (1 - w) + w * 0.5 ** (age_days / half_life).
     recency_half_life_days: float = 365.0
@@ -65,6 +63,25 @@ class RankingConfig:
     scope_match_boost: float = 0.1
     # Memories by or about a person the query names.
     person_boost: float = 0.1
+    # Memories whose speaker the query names: a memory written without ``attributed_to`` whose
+    # text opens with "Name: " (a transcript line) was said by Name.
+    speaker_boost: float = 0.6
+    # Questions asking when ("when did…", "what year…", "how long ago…") favour memories that
+    # carry a time expression ("yesterday", "last May", "in 2019", "two weeks ago").
+    date_cue_boost: float = 0.6
+    # The neighbour lift: a memory gains this share of the best fused score among its sequence
+    # neighbours (up to neighbour_reach places before or after it in its run or write batch,
+    # halved per place beyond the first), and the neighbours of the best candidates join the
+    # candidates: an answer often follows its question and shares none of its words.
+    neighbour_weight: float = 0.5
+    neighbour_reach: int = 2
+    # Query-adaptive keyword weight: both BM25 signals count ``floor + (1 - floor) x coverage``
+    # of their weight, where coverage is the share of the query's IDF mass the best lexical
+    # match holds (retrieval._bm25). 1 keeps the weights fixed.
+    keyword_coverage_floor: float = 1.0
+    # Session match: a candidate gains this share of the best fused score among the other
+    # candidates of its sequence (its run or write batch), whatever their distance.
+    session_weight: float = 0.0
     # Memories written by trusted source actors (source_actor_id in trusted_actors).
     trust_boost: float = 0.0
     trusted_actors: tuple[str, ...] = ()
@@ -95,6 +112,12 @@ _NUMERIC_BOUNDS = {
     "recency_weight": (0.0, 1.0),
     "scope_match_boost": (0.0, 2.0),
     "person_boost": (0.0, 2.0),
+    "speaker_boost": (0.0, 2.0),
+    "date_cue_boost": (0.0, 2.0),
+    "neighbour_weight": (0.0, 1.0),
+    "neighbour_reach": (1, 3),
+    "session_weight": (0.0, 1.0),
+    "keyword_coverage_floor": (0.0, 1.0),
     "trust_boost": (0.0, 2.0),
     "superseded_weight": (0.0, 1.0),
     "ef_search": (10, EF_SEARCH_MAX),
@@ -187,6 +210,55 @@ def fuse(lists: Mapping[str, list[tuple[object, float]]], config: RankingConfig)
             normalised = (score - low) / spread if spread > 0 else 1.0
             fused[item] = fused.get(item, 0.0) + weight * normalised / total_weight
     return fused
+
+
+def with_keyword_coverage(config: RankingConfig, coverage: float | None) -> RankingConfig:
+    """``config`` with both BM25 weights scaled by the query's keyword coverage (see
+    ``keyword_coverage_floor``); unchanged when the floor is 1 or no coverage was measured."""
+    floor = config.keyword_coverage_floor
+    if floor >= 1.0 or coverage is None:
+        return config
+    factor = floor + (1.0 - floor) * coverage
+    weights = {**config.weights}
+    for signal in ("keyword", "keyword_context"):
+        weights[signal] = weights.get(signal, 0.0) * factor
+    return replace(config, weights=weights)
+
+
+def lift_neighbours(fused: Mapping, position: Mapping, at: Mapping, config: RankingConfig) -> tuple[dict, dict]:
+    """Fused scores plus each memory's neighbour lift, and the lifts.
+
+    ``position``: memory → (sequence, index); ``at``: (sequence, index) → memory. A memory
+    gains ``neighbour_weight`` x the best fused score among the memories up to
+    ``neighbour_reach`` places from it in its sequence, halved for every place beyond the
+    next one. A neighbour no signal found has a fused score of 0 and only receives.
+    """
+    lifted: dict = dict(fused)
+    lifts: dict = {}
+    # The two best fused scores of each sequence: a memory's session score is the best of the others.
+    session_best: dict = {}
+    if config.session_weight > 0:
+        for item, (sequence, _index) in position.items():
+            score = fused.get(item, 0.0)
+            top = session_best.setdefault(sequence, [(0.0, None), (0.0, None)])
+            if score > top[0][0]:
+                top[:] = [(score, item), top[0]]
+            elif score > top[1][0]:
+                top[1] = (score, item)
+    for item, (sequence, index) in position.items():
+        best = 0.0
+        for distance in range(1, config.neighbour_reach + 1):
+            for other in (at.get((sequence, index - distance)), at.get((sequence, index + distance))):
+                if other is not None:
+                    best = max(best, fused.get(other, 0.0) * 0.5 ** (distance - 1))
+        lift = config.neighbour_weight * best
+        if session_best:
+            first, second = session_best[sequence]
+            lift += config.session_weight * (second[0] if first[1] == item else first[0])
+        if lift > 0:
+            lifts[item] = lift
+            lifted[item] = fused.get(item, 0.0) + lift
+    return lifted, lifts
 
 
 def tied_ranks(ranked: list[tuple[object, float]]) -> dict[object, int]:

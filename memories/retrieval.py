@@ -29,7 +29,7 @@ from django.utils import timezone
 from engram_site.db import binding_cursor
 from memories import access, embedding, lemmatizer, ranking
 from memories.models import half_precision_distance
-from memories.text import rough_token_count
+from memories.text import rough_token_count, transcript_speaker
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
@@ -388,8 +388,11 @@ def _candidate_query(present: list[str], df: dict[str, int], n: int) -> tuple[st
 
 def _bm25(
     bucket: Bucket, lexemes: list[str], filters: SearchFilters, config: ranking.RankingConfig, *, context: bool
-) -> list[tuple[uuid.UUID, float]]:
-    """BM25 over the lemmatised text (``context``: memory + sequence context), best first.
+) -> tuple[list[tuple[uuid.UUID, float]], float]:
+    """BM25 over the lemmatised text (``context``: memory + sequence context), best first, and
+    its *coverage*: the largest share of the query's IDF mass one of the ten best matches holds
+    (every query term counts, those no memory of the bucket holds included). A paraphrase
+    shares few words with its answer, so its best lexical matches cover little of the query.
 
     Candidates come from :func:`_candidate_query`, so the cost follows them, not the bucket.
     Each is scored exactly: term frequency from the lexeme's positions, saturating with
@@ -399,19 +402,24 @@ def _bm25(
     both in C, so scoring a candidate costs about a microsecond.
     """
     if not lexemes:
-        return []
+        return [], 0.0
     stats = bucket_stats.size(bucket)
     column = "context_tsv" if context else "lemmatized_tsv"
     n = stats["n_context"] if context else stats["n"]
     if n == 0:
-        return []
+        return [], 0.0
     avgdl = stats["avgdl_context"] if context else stats["avgdl"]
     df = bucket_stats.document_frequencies(bucket, column, lexemes)
     present = [lx for lx in lexemes if df.get(lx, 0) > 0]
     if not present:
-        return []
+        return [], 0.0
+
     # Lucene's BM25 IDF (never negative).
-    idf = [math.log(1 + (n - df[lx] + 0.5) / (df[lx] + 0.5)) for lx in present]
+    def inverse(lx: str) -> float:
+        return math.log(1 + (n - df.get(lx, 0) + 0.5) / (df.get(lx, 0) + 0.5))
+
+    idf = [inverse(lx) for lx in present]
+    query_mass = sum(inverse(lx) for lx in lexemes)
     candidate_query, too_many = _candidate_query(present, df, n)
     where, params = filters.sql(bucket)
     context_guard = " AND m.context_lemmatized IS NOT NULL" if context else ""
@@ -429,7 +437,8 @@ def _bm25(
             {order}
             LIMIT %s
         )
-        SELECT c.id, sum(q.idf * u.tf * (%s + 1) / (u.tf + %s * (1 - %s + %s * c.dl / %s))) AS score
+        SELECT c.id, sum(q.idf * u.tf * (%s + 1) / (u.tf + %s * (1 - %s + %s * c.dl / %s))) AS score,
+               sum(q.idf) AS matched
         FROM cand c
         CROSS JOIN LATERAL (
             SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS tf FROM unnest(c.terms)
@@ -446,7 +455,9 @@ def _bm25(
     ]  # fmt: skip
     with connection.cursor() as cur:
         cur.execute(sql, all_params)
-        return [(row[0], float(row[1])) for row in cur.fetchall()]
+        rows = cur.fetchall()
+    coverage = max((float(row[2]) for row in rows[:10]), default=0.0) / query_mass
+    return [(row[0], float(row[1])) for row in rows], min(1.0, coverage)
 
 
 # The HNSW settings each kept connection has at session level (see _hnsw_settings).
@@ -578,7 +589,29 @@ _SPECIFIC_QUERY = re.compile(
     re.IGNORECASE,
 )
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)?)\b")
+_POSSESSIVE = re.compile(r"['\u2019]s$")
 _NOT_NAMES = {m.capitalize() for m in lemmatizer.MONTHS + lemmatizer.WEEKDAYS} | {"I", "I'm", "I've", "I'd"}
+
+
+# "When did…", "what year…", "how long ago…": the answer is a time.
+_WHEN_QUERY = re.compile(
+    r"^\W*(?:when\b|(?:in |on |during |by )?(?:what|which) (?:year|month|day|date|time|week|season)\b|how long ago\b)",
+    re.IGNORECASE,
+)
+_TIME_WORDS = (
+    "yesterday|today|tonight|tomorrow|ago|recently|lately|earlier|later|weekend|morning|afternoon|evening|"
+    "week|weeks|month|months|year|years|summer|winter|spring|autumn|fall|christmas|birthday|anniversary|"
+    + "|".join(lemmatizer.MONTHS + lemmatizer.WEEKDAYS)
+)
+_TIME_EXPRESSION = re.compile(rf"\b(?:{_TIME_WORDS}|(?:19|20)\d\d)\b", re.IGNORECASE)
+
+
+def asks_when(query: str) -> bool:
+    return bool(_WHEN_QUERY.search(query))
+
+
+def has_time_expression(content: str) -> bool:
+    return bool(_TIME_EXPRESSION.search(content))
 
 
 def preferred_scope(query: str) -> str | None:
@@ -591,7 +624,7 @@ def preferred_scope(query: str) -> str | None:
 
 def named_people(query: str) -> list[str]:
     """Capitalised words inside the question ("What does Alice like?" → Alice)."""
-    names = [m.group(1) for m in _NAME.finditer(query.strip())]
+    names = [_POSSESSIVE.sub("", m.group(1)) for m in _NAME.finditer(query.strip())]
     return [n for n in dict.fromkeys(names) if n not in _NOT_NAMES]
 
 
@@ -670,13 +703,17 @@ def _start(function, *args, pool: ThreadPoolExecutor = _executor, **kwargs):
 
 def _keyword_signals(bucket: Bucket, query: str, filters: SearchFilters, config: ranking.RankingConfig, now):
     """BM25 over the memory and over memory + context (that one in another thread when
-    ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query. A signal weighted 0 is not run."""
+    ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query, and the coverage of the memory
+    side (of the context side when only that one runs). A signal weighted 0 is not run."""
     lexemes = _query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
     context_side = (
         _start(_bm25, bucket, lexemes, filters, config, context=True) if config.weight("keyword_context") > 0 else None
     )
-    memory_side = _bm25(bucket, lexemes, filters, config, context=False) if config.weight("keyword") > 0 else []
-    return memory_side, context_side.result() if context_side else []
+    memory_side, coverage = (
+        _bm25(bucket, lexemes, filters, config, context=False) if config.weight("keyword") > 0 else ([], None)
+    )
+    context_side, context_coverage = context_side.result() if context_side else ([], None)
+    return memory_side, context_side, coverage if coverage is not None else context_coverage
 
 
 def _vector_signals(bucket: Bucket, query: str, filters: SearchFilters, config: ranking.RankingConfig):
@@ -719,7 +756,7 @@ def _fetch_rows(bucket: Bucket, ids: list[uuid.UUID]) -> dict[uuid.UUID, dict]:
 
 
 def _fetch_contenders(
-    bucket: Bucket, fused: dict, config: ranking.RankingConfig, k: int | None, wanted_scope, people
+    bucket: Bucket, fused: dict, config: ranking.RankingConfig, k: int | None, wanted_scope, people, when: bool
 ) -> dict[uuid.UUID, dict]:
     """The rows of the fused candidates that can still reach the top ``k`` once boosted.
 
@@ -735,6 +772,8 @@ def _fetch_contenders(
     max_boost = (
         (1.0 + config.scope_match_boost if wanted_scope else 1.0)
         * (1.0 + config.person_boost if people else 1.0)
+        * (1.0 + config.speaker_boost if people else 1.0)
+        * (1.0 + config.date_cue_boost if when else 1.0)
         * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
     )
     min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight)
@@ -745,6 +784,55 @@ def _fetch_contenders(
     if sum(1 for memory_id in best[:k] if memory_id in rows) < k:
         rows.update(_fetch_rows(bucket, [memory_id for memory_id in ids if memory_id not in rows]))
     return rows
+
+
+# The best candidates whose sequence neighbours are brought in, and how far either way.
+NEIGHBOUR_SOURCES = 20
+
+
+def _lift_neighbours(
+    bucket: Bucket, fused: dict, filters: SearchFilters, config: ranking.RankingConfig
+) -> tuple[dict, dict]:
+    """Fused scores with the neighbour lift (:func:`ranking.lift_neighbours`), and each lift.
+
+    The neighbours, up to ``neighbour_reach`` places before and after each of the best
+    :data:`NEIGHBOUR_SOURCES` candidates in its sequence, join the candidates (found through
+    ``idx_memories_sequence``, passing the search's filters) even if no signal found them:
+    the answer to a question is often the turn after it, and shares none of its words.
+    """
+    reach = config.neighbour_reach
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT id, sequence_id, sequence_index FROM memories WHERE tenant_id = %s AND bucket_id = %s"
+            " AND id = ANY(%s) AND sequence_id IS NOT NULL",
+            [bucket.tenant_id, bucket.pk, list(fused)],
+        )
+        position = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
+        best = sorted(position, key=lambda memory_id: -fused[memory_id])[:NEIGHBOUR_SOURCES]
+        known = {place: memory_id for memory_id, place in position.items()}
+        wanted = {
+            (sequence, index + step)
+            for memory_id in best
+            for sequence, index in [position[memory_id]]
+            for step in range(-reach, reach + 1)
+            if step and (sequence, index + step) not in known
+        }
+        if wanted:
+            where, params = filters.sql(bucket)
+            sequences, indexes = zip(*wanted, strict=True)
+            cur.execute(
+                f"""
+                SELECT m.id, m.sequence_id, m.sequence_index
+                FROM unnest(%s::uuid[], %s::integer[]) AS w(sequence_id, sequence_index)
+                JOIN memories m ON m.sequence_id = w.sequence_id AND m.sequence_index = w.sequence_index
+                WHERE {where}
+                """,
+                [list(sequences), list(indexes), *params],
+            )
+            for memory_id, sequence, index in cur.fetchall():
+                position[memory_id] = (sequence, index)
+                known[(sequence, index)] = memory_id
+    return ranking.lift_neighbours(fused, position, known, config)
 
 
 def _apply_budget(hits: list[Hit], limit: int, token_budget: int | None) -> list[Hit]:
@@ -816,10 +904,11 @@ def memories_search(
         warnings.append("The graph signal is not available; no results.")
 
     lists: dict[str, list[tuple[uuid.UUID, float]]] = {}
+    coverage: float | None = None
     methods: dict[str, str] = {}
     graph_paths: dict = {}
     if mode in ("hybrid", "keyword") and (config.weight("keyword") > 0 or config.weight("keyword_context") > 0):
-        lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
+        lists["keyword"], lists["keyword_context"], coverage = _keyword_signals(bucket, query, filters, config, now)
     if vector_side is not None:
         try:
             vector, vector_context = vector_side.result()
@@ -827,7 +916,9 @@ def memories_search(
             warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
             mode_used = "keyword"
             if mode == "vector":
-                lists["keyword"], lists["keyword_context"] = _keyword_signals(bucket, query, filters, config, now)
+                lists["keyword"], lists["keyword_context"], coverage = _keyword_signals(
+                    bucket, query, filters, config, now
+                )
         else:
             for signal, (ranked, method) in (("vector", vector), ("vector_context", vector_context)):
                 if method:
@@ -835,10 +926,14 @@ def memories_search(
     if graph_side is not None:
         lists["graph"], graph_paths = graph_side.result()
 
-    fused = ranking.fuse(lists, config)
+    fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage))
     wanted_scope = preferred_scope(query)
     people = [p.lower() for p in named_people(query)]
-    rows = _fetch_contenders(bucket, fused, config, limit if token_budget is None else None, wanted_scope, people)
+    when = config.date_cue_boost > 0 and asks_when(query)
+    lifts: dict = {}
+    if (config.neighbour_weight > 0 or config.session_weight > 0) and fused:
+        fused, lifts = _lift_neighbours(bucket, fused, filters, config)
+    rows = _fetch_contenders(bucket, fused, config, limit if token_budget is None else None, wanted_scope, people, when)
 
     ranks = {}  # per signal: memory id -> (rank, score), which only explain shows
     if explain:
@@ -857,6 +952,10 @@ def memories_search(
             boosts["scope"] = 1.0 + config.scope_match_boost
         if people and _mentions(row, people, mentioned):
             boosts["person"] = 1.0 + config.person_boost
+        if people and config.speaker_boost and _spoken_by(row, people):
+            boosts["speaker"] = 1.0 + config.speaker_boost
+        if when and has_time_expression(row["content"]):
+            boosts["date_cue"] = 1.0 + config.date_cue_boost
         if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
             boosts["trust"] = 1.0 + config.trust_boost
         row["superseded"] = row["superseded_at"] is not None and row["superseded_at"] <= (filters.as_of or now)
@@ -876,8 +975,11 @@ def memories_search(
                     if memory_id in ranks[signal]
                 },
                 "boosts": {name: round(value, 4) for name, value in boosts.items()},
+                "keyword_coverage": None if coverage is None else round(coverage, 4),
                 "context": row["context_text"],
             }
+            if memory_id in lifts:
+                hit.explain["neighbour_lift"] = round(lifts[memory_id], 6)
             if memory_id in graph_paths:
                 hit.explain["graph_path"] = graph_paths[memory_id]
             if methods:
@@ -902,3 +1004,11 @@ def _mentions(row: dict, people: list[str], pattern: re.Pattern) -> bool:
         return True
     actors = {(row["source_actor_id"] or "").lower(), (row["agent_id"] or "").lower()}
     return any(p in actors for p in people)
+
+
+def _spoken_by(row: dict, people: list[str]) -> bool:
+    """A memory written without attribution whose text opens with a speaker the query names."""
+    if row["attributed_to"] is not None:
+        return False
+    speaker = transcript_speaker(row["content"])
+    return speaker is not None and speaker.split()[0].lower() in people

@@ -68,7 +68,7 @@ def test_sql_bm25_equals_the_formula_over_the_whole_bucket(word_bucket, query, m
     # Small budgets, so candidate selection (rarest terms, pairs, the cut) is exercised.
     monkeypatch.setattr(retrieval, "CANDIDATE_BUDGET", 60)
     monkeypatch.setattr(retrieval, "MAX_KEYWORD_MATCHES", 150)
-    got = retrieval._bm25(word_bucket, lexemes, retrieval.SearchFilters(), config, context=False)
+    got, _coverage = retrieval._bm25(word_bucket, lexemes, retrieval.SearchFilters(), config, context=False)
     assert got, query
     best = sorted(expected.values(), reverse=True)
     # The top 10 are exactly the best-scoring memories (ties may come in either order).
@@ -93,7 +93,7 @@ def test_term_frequency_saturates_and_length_normalises(bucket):
         sequence=False,
     )
     config = ranking.resolve({}, None)
-    got = dict(retrieval._bm25(bucket, ["comet"], retrieval.SearchFilters(), config, context=False))
+    got = dict(retrieval._bm25(bucket, ["comet"], retrieval.SearchFilters(), config, context=False)[0])
     by_text = {Memory.objects.get(pk=k).content: v for k, v in got.items()}
     one, two, six = by_text["comet"], by_text["comet comet"], by_text["comet comet comet comet comet comet"]
     assert one < two < six  # more occurrences score higher...
@@ -134,3 +134,20 @@ def test_plain_query_terms_need_no_round_trip():
     with CaptureQueriesContext(connection) as other:
         retrieval._query_lexemes("river e-mail")
     assert len(plain) == 0 and len(other) == 1
+
+
+def test_coverage_is_the_share_of_the_query_the_best_match_holds(bucket):
+    memories_ingest(
+        bucket=bucket,
+        items=[MemoryInput(content=c) for c in ["comet tail", "comet", "meteor shower", "quiet evening"]],
+        sequence=False,
+    )
+    config = ranking.resolve({}, None)
+    search = retrieval.SearchFilters()
+    _hits, whole = retrieval._bm25(bucket, ["comet", "tail"], search, config, context=False)
+    assert whole == pytest.approx(1.0)  # "comet tail" holds every query term
+    _hits, part = retrieval._bm25(bucket, ["comet", "nebula"], search, config, context=False)
+    assert 0 < part < 0.5  # "nebula" is in no memory, and the rarer term weighs more
+    lowered = ranking.with_keyword_coverage(ranking.merge(config, {"keyword_coverage_floor": 0.2}), part)
+    assert lowered.weight("keyword") == pytest.approx(config.weight("keyword") * (0.2 + 0.8 * part))
+    assert ranking.with_keyword_coverage(config, part) is config  # the default floor (1) changes nothing
