@@ -199,9 +199,12 @@ def test_a_query_naming_an_entity_finds_a_memory_without_shared_words_through_th
     assert graph["mode_used"] == "graph"
     hit = {r["id"]: r for r in graph["results"]}[str(austin.pk)]
     assert "Initech" in hit["explain"]["graph_path"] and "Alice" in hit["explain"]["graph_path"]
-    hybrid = search(api, bucket, query, explain=True, limit=3)
+    # Weighted in (hybrid leaves the graph out by default: docs/RETRIEVAL.md), it joins the fusion.
+    hybrid = search(api, bucket, query, explain=True, limit=3, ranking={"weights": {"graph": 1}})
     assert str(austin.pk) in [r["id"] for r in hybrid["results"]]
     assert "graph" in {r["id"]: r for r in hybrid["results"]}[str(austin.pk)]["explain"]["signals"]
+    default = search(api, bucket, query, explain=True)
+    assert all("graph" not in r["explain"]["signals"] for r in default["results"])
 
 
 def test_my_sister_resolves_to_the_named_sister(api, bucket):

@@ -7,21 +7,10 @@ import pytest
 
 from memories import ranking, retrieval, text
 from memories.models import Memory
+from tests.test_memories_crud import write
+from tests.test_search import search
 
 pytestmark = pytest.mark.django_db
-
-
-def write(api, bucket, *items, **options):
-    body = {"memories": [i if isinstance(i, dict) else {"content": i} for i in items], **options}
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", body, format="json")
-    assert response.status_code == 201, response.content
-    return [r["id"] for r in response.json()["results"]]
-
-
-def search(api, bucket, query, **params):
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, **params}, format="json")
-    assert response.status_code == 200, response.content
-    return response.json()
 
 
 def positions(ids):
