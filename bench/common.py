@@ -653,6 +653,14 @@ def write_report(text: str, path: Path) -> Path:
     return path
 
 
+def publish_report(text: str, *, out: Path | None, name: str, no_write: bool = False) -> None:
+    """Print the report (``no_write``) or write it to ``out`` (default bench/results/<name>-<date>.md)."""
+    if no_write:
+        print(text)
+    else:
+        write_report(text, out or default_report_path(name))
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
     """A GitHub-flavoured Markdown table; ``align`` is one letter per column (l, r, c)."""
 

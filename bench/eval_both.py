@@ -171,10 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     report = "\n".join(lines)
-    if args.no_write:
-        print(report)
-    else:
-        common.write_report(report, args.out or common.default_report_path("eval-both"))
+    common.publish_report(report, out=args.out, name="eval-both", no_write=args.no_write)
     if args.json_out:
         args.json_out.write_text(json.dumps({"ours": ours_records, "locomo": locomo_records}), encoding="utf-8")
     if chosen:

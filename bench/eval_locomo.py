@@ -329,10 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                     client.delete_bucket(conv.bucket_id)
         description = target.describe()
     report = render_report(dataset, records, variants, modes, ingested, description, machine, command)
-    if args.no_write:
-        print(report)
-    else:
-        common.write_report(report, args.out or common.default_report_path("locomo"))
+    common.publish_report(report, out=args.out, name="locomo", no_write=args.no_write)
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": machine, "records": records}), encoding="utf-8")
     return 0
