@@ -1,10 +1,14 @@
 """Brute-force protection for the console's login form.
 
 Failed logins are counted per client address and per username in the cache every
-worker process shares (engram_site/throttle.py). Past either limit the form is shown
-again with an error and status 429, and the password is not even checked, so guessing
-goes no faster however many workers there are. A successful login clears its
-username's count (not its address's: one operator's success must not buy an attacker
+worker process shares (engram_site/throttle.py). Past the address limit the form is
+shown again with an error and status 429, and the password is not even checked, so
+guessing goes no faster however many workers there are. Past the username limit the
+same holds for every address that has itself failed a login within the window; an
+address with no failures still has its password checked, so guessing at a username
+cannot lock its owner out (a guesser gets one more try per fresh address). Behind a
+proxy listed in FORWARDED_ALLOW_IPS the address is the client's it forwards
+(tenants.auth.client_address). A successful login clears its username's count (not its address's: one operator's success must not buy an attacker
 on the same address a fresh budget).
 
 Nothing an attacker typed is logged: the log line names the address and which limit
@@ -49,7 +53,10 @@ class ThrottledAuthenticationForm(AdminAuthenticationForm):
         address = client_address(self.request) if self.request is not None else "unknown"
         username = _username_key(self.cleaned_data.get("username") or "")
         waits = {"address": by_address.blocked_for(address)}
-        if username:
+        if username and by_address.has_failed(address):
+            # A username past its limit refuses only addresses that have failed a login
+            # themselves: anyone can fail logins as 'admin', and a hard lock would let them
+            # keep the operator out. A clean address still has its password checked.
             waits["username"] = by_username.blocked_for(username)
         wait = max(waits.values())
         if wait:

@@ -187,6 +187,10 @@ AUTH_PASSWORD_VALIDATORS = [
 # e.g. "20/15m"); beyond them the login form answers 429 without checking the password.
 ENGRAM_LOGIN_FAILURES_PER_ADDRESS = env_str("ENGRAM_LOGIN_FAILURES_PER_ADDRESS", "20/15m")
 ENGRAM_LOGIN_FAILURES_PER_USERNAME = env_str("ENGRAM_LOGIN_FAILURES_PER_USERNAME", "10/15m")
+# The proxies gunicorn already trusts for X-Forwarded-* (engram_site/serve.py): a request from
+# one of them is counted by the client address it forwards (X-Forwarded-For), so clients behind
+# one proxy do not share one failure budget. Addresses or networks, comma-separated; "*" for any.
+ENGRAM_TRUSTED_PROXIES = env_list("FORWARDED_ALLOW_IPS", "127.0.0.1")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600)
 CSRF_COOKIE_HTTPONLY = True

@@ -68,13 +68,20 @@ class FailureCounter:
     def _key(self, ident: str, index: int) -> str:
         return f"failures:{self.scope}:{_digest(ident)}:{index}"
 
+    def _counts(self, ident: str, now: float) -> tuple[int, int, float]:
+        index, elapsed = self._window(now)
+        counts = self.cache.get_many([self._key(ident, index), self._key(ident, index - 1)])
+        return counts.get(self._key(ident, index), 0), counts.get(self._key(ident, index - 1), 0), elapsed
+
+    def has_failed(self, ident: str, *, now: float | None = None) -> bool:
+        """Whether ``ident`` has a failure still inside the sliding window."""
+        current, previous, elapsed = self._counts(ident, time.time() if now is None else now)
+        return previous * (1 - elapsed) + current > 0
+
     def blocked_for(self, ident: str, *, now: float | None = None) -> int:
         """Seconds until ``ident`` may try again; 0 when it may now."""
         now = time.time() if now is None else now
-        index, elapsed = self._window(now)
-        counts = self.cache.get_many([self._key(ident, index), self._key(ident, index - 1)])
-        current = counts.get(self._key(ident, index), 0)
-        previous = counts.get(self._key(ident, index - 1), 0)
+        current, previous, elapsed = self._counts(ident, now)
         if previous * (1 - elapsed) + current < self.limit:
             return 0
         if current >= self.limit:

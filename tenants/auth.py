@@ -3,10 +3,13 @@
 The tenant always comes from the token (``request.auth.tenant``), never from
 the request body. Failed attempts are counted per client address, in the cache
 every worker process shares (engram_site/throttle.py), and throttled, so guessing
-tokens is slow as well as hopeless.
+tokens is slow as well as hopeless. The count is consulted only for a request whose
+token failed: an address over its limit never locks out a valid token.
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 from django.conf import settings
 from django.utils import timezone
@@ -33,8 +36,40 @@ class TokenPrincipal:
         return f"token:{self.token.prefix}"
 
 
+def _trusted(address: str, proxies: list[str]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    for proxy in proxies:
+        if proxy == "*":
+            return True
+        try:
+            if ip in ipaddress.ip_network(proxy, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def client_address(request) -> str:
-    return request.META.get("REMOTE_ADDR", "unknown")
+    """The address failures are counted by: the peer, or, when the peer is a trusted proxy
+    (``ENGRAM_TRUSTED_PROXIES``, from FORWARDED_ALLOW_IPS), the client it forwards. X-Forwarded-For is read from the right:
+    each trusted hop vouches for the entry before it, and the first untrusted one is the client
+    (entries further left are whatever the client chose to send)."""
+    address = request.META.get("REMOTE_ADDR") or "unknown"
+    proxies = settings.ENGRAM_TRUSTED_PROXIES
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    if not proxies or not forwarded:
+        return address
+    hops = [hop.strip() for hop in forwarded.split(",")]
+    while hops and _trusted(address, proxies):
+        hop = hops.pop()
+        try:
+            address = str(ipaddress.ip_address(hop))
+        except ValueError:
+            break  # not an address: keep the last hop that is one
+    return address
 
 
 class TokenAuthentication(BaseAuthentication):
@@ -48,7 +83,6 @@ class TokenAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <token>'.")
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Malformed Authorization header.")
-        self._check_failure_budget(request)
         try:
             raw = parts[1].decode("ascii")
         except UnicodeDecodeError:
@@ -80,13 +114,17 @@ class TokenAuthentication(BaseAuthentication):
     def _failures() -> FailureCounter:
         return FailureCounter("api-auth", settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["auth_failures"])
 
-    def _check_failure_budget(self, request) -> None:
-        wait = self._failures().blocked_for(client_address(request))
+    def _fail(self, request, message: str):
+        """Refuse the request: 429 while its address is over the failure limit, else count the
+        failure and answer 401. Only failing requests reach this, after the token was looked up:
+        a valid token is served whatever its address has failed (behind a proxy not listed in
+        FORWARDED_ALLOW_IPS every client shares one address, and 30 bad guesses a minute
+        would otherwise keep every tenant out)."""
+        failures, address = self._failures(), client_address(request)
+        wait = failures.blocked_for(address)
         if wait:
             raise exceptions.Throttled(wait=wait)
-
-    def _fail(self, request, message: str):
-        self._failures().record(client_address(request))
+        failures.record(address)
         raise exceptions.AuthenticationFailed(message)
 
     @staticmethod

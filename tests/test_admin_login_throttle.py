@@ -33,7 +33,7 @@ def test_failures_per_username_are_limited_and_answered_429(client, operator_use
     settings.ENGRAM_LOGIN_FAILURES_PER_USERNAME = "3/15m"
     codes = [login(client, "operator", f"guess-{i}", address=f"10.0.0.{i}").status_code for i in range(3)]
     assert codes == [200, 200, 200]  # the form again, with "enter a correct username and password"
-    throttled = login(client, "operator", PASSWORD, address="10.0.0.99")  # even the right password
+    throttled = login(client, "operator", PASSWORD, address="10.0.0.1")  # an address that has failed
     assert throttled.status_code == 429
     assert "Too many failed login attempts" in throttled.content.decode()
     assert 0 < int(throttled["Retry-After"]) <= 15 * 60
@@ -41,6 +41,23 @@ def test_failures_per_username_are_limited_and_answered_429(client, operator_use
     # Another username from the same addresses is not affected.
     User.objects.create_superuser("other", password=PASSWORD)
     assert login(client, "other", PASSWORD, address="10.0.0.1").status_code == 302
+
+
+def test_the_right_password_from_a_clean_address_gets_in_past_the_username_limit(client, operator_user, settings):
+    """Anyone can fail logins as 'operator'; that must not lock the operator out."""
+    settings.ENGRAM_LOGIN_FAILURES_PER_USERNAME = "3/15m"
+    for i in range(5):
+        login(client, "operator", f"guess-{i}", address="10.6.6.6")
+    assert login(client, "operator", "guess-x", address="10.6.6.6").status_code == 429
+    assert login(client, "operator", PASSWORD, address="10.0.0.50").status_code == 302
+
+
+def test_past_the_username_limit_a_clean_address_gets_one_wrong_guess(client, operator_user, settings):
+    settings.ENGRAM_LOGIN_FAILURES_PER_USERNAME = "3/15m"
+    for i in range(3):
+        login(client, "operator", f"guess-{i}", address=f"10.5.0.{i}")
+    assert login(client, "operator", "guess-x", address="10.5.1.1").status_code == 200  # refused, counted
+    assert login(client, "operator", PASSWORD, address="10.5.1.1").status_code == 429
 
 
 def test_failures_per_address_are_limited_whatever_the_username(client, operator_user, settings):

@@ -135,6 +135,43 @@ def test_repeated_bad_tokens_are_throttled(db, settings):
     assert codes[5:] == [429] * 3
 
 
+def _failure_rate(settings, rate: str) -> None:
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "auth_failures": rate},
+    }
+
+
+def test_valid_tokens_get_through_while_their_address_is_throttled(tenant, other_tenant, settings):
+    _failure_rate(settings, "5/min")
+    guesser = APIClient()
+    codes = [guesser.get("/api/v1/buckets", HTTP_AUTHORIZATION=f"Bearer egm_guess{i}").status_code for i in range(6)]
+    assert codes == [401] * 5 + [429]
+    # The same address (the test client's 127.0.0.1), every tenant's valid tokens: still served.
+    assert make_client(tenant).get("/api/v1/buckets").status_code == 200
+    assert make_client(other_tenant, scopes=["read"]).get("/api/v1/buckets").status_code == 200
+    # ... and the guessing stays throttled.
+    assert guesser.get("/api/v1/buckets", HTTP_AUTHORIZATION="Bearer egm_guess9").status_code == 429
+
+
+def test_forwarded_address_is_used_only_from_a_trusted_proxy(tenant, settings):
+    _failure_rate(settings, "2/min")
+    settings.ENGRAM_TRUSTED_PROXIES = ["10.0.0.5"]
+    guess = {"HTTP_AUTHORIZATION": "Bearer egm_guess"}
+    via_proxy = {"REMOTE_ADDR": "10.0.0.5"}
+    client = APIClient()
+    for _ in range(2):
+        client.get("/api/v1/buckets", HTTP_X_FORWARDED_FOR="203.0.113.7", **via_proxy, **guess)
+    assert client.get("/api/v1/buckets", HTTP_X_FORWARDED_FOR="203.0.113.7", **via_proxy, **guess).status_code == 429
+    # Another client behind the same proxy has its own budget.
+    assert client.get("/api/v1/buckets", HTTP_X_FORWARDED_FOR="203.0.113.8", **via_proxy, **guess).status_code == 401
+    # A client that is not a trusted proxy cannot pick its address with the header.
+    direct = {"REMOTE_ADDR": "198.51.100.1", **guess}
+    for i in range(2):
+        client.get("/api/v1/buckets", HTTP_X_FORWARDED_FOR=f"192.0.2.{i}", **direct)
+    assert client.get("/api/v1/buckets", HTTP_X_FORWARDED_FOR="192.0.2.99", **direct).status_code == 429
+
+
 def test_per_token_rate_limit(tenant, settings):
     rates = {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "token": "3/min"}
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
