@@ -8,8 +8,9 @@ same holds for every address that has itself failed a login within the window; a
 address with no failures still has its password checked, so guessing at a username
 cannot lock its owner out (a guesser gets one more try per fresh address). Behind a
 proxy listed in FORWARDED_ALLOW_IPS the address is the client's it forwards
-(tenants.auth.client_address). A successful login clears its username's count (not its address's: one operator's success must not buy an attacker
-on the same address a fresh budget).
+(tenants.auth.client_address). A successful login clears its username's count (not
+its address's: one operator's success must not buy an attacker on the same address a
+fresh budget).
 
 Nothing an attacker typed is logged: the log line names the address and which limit
 was hit, never the username or the password.

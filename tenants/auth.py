@@ -54,9 +54,10 @@ def _trusted(address: str, proxies: list[str]) -> bool:
 
 def client_address(request) -> str:
     """The address failures are counted by: the peer, or, when the peer is a trusted proxy
-    (``ENGRAM_TRUSTED_PROXIES``, from FORWARDED_ALLOW_IPS), the client it forwards. X-Forwarded-For is read from the right:
-    each trusted hop vouches for the entry before it, and the first untrusted one is the client
-    (entries further left are whatever the client chose to send)."""
+    (``ENGRAM_TRUSTED_PROXIES``, from FORWARDED_ALLOW_IPS), the client it forwards.
+    X-Forwarded-For is read from the right: each trusted hop vouches for the entry before it,
+    and the first untrusted one is the client (entries further left are whatever the client
+    chose to send)."""
     address = request.META.get("REMOTE_ADDR") or "unknown"
     proxies = settings.ENGRAM_TRUSTED_PROXIES
     forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
