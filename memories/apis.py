@@ -286,6 +286,10 @@ class MemoryDetailApi(APIView):
         operation_id="memories_update",
         request=MemoryUpdateIn,
         responses={200: MemoryDetailOut, **errors(404, 409, *BODY)},
+        description=(
+            "Change a memory's fields. A token with the read scope gets the memory back as GET returns it; a token "
+            'without it gets only {"id": ...}: writing never reveals stored content.'
+        ),
     )
     def patch(self, request, memory_id):
         memory = self._memory(request, memory_id)
@@ -293,6 +297,10 @@ class MemoryDetailApi(APIView):
         changes.is_valid(raise_exception=True)
         memory = services.memory_update(memory=memory, **changes.validated_data)
         audit_record(actor=request_actor(request), action="memory.update", tenant=memory.tenant, object_type="memory", object_ids=[memory.pk], details={"fields": sorted(changes.validated_data)})  # fmt: skip  # noqa: E501
+        if not request.auth.has_scope(TokenScope.READ):
+            # The row holds what others wrote (content, metadata, the run's context): a
+            # write-only token, refused by GET, must not read it through PATCH.
+            return Response({"id": str(memory.pk)})
         return Response(MemoryDetailOut(memory).data)
 
     @extend_schema(operation_id="memories_destroy", responses={204: None, **errors(404)})

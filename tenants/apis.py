@@ -84,7 +84,10 @@ class BucketDetailApi(APIView):
         return Response(BucketDetailOutput(bucket).data)
 
     @extend_schema(
-        operation_id="buckets_update", request=UpdateInput, responses={200: BucketOutput, **errors(404, 409, *BODY)}
+        operation_id="buckets_update",
+        request=UpdateInput,
+        responses={200: BucketOutput, **errors(404, 409, *BODY)},
+        description='The bucket as GET returns it; a token without the read scope gets only {"id": ...}.',
     )
     def patch(self, request, bucket_id):
         bucket = self._bucket(request, bucket_id)
@@ -92,6 +95,8 @@ class BucketDetailApi(APIView):
         data.is_valid(raise_exception=True)
         bucket = services.bucket_update(bucket=bucket, **data.validated_data)
         audit_record(actor=request_actor(request), action="bucket.update", tenant=bucket.tenant, object_type="bucket", object_ids=[bucket.pk], details={"fields": sorted(data.validated_data)})  # fmt: skip  # noqa: E501
+        if not request.auth.has_scope(Scope.READ):
+            return Response({"id": str(bucket.pk)})  # a write-only token cannot GET the bucket either
         return Response(BucketOutput(bucket).data)
 
     @extend_schema(operation_id="buckets_destroy", responses={204: None, **errors(404)})
