@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+from urllib import parse
 
+from django.core import signing
 from django.utils.dateparse import parse_datetime
 from rest_framework import pagination, serializers
-from rest_framework.exceptions import NotFound
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
@@ -53,21 +55,36 @@ class CreatedCursorPagination(pagination.CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = MAX_PAGE_SIZE
 
+    # Cursors are signed with the server's secret key: one the API did not write (a hand-made
+    # base64 "p=<timestamp>", an edited offset) is refused with a 400, not followed.
+    _signer = signing.Signer(salt="engram.pagination.cursor")
+
+    def encode_cursor(self, cursor):
+        url = super().encode_cursor(cursor)
+        encoded = parse.parse_qs(parse.urlsplit(url).query).get(self.cursor_query_param, [""])[0]
+        return replace_query_param(
+            remove_query_param(url, self.cursor_query_param), self.cursor_query_param, self._signer.sign(encoded)
+        )
+
     def decode_cursor(self, request):
-        encoded = request.query_params.get(self.cursor_query_param)
+        signed = request.query_params.get(self.cursor_query_param)
+        if signed is None:
+            return None
         try:
-            # DRF's decoder skips characters outside base64's alphabet ("%%%" reads as no cursor).
-            if encoded is not None:
-                base64.b64decode(encoded.encode("ascii"), validate=True)
-            cursor = super().decode_cursor(request)
-        except (UnicodeEncodeError, binascii.Error, NotFound):
+            encoded = self._signer.unsign(signed)
+            # DRF's decoder skips characters outside base64's alphabet; this one refuses them.
+            tokens = parse.parse_qs(base64.b64decode(encoded.encode("ascii"), validate=True).decode("ascii"))
+            offset = pagination._positive_int(tokens.get("o", ["0"])[0], cutoff=self.offset_cutoff)
+            reverse = bool(int(tokens.get("r", ["0"])[0]))
+            position = tokens.get("p", [None])[0]
+        except (signing.BadSignature, UnicodeError, binascii.Error, TypeError, ValueError):
             raise serializers.ValidationError({"cursor": ["Invalid cursor."]}) from None
-        if cursor is not None and cursor.position is not None:
+        if position is not None:
             # The position is compared with created_at in SQL; anything else would fail there.
             try:
-                valid = parse_datetime(cursor.position) is not None
+                valid = parse_datetime(position) is not None
             except ValueError:
                 valid = False
             if not valid:
                 raise serializers.ValidationError({"cursor": ["Invalid cursor."]})
-        return cursor
+        return pagination.Cursor(offset=offset, reverse=reverse, position=position)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from django.db.models import QuerySet
@@ -9,12 +10,19 @@ from django.db.models import QuerySet
 from engram_site.exceptions import NotFound
 from tenants.models import ApiToken, Bucket, Tenant
 
+# The one written form of an id (docs/API.md): lowercase, hyphenated, 36 characters.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
 
 def parse_uuid(value) -> uuid.UUID | None:
-    try:
-        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-    except (ValueError, TypeError, AttributeError):
+    """``value`` as a UUID when it is one, or a string in the canonical form; else None.
+    Python's parser also takes uppercase, unhyphenated, ``{…}`` and ``urn:uuid:`` forms: one
+    object would then answer to many addresses, which the API does not promise."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if not isinstance(value, str) or not _CANONICAL_UUID.fullmatch(value):
         return None
+    return uuid.UUID(value)
 
 
 def token_scoped(queryset: QuerySet, *, tenant: Tenant, token: ApiToken | None) -> QuerySet:

@@ -448,6 +448,9 @@ BAD_CURSORS = {
     "bad date position": cursor(p="2024-13-45 99:00:00"),
     "bad reverse flag": cursor(o="0", r="maybe"),
     "negative offset": cursor(o="-5"),
+    # Well formed but not the API's own (unsigned): it used to be followed.
+    "hand-made": cursor(p="2024-01-01 00:00:00+00:00"),
+    "hand-made reverse": cursor(o="1", r="1", p="2030-01-01 00:00:00+00:00"),
     "NUL": "\x00",
 }
 
@@ -492,6 +495,15 @@ def test_invalid_ids_in_paths_are_404(world):
     assert_error(merge, 404, "not_found")
     assert_error(world.api.get(f"/api/v1/buckets/{b}/edges", {"entity": "not-a-uuid"}), 400, "invalid")
     assert counts() == before
+
+
+def test_ids_are_accepted_only_in_their_canonical_form(world):
+    bucket = str(world.bucket.pk)
+    memory = str(Memory.objects.filter(bucket=world.bucket).values_list("pk", flat=True).first())
+    for template, real in (("/api/v1/buckets/{}", bucket), ("/api/v1/memories/{}", memory)):
+        assert world.api.get(template.format(real)).status_code == 200
+        for form in (real.upper(), real.replace("-", ""), "{" + real + "}", "urn:uuid:" + real):
+            assert_error(world.api.get(template.format(form)), 404, "not_found")
 
 
 BAD_DATES = ["not a date", "2024-13-45T00:00:00Z", "2024-02-30T00:00:00Z", "", "yesterday", "1700000000",
