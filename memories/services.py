@@ -317,7 +317,7 @@ def _existing_ids(bucket: Bucket, hashes: Iterable[str]) -> dict[str, uuid.UUID]
         return dict(cur.fetchall())
 
 
-def _hold_bucket(bucket: Bucket) -> None:
+def hold_bucket(bucket: Bucket) -> None:
     """Take the bucket's FOR KEY SHARE lock (the one the foreign key check takes) before
     the insert touches the unique index, not after it.
 
@@ -344,7 +344,7 @@ class _RowVanished(Exception):
         self.hashes = hashes
 
 
-def _constraint(exc: IntegrityError) -> str | None:
+def constraint_name(exc: IntegrityError) -> str | None:
     diag = getattr(exc.__cause__, "diag", None)
     return getattr(diag, "constraint_name", None)
 
@@ -390,7 +390,7 @@ def memories_ingest(
     for attempt in range(3):
         try:
             with transaction.atomic():
-                _hold_bucket(bucket)
+                hold_bucket(bucket)
                 inserted = {}
                 for index in range(len(embedded.chunks)):
                     inserted.update(_insert(bucket, embedded.ready(index)))
@@ -418,7 +418,7 @@ def memories_ingest(
         except IntegrityError as exc:
             # The tenant was deleted after the caller looked the bucket up: the insert's
             # foreign key check waited for that transaction and then failed.
-            if _constraint(exc) in _BUCKET_FOREIGN_KEYS:
+            if constraint_name(exc) in _BUCKET_FOREIGN_KEYS:
                 raise NotFound("Bucket not found.") from None
             raise
     else:  # pragma: no cover - needs a delete racing the same text three times

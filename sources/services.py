@@ -24,9 +24,10 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from engram_site.exceptions import NotFound
 from maintenance.jobs import lock_key
 from memories.models import Memory
-from memories.services import MemoryInput, memories_ingest, memory_delete
+from memories.services import MemoryInput, constraint_name, hold_bucket, memories_ingest, memory_delete
 from sources import distill
 from sources.chunking import chunk_document
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceKind, SourceStatus
@@ -77,6 +78,10 @@ def content_hash(kind: str, payload: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+# Declared by migration sources 0001 (ON DELETE CASCADE).
+_BUCKET_FOREIGN_KEYS = {"sources_bucket_id_fk", "sources_tenant_id_fk"}
+
+
 def _enqueue(source_id: uuid.UUID) -> None:
     """Ask a worker to process the source. Never raises and never waits long on a broker that
     is down (memories.hooks backs off); the sweep picks the source up otherwise."""
@@ -104,6 +109,10 @@ def _submit(
 ) -> SubmitResult:
     digest = content_hash(kind, hashed)
     with transaction.atomic():
+        # The bucket's FOR KEY SHARE lock (the foreign key check's) first: a delete or a merge
+        # of the bucket waits for this submission, or this submission finds the bucket gone
+        # and answers 404 instead of failing the insert's foreign key check.
+        hold_bucket(bucket)
         same = Source.objects.for_bucket(bucket).filter(kind=kind, content_hash=digest).defer("text", "messages")
         existing = same.first()
         if existing is None:
@@ -116,7 +125,9 @@ def _submit(
                 # The unique index sources_content_unique decides between concurrent identical submissions.
                 with transaction.atomic():
                     source.save(force_insert=True)
-            except IntegrityError:
+            except IntegrityError as exc:
+                if constraint_name(exc) in _BUCKET_FOREIGN_KEYS:  # the tenant went (it is not locked)
+                    raise NotFound("Bucket not found.") from None
                 existing = same.first()
                 if existing is None:  # pragma: no cover - the winner was deleted in between
                     raise

@@ -7,10 +7,13 @@ import threading
 import pytest
 from django.db import connection
 
+from audit.services import Actor
 from memories.models import Memory
 from sources import services
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory
 from sources.services import MessageInput
+from tenants import services as tenant_services
+from tenants.models import Bucket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,6 +21,12 @@ MESSAGES = [
     MessageInput(role="user" if i % 2 == 0 else "assistant", content=f"Item {i}: the spare key {i} is in drawer {i}.")
     for i in range(40)
 ]
+
+SYSTEM = Actor.system("test")
+SUBMISSIONS = {
+    "documents": {"title": "Trip notes", "text": "We stayed in Alfama for six nights in May 2024."},
+    "conversations": {"messages": [{"role": "user", "content": "My sister Ana moved to Porto in 2023."}]},
+}
 
 
 def in_threads(*fns) -> list:
@@ -80,3 +89,41 @@ def test_deleting_while_a_worker_processes_leaves_nothing_behind(bucket):
     assert not Source.objects.exists() and not SourceChunk.objects.exists() and not SourceChunkMemory.objects.exists()
     assert Memory.objects.for_bucket(bucket).count() == 0
     assert len(report.deleted_memories) <= len(MESSAGES)
+
+
+# A bucket deleted or merged away between the view's bucket lookup and the source's insert:
+# the submission answers 404, like a memory write, not a 500 from the foreign key check.
+# The patched content_hash runs after the lookup and before the transaction that inserts.
+
+
+def _vanishing_bucket(monkeypatch, remove):
+    real = services.content_hash
+
+    def hash_then_remove(kind, payload):
+        remove()
+        return real(kind, payload)
+
+    monkeypatch.setattr(services, "content_hash", hash_then_remove)
+
+
+@pytest.mark.parametrize("kind", ["documents", "conversations"])
+def test_submission_to_a_bucket_deleted_meanwhile_is_not_found(bucket, api, monkeypatch, kind):
+    _vanishing_bucket(monkeypatch, lambda: tenant_services.bucket_delete(bucket=Bucket.objects.get(pk=bucket.pk)))
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/{kind}", SUBMISSIONS[kind], format="json")
+    assert response.status_code == 404, response.content
+    assert not Source.objects.exists() and not SourceChunk.objects.exists()
+
+
+@pytest.mark.parametrize("kind", ["documents", "conversations"])
+def test_submission_to_a_bucket_merged_away_meanwhile_is_not_found(bucket, tenant, api, monkeypatch, kind):
+    target = Bucket.objects.create(tenant=tenant, name="target")
+    _vanishing_bucket(
+        monkeypatch,
+        lambda: tenant_services.bucket_merge(
+            source=Bucket.objects.get(pk=bucket.pk), target=target, remove_source=True, actor=SYSTEM
+        ),
+    )
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/{kind}", SUBMISSIONS[kind], format="json")
+    assert response.status_code == 404, response.content
+    assert not Source.objects.exists() and not SourceChunk.objects.exists()
+    assert not Bucket.objects.filter(pk=bucket.pk).exists()
