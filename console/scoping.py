@@ -27,6 +27,7 @@ from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
+from console.changelist import SafeDateHierarchyChangeList
 from tenants.models import Bucket, OperatorMembership, Tenant
 
 # Where the cached tenant ids of a user object live for the rest of its request.
@@ -110,7 +111,11 @@ def visible_bucket(user, value) -> Bucket | None:
 class _MissingIsNotFound:
     """The change, delete and history views of an object the operator cannot see (or that
     does not exist) answer 404, instead of Django's redirect with "doesn't exist" (which
-    would differ from the answer for an object they see but may not change)."""
+    would differ from the answer for an object they see but may not change). Every model
+    admin's changelist has a date drill-down that cannot overflow (console/changelist.py)."""
+
+    def get_changelist(self, request, **kwargs):
+        return SafeDateHierarchyChangeList
 
     def get_object(self, request, object_id, from_field=None):
         obj = super().get_object(request, object_id, from_field)

@@ -8,6 +8,7 @@ that bug and store garbage.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.utils import extend_schema_field
@@ -126,3 +127,25 @@ class StrictDateTimeField(serializers.DateTimeField):
         if character_error(value) is not None:
             self.fail("invalid", format="YYYY-MM-DDThh:mm[:ss[.uuuuuu]][+HH:MM|-HH:MM|Z]")
         return super().to_internal_value(value)
+
+
+# The times a stored row may carry (its created_at, a message's timestamp). Wide enough for any
+# history a client imports, and far enough from the calendar's ends (years 1 and 9999) that
+# everything computed from a stored time — the next year, month or day of the console's date
+# drill-down, a document chunk's millisecond offsets, recency — stays inside it.
+EARLIEST_STORED = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST_STORED = datetime(2201, 1, 1, tzinfo=UTC)  # exclusive: years 1900 to 2200
+
+
+class StoredDateTimeField(StrictDateTimeField):
+    """A :class:`StrictDateTimeField` for a time that is stored: years 1900 to 2200 (UTC)."""
+
+    default_error_messages = {
+        "out_of_range": "Must be between 1900-01-01T00:00:00Z and 2200-12-31T23:59:59.999999Z.",
+    }
+
+    def to_internal_value(self, value):
+        parsed = super().to_internal_value(value)
+        if not EARLIEST_STORED <= parsed < LATEST_STORED:
+            self.fail("out_of_range")
+        return parsed

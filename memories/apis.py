@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from audit.services import audit_record, request_actor
 from engram_site.fields import (
     JSONObjectField,
+    StoredDateTimeField,
     StrictBooleanField,
     StrictCharField,
     StrictDateTimeField,
@@ -105,7 +106,7 @@ class MemoryIn(StrictSerializer):
     hint_root = _optional_text(1_000)
     hint_tags = TagsField(required=False, allow_null=True)
     metadata = MetadataField(required=False, allow_null=True)
-    created_at = StrictDateTimeField(required=False, allow_null=True)
+    created_at = StoredDateTimeField(required=False, allow_null=True)
 
 
 class MemoryBatchIn(StrictSerializer):
@@ -258,7 +259,7 @@ class MemoryUpdateIn(StrictSerializer):
     hint_root = _optional_text(1_000)
     hint_tags = TagsField(required=False, allow_null=True)
     metadata = MetadataField(required=False, allow_null=True)
-    created_at = StrictDateTimeField(required=False)
+    created_at = StoredDateTimeField(required=False)
     classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False, allow_null=True)
     classified_topic = _optional_text(100)
 

@@ -9,9 +9,9 @@ from rest_framework.views import APIView
 
 from engram_site.fields import (
     JSONObjectField,
+    StoredDateTimeField,
     StrictBooleanField,
     StrictCharField,
-    StrictDateTimeField,
     StrictSerializer,
 )
 from engram_site.openapi import BODY, cursor_page, errors
@@ -96,7 +96,7 @@ class DocumentsApi(APIView):
         title = StrictCharField(max_length=MAX_TITLE_CHARS)
         text = DocumentTextField(max_length=MAX_DOCUMENT_BYTES, help_text="plain text or Markdown, ≤ 2 MB as UTF-8")
         metadata = MetadataField(required=False, allow_null=True)
-        created_at = StrictDateTimeField(
+        created_at = StoredDateTimeField(
             required=False, allow_null=True, help_text="when the document was written (its memories' time)"
         )
         attributed_to = serializers.ChoiceField(choices=Attribution.choices, required=False, allow_null=True)
@@ -141,7 +141,7 @@ class RoleField(serializers.ChoiceField):
 class MessageIn(StrictSerializer):
     role = RoleField(choices=Attribution.choices)
     content = StrictCharField(max_length=MAX_MESSAGE_CHARS)
-    timestamp = StrictDateTimeField(required=False, allow_null=True)
+    timestamp = StoredDateTimeField(required=False, allow_null=True)
     agent_id = _optional_text()
     run_id = _optional_text()
     name = _optional_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -190,3 +192,22 @@ def test_staff_without_permissions_cannot_use_the_console(client, bucket):
 def test_the_console_needs_a_login(client):
     response = client.get("/admin/console/health/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_date_drill_down_answers_200_for_a_row_at_the_end_of_the_calendar(admin_client, bucket):
+    # Stored before the API bounded created_at; the next year, month or day after it is past
+    # the last date Python can represent.
+    last = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+    write(bucket, COFFEE, created_at=last)
+    write(bucket, "The oldest import.", created_at=datetime(1, 1, 1, tzinfo=UTC))
+    url = "/admin/memories/memory/"
+    for query in ("", "?created_at__year=9999", "?created_at__year=9999&created_at__month=12",
+                  "?created_at__year=9999&created_at__month=12&created_at__day=31"):  # fmt: skip
+        response = admin_client.get(url + query)
+        assert response.status_code == 200, query
+        assert COFFEE in response.content.decode(), query
+        shown = {m.created_at for m in response.context["cl"].result_list}
+        assert shown == ({last} if query else {last, datetime(1, 1, 1, tzinfo=UTC)}), query
+    response = admin_client.get(url + "?created_at__year=1&created_at__month=1&created_at__day=1")
+    assert response.status_code == 200 and "The oldest import." in response.content.decode()
+    assert COFFEE not in response.content.decode()

@@ -31,6 +31,12 @@ BAD_SINGLE = {
     "metadata a string": {"content": "ok", "metadata": "meta"},
     "metadata too large": {"content": "ok", "metadata": {"blob": "x" * 20_000}},
     "bad created_at": {"content": "ok", "created_at": "last tuesday"},
+    # Stored times are years 1900 to 2200 (UTC): the console's date drill-down broke at 9999.
+    "created_at at the calendar's end": {"content": "ok", "created_at": "9999-12-31T23:59:59Z"},
+    "created_at after 2200": {"content": "ok", "created_at": "2201-01-01T00:00:00Z"},
+    "created_at before 1900": {"content": "ok", "created_at": "1899-12-31T23:59:59Z"},
+    "created_at before 1900 in UTC": {"content": "ok", "created_at": "1900-01-01T00:30:00+01:00"},
+    "created_at at the calendar's start": {"content": "ok", "created_at": "0001-01-01T00:30:00+01:00"},
     "unknown field": {"content": "ok", "atributed_to": "user"},
     "agent_id not a string": {"content": "ok", "agent_id": {"a": 1}},
     "reserved metadata key": {"content": "ok", "metadata": {"_engram_links": []}},
@@ -102,3 +108,19 @@ def test_unknown_bucket_is_404(api):
 def test_content_at_the_limit_is_accepted(api, bucket):
     response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", {"content": "y" * MAX_CONTENT_CHARS}, format="json")
     assert response.status_code == 201
+
+
+@pytest.mark.parametrize("created_at", ["1900-01-01T00:00:00Z", "2200-12-31T23:59:59.999999Z"])
+def test_created_at_at_the_ends_of_the_stored_range_is_accepted(api, bucket, created_at):
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", {**GOOD, "created_at": created_at}, format="json")
+    assert response.status_code == 201, response.content
+
+
+@pytest.mark.parametrize("created_at", ["9999-12-31T23:59:59Z", "1899-12-31T23:59:59Z"])
+def test_patch_with_created_at_out_of_range_is_400_and_changes_nothing(api, bucket, created_at):
+    memory_id = api.post(f"/api/v1/buckets/{bucket.pk}/memories", GOOD, format="json").json()["results"][0]["id"]
+    before = Memory.objects.get(pk=memory_id).created_at
+    response = api.patch(f"/api/v1/memories/{memory_id}", {"created_at": created_at}, format="json")
+    assert response.status_code == 400, response.content
+    assert "created_at" in response.json()["errors"]
+    assert Memory.objects.get(pk=memory_id).created_at == before

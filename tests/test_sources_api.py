@@ -359,3 +359,19 @@ def test_the_cascades_are_declared_in_the_database(api, bucket, tenant):
         cur.execute("DELETE FROM api_tokens WHERE tenant_id = %s", [tenant.pk])
         cur.execute("DELETE FROM tenants WHERE id = %s", [tenant.pk])
     assert not Source.objects.exists() and not SourceChunk.objects.exists() and not SourceChunkMemory.objects.exists()
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59Z", "1899-12-31T23:59:59Z"])
+def test_document_created_at_out_of_range_is_400_and_writes_nothing(api, bucket, when):
+    response = api.post(documents_url(bucket), {**DOC, "created_at": when}, format="json")
+    assert response.status_code == 400, response.content
+    assert "created_at" in response.json()["errors"]
+    assert not Source.objects.exists() and not SourceChunk.objects.exists()
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59Z", "1899-12-31T23:59:59Z"])
+def test_message_timestamp_out_of_range_is_400_and_writes_nothing(api, bucket, when):
+    messages = [*CONV["messages"], {"role": "user", "content": "And then?", "timestamp": when}]
+    response = api.post(conversations_url(bucket), {**CONV, "messages": messages}, format="json")
+    assert response.status_code == 400, response.content
+    assert not Source.objects.exists() and not SourceChunk.objects.exists()
