@@ -4,6 +4,7 @@ from django.db import transaction
 
 from audit.services import Actor, audit_record
 from console.scoping import TenantScopedAdmin
+from engram_site.fields import EARLIEST_STORED, LATEST_STORED
 from memories import services
 from memories.models import Memory
 from memories.text import text_hash
@@ -30,6 +31,13 @@ class MemoryForm(forms.ModelForm):
             if clash:
                 raise forms.ValidationError(f"Another memory of this bucket already has this content ({clash}).")
         return content
+
+    def clean_created_at(self):
+        # The range the API accepts (docs/API.md): the console must not store what it cannot show.
+        created_at = self.cleaned_data.get("created_at")
+        if created_at is not None and not EARLIEST_STORED <= created_at < LATEST_STORED:
+            raise forms.ValidationError("Must be between 1900-01-01 and 2200-12-31 (UTC).")
+        return created_at
 
 
 @admin.register(Memory)

@@ -125,6 +125,20 @@ def test_admin_memory_edit_goes_through_the_service(admin_client, bucket):
     assert events("memory.update")[0].details["fields"] == ["content", "created_at", "hint_tags"]
 
 
+def test_admin_memory_edit_refuses_a_created_at_out_of_the_stored_range(admin_client, bucket):
+    [result] = memories_ingest(bucket=bucket, items=[MemoryInput(content="I like tea.")])
+    before = Memory.objects.get(pk=result.id).created_at
+    response = admin_client.post(
+        f"/admin/memories/memory/{result.id}/change/",
+        {"content": "I like tea.", "hint_tags": "", "metadata": "{}", "created_at_0": "9999-12-31",
+         "created_at_1": "23:59:59"},
+    )  # fmt: skip
+    assert response.status_code == 200  # the form again, with the error
+    assert "1900" in response.content.decode()
+    assert Memory.objects.get(pk=result.id).created_at == before
+    assert not events("memory.update")
+
+
 def test_the_audit_log_is_browsable_filterable_and_read_only(admin_client, tenant, other_tenant):
     audit_record(actor=Actor.system(), action="bucket.merge", tenant=tenant, object_type="bucket", object_ids=["x1"])
     audit_record(
