@@ -30,10 +30,6 @@ import eval_retrieval as er
 MAPPING = "eval-both-buckets.json"
 
 
-def _ours_records(client, dataset, ingested, variants, modes) -> list[dict]:
-    return er.run_searches(client, dataset, ingested, variants, modes, 20, progress=False)
-
-
 def ingest_both(client, ours, locomo, distractors) -> tuple[dict, dict]:
     ours_in: dict[str, er.IngestedConversation] = {}
     for i, conv in enumerate(ours.conversations):
@@ -145,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             for i, variant in enumerate(variants):
                 for mode in modes if i == 0 else ["hybrid"]:
                     common.log(f"searching both sets: {variant.name}, {mode}")
-                    ours_records += _ours_records(client, ours, ours_in, [variant], [mode])
+                    ours_records += er.run_searches(client, ours, ours_in, [variant], [mode], 20, progress=False)
                     locomo_records += lm.run_searches(client, locomo, locomo_in, [variant], [mode], progress=False)
         description = target.describe()
     text, chosen = table(ours_records, locomo_records, variants, modes)

@@ -817,13 +817,12 @@ def _lift_neighbours(
             )
             SELECT DISTINCT m.id, m.sequence_id, m.sequence_index
             FROM source s
-            JOIN memories m ON m.tenant_id = %s AND m.bucket_id = %s AND m.sequence_id = s.sequence_id
+            JOIN memories m ON m.sequence_id = s.sequence_id
                 AND m.sequence_index BETWEEN s.sequence_index - %s AND s.sequence_index + %s
             WHERE {where}
             """,
-            [bucket.tenant_id, bucket.pk, best, bucket.tenant_id, bucket.pk, config.neighbour_reach,
-             config.neighbour_reach, *params],
-        )  # fmt: skip
+            [bucket.tenant_id, bucket.pk, best, config.neighbour_reach, config.neighbour_reach, *params],
+        )
         position = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
     at = {place: memory_id for memory_id, place in position.items()}
     return ranking.lift_neighbours(fused, position, at, config)
