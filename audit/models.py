@@ -13,8 +13,6 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
-from tenants.models import Tenant
-
 
 class ActorKind(models.TextChoices):
     OPERATOR = "operator", "operator"
@@ -23,7 +21,7 @@ class ActorKind(models.TextChoices):
 
 
 class AuditEventQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> AuditEventQuerySet:
+    def for_tenant(self, tenant) -> AuditEventQuerySet:
         return self.filter(tenant_id=tenant.pk)
 
 
@@ -36,8 +34,9 @@ class AuditEvent(models.Model):
     actor_label = models.CharField(max_length=200, blank=True, default="")
     # NULL for events outside any tenant (an operator deleting a tenant, system events).
     # The constraint (ON DELETE CASCADE) is declared in the database by migration 0001.
+    # Named, not imported: audit sits below tenants in the layers (docs/ARCHITECTURE.md).
     tenant = models.ForeignKey(
-        Tenant, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+        "tenants.Tenant", null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
         related_name="+",
     )  # fmt: skip
     # "<object type>.<verb>": memory.create, bucket.merge, duplicate.keep_both, token.revoke, ...

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from audit.models import ActorKind, AuditEvent
-from tenants.models import ApiToken, Tenant
 
 # An event keeps the first ids of a bulk change and the total count.
 OBJECT_IDS_MAX = 100
@@ -32,7 +31,8 @@ class Actor:
         return cls(ActorKind.OPERATOR, str(user.pk), user.get_username(), *_request_meta(request))
 
     @classmethod
-    def token(cls, token: ApiToken, request=None) -> Actor:
+    def token(cls, token, request=None) -> Actor:
+        """``token``: a ``tenants.models.ApiToken`` (audit sits below tenants and does not import it)."""
         return cls(ActorKind.TOKEN, str(token.pk), token.prefix, *_request_meta(request))
 
     @classmethod
@@ -56,7 +56,9 @@ def _request_meta(request) -> tuple[str | None, str]:
 def request_actor(request) -> Actor:
     """The actor behind a request: its API token, else its logged-in operator."""
     token = getattr(request, "auth", None)
-    if isinstance(token, ApiToken):
+    # The API's only authentication yields an ApiToken (tenants.auth); audit cannot import
+    # that model (it sits below tenants), so it recognises one by the fields it records.
+    if token is not None and hasattr(token, "prefix") and hasattr(token, "tenant_id"):
         return Actor.token(token, request)
     user = getattr(request, "user", None)
     if user is not None and getattr(user, "is_authenticated", False) and getattr(user, "pk", None) is not None:
@@ -68,7 +70,7 @@ def audit_record(
     *,
     actor: Actor,
     action: str,
-    tenant: Tenant | None,
+    tenant,
     object_type: str,
     object_ids: Iterable,
     details: dict | None = None,

@@ -176,8 +176,9 @@ def task_ingest_split(request: dict) -> dict:
     _setup_django()
     from django.db import connections
 
-    import graph.tasks
-    from memories import embedding, hooks, lemmatizer, services
+    import graph.receivers
+    from memories import embedding, hooks, lemmatizer
+    from memories.services import ingest as services
     from tenants.models import Bucket
 
     _warm_models()
@@ -212,7 +213,7 @@ def task_ingest_split(request: dict) -> dict:
     lemmatizer.lemmatize_many = clock.wrap("lemmatizing", counting_lemmatize)
     services.join_context = counting_join
     hooks.after_ingest = clock.wrap("queue hints", hooks.after_ingest)
-    graph.tasks.enqueue_extraction = clock.wrap("queue hints", graph.tasks.enqueue_extraction)
+    graph.receivers.enqueue_extraction = clock.wrap("queue hints", graph.receivers.enqueue_extraction)
     conn = connections["default"]
     conn.commit = clock.wrap("database", conn.commit)
 

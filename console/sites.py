@@ -1,7 +1,7 @@
 """The operator console's admin site.
 
-``ConsoleAdminSite`` is ``admin.site`` (installed through ``ConsoleAdminConfig`` in
-place of ``django.contrib.admin``), so every ``@admin.register`` lands on it. It adds
+``ConsoleAdminSite`` is ``admin.site`` (installed through ``ConsoleAdminConfig``,
+console/admin_config.py, in place of ``django.contrib.admin``), so every ``@admin.register`` lands on it. It adds
 the console pages (console/views.py) under ``/admin/console/`` and puts the pending
 review count and the console's pages on the index.
 
@@ -14,11 +14,12 @@ Tenant scoping (console/scoping.py) cannot be forgotten by a new model admin:
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.admin.apps import AdminConfig
 from django.urls import path, reverse
 
-# (Models and forms are imported inside the methods: this module is imported while the
-# app registry is still loading, for ConsoleAdminConfig.)
+from console import views
+from console.login import ThrottledAuthenticationForm
+from console.scoping import superuser_only
+from console.selectors import console_summary
 
 
 class ConsoleAdminSite(admin.AdminSite):
@@ -29,13 +30,9 @@ class ConsoleAdminSite(admin.AdminSite):
 
     @property
     def login_form(self):
-        from console.login import ThrottledAuthenticationForm
-
         return ThrottledAuthenticationForm
 
     def register(self, model_or_iterable, admin_class=None, **options):
-        from console.scoping import superuser_only
-
         # Data outside any tenant (users, schedules, job runs, ...) and any admin that does
         # not declare how it is scoped are for superusers only.
         super().register(model_or_iterable, superuser_only(admin_class or admin.ModelAdmin), **options)
@@ -50,8 +47,6 @@ class ConsoleAdminSite(admin.AdminSite):
         return response
 
     def get_urls(self):
-        from console import views
-
         def page(route: str, view, name: str):
             return path(f"console/{route}", self.admin_view(view), name=name)
 
@@ -94,11 +89,5 @@ class ConsoleAdminSite(admin.AdminSite):
         return context
 
     def index(self, request, extra_context=None):
-        from console.selectors import console_summary
-
         extra_context = {**(extra_context or {}), "console": console_summary(user=request.user)}
         return super().index(request, extra_context)
-
-
-class ConsoleAdminConfig(AdminConfig):
-    default_site = "console.sites.ConsoleAdminSite"

@@ -28,10 +28,11 @@ from console.scoping import operator_tenants, scope_queryset, visible_bucket
 from engram_site.exceptions import DomainError
 from maintenance import services as maintenance_services
 from maintenance.models import DuplicateCandidate, DuplicateStatus
-from memories import topics as topic_services
+from memories import topics
 from memories.models import Memory
 from memories.retrieval import SearchFilters, memories_search
-from tenants import services as tenant_services
+from memories.services import buckets as memory_buckets
+from memories.services import topics as topic_services
 from tenants.models import Bucket
 from tenants.selectors import parse_uuid
 
@@ -205,7 +206,7 @@ def bucket_merge(request):
             remove_source = form.cleaned_data["remove_source"]
             try:
                 if request.POST.get("confirm") != "yes":
-                    plan = tenant_services.bucket_merge_preview(source=source, target=target)
+                    plan = memory_buckets.bucket_merge_preview(source=source, target=target)
                     return TemplateResponse(
                         request,
                         "console/bucket_merge_preview.html",
@@ -214,7 +215,7 @@ def bucket_merge(request):
                             remove_source=remove_source,
                         ),
                     )  # fmt: skip
-                result = tenant_services.bucket_merge(
+                result = memory_buckets.bucket_merge(
                     source=source, target=target, remove_source=remove_source, actor=_actor(request)
                 )
             except DomainError as exc:
@@ -283,7 +284,7 @@ def topics_bucket(request, bucket_id):
                     if not sources:
                         raise DomainError("Select the topics to merge (unlabelled memories can be classified again).")
                 if request.POST.get("confirm") != "yes":
-                    count = sum(topic_services.topic_memories(bucket=bucket, topic=t).count() for t in sources)
+                    count = sum(topics.topic_memories(bucket=bucket, topic=t).count() for t in sources)
                     return TemplateResponse(
                         request,
                         "console/topics_confirm.html",
@@ -305,7 +306,7 @@ def topics_bucket(request, bucket_id):
         except ValidationError as exc:  # the new topic name
             messages.error(request, "; ".join(exc.messages))
             return redirect(here)
-    groups = topic_services.topic_groups(bucket=bucket)
+    groups = topics.topic_groups(bucket=bucket)
     return TemplateResponse(
         request,
         "console/topics_bucket.html",
@@ -342,7 +343,7 @@ def topic_detail(request, bucket_id):
         except (DomainError, ValueError) as exc:
             messages.error(request, getattr(exc, "message", str(exc)))
         return redirect(request.get_full_path())
-    memories = topic_services.topic_memories(bucket=bucket, topic=topic)
+    memories = topics.topic_memories(bucket=bucket, topic=topic)
     page = Paginator(memories, 50).get_page(request.GET.get("page"))
     label = topic if topic is not None else "(unlabelled)"
     return TemplateResponse(

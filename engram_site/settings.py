@@ -73,7 +73,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
     # The admin, with the operator console's site (console/sites.py) as admin.site.
-    "console.sites.ConsoleAdminConfig",
+    "console.admin_config.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

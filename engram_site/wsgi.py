@@ -34,6 +34,6 @@ from django.conf import settings  # noqa: E402
 application = ChunkedBodies(application, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 
 if settings.ENGRAM_PRELOAD_MODELS:
-    from memories import embedding
+    from engram_site import warmup
 
-    embedding.warm_up_in_background()
+    warmup.warm_up()

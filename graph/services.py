@@ -22,8 +22,8 @@ from graph import extract as extraction
 from graph import nlp
 from graph.models import Edge, Entity, Mention
 from graph.selectors import entities_by_first_name
-from memories.links import links_add, links_remove
 from memories.models import Memory
+from memories.services.supersession import memory_supersede, supersessions_clear
 from tenants.models import Bucket, Tenant
 
 logger = logging.getLogger(__name__)
@@ -334,23 +334,9 @@ def _recompute_supersession(bucket: Bucket, memory_ids: set[uuid.UUID]) -> int:
         at, by = closers.get(memory.pk, (None, None))
         if (memory.superseded_at, memory.superseded_by) == (at, by):
             continue
-        previous_by = memory.superseded_by
-        Memory.objects.filter(pk=memory.pk).update(superseded_at=at, superseded_by=by)
+        memory_supersede(memory_id=memory.pk, at=at, by=by, previous_by=memory.superseded_by)
         changed += 1
-        if previous_by and previous_by != by:
-            _unlink(previous_by, memory.pk)
-        if by:
-            _link(by, memory.pk)
     return changed
-
-
-def _link(memory_id: uuid.UUID, target: uuid.UUID) -> None:
-    """``memory_id`` supersedes ``target``."""
-    links_add(memory_id=memory_id, links=[(target, "supersedes")])
-
-
-def _unlink(memory_id: uuid.UUID, target: uuid.UUID) -> None:
-    links_remove(memory_id=memory_id, target=target, kind="supersedes")
 
 
 # --- entry points -----------------------------------------------------------------------------------
@@ -404,10 +390,7 @@ def graph_rebuild(*, bucket: Bucket) -> GraphReport:
     with transaction.atomic():
         _bucket_lock(bucket)
         # Undo what the graph wrote onto memories, then drop the graph.
-        superseded = Memory.objects.for_bucket(bucket).filter(superseded_by__isnull=False)
-        for old_id, by in superseded.values_list("id", "superseded_by"):
-            _unlink(by, old_id)
-        superseded.update(superseded_at=None, superseded_by=None)
+        supersessions_clear(bucket=bucket)
         Edge.objects.for_bucket(bucket).delete()
         Mention.objects.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk).delete()
         Entity.objects.for_bucket(bucket).delete()

@@ -14,6 +14,8 @@ from celery import shared_task
 from graph import services
 from maintenance import jobs
 from maintenance.tasks import HINT, SCHEDULED
+from memories import hooks
+from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +56,6 @@ def extract_pending() -> dict:
 
 @shared_task(name="graph.rebuild_bucket", **SCHEDULED)
 def rebuild_bucket(bucket_id: str) -> dict:
-    from tenants.models import Bucket
-
     def run(*, recorder: jobs.JobRecorder) -> None:
         bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
         report = services.graph_rebuild(bucket=bucket)
@@ -69,7 +69,5 @@ def rebuild_bucket(bucket_id: str) -> dict:
 def enqueue_extraction(memory_ids) -> None:
     """Ask a worker to extract these memories. Never raises and never waits long on a
     broker that is down (memories.hooks backs off); the sweep finds them later."""
-    from memories import hooks
-
     ids = [str(i) for i in memory_ids]
-    hooks._publish(lambda: extract_memories.si(ids), what="graph extraction", count=len(ids))
+    hooks.publish(lambda: extract_memories.si(ids), what="graph extraction", count=len(ids))

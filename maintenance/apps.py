@@ -7,4 +7,8 @@ class MaintenanceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from maintenance import receivers  # noqa: F401  (connects to memories.signals)
+        # Imported here, not at the top: models and tasks can only load once apps are ready.
+        from maintenance import receivers
+        from memories import hooks
+
+        hooks.register_follow_up(receivers.follow_up_work)

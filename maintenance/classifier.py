@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 from django.conf import settings
 
+from maintenance import llm
 from memories import embedding
 
 logger = logging.getLogger(__name__)
@@ -450,8 +451,6 @@ class LLMClassifier:
     BATCH = 20
 
     def __init__(self, fallback: Classifier):
-        from maintenance import llm
-
         self.llm = llm
         self.fallback = fallback
         self.name = f"llm:{llm.model_name()}"
@@ -525,8 +524,6 @@ def get_classifier(name: str | None = None) -> Classifier:
         _local = LocalClassifier()
     name = (name or settings.ENGRAM_CLASSIFIER or "local").lower()
     if name == "llm":
-        from maintenance import llm
-
         if llm.configured():
             return LLMClassifier(fallback=_local)
         logger.warning("ENGRAM_CLASSIFIER=llm but ENGRAM_LLM_BASE_URL / ENGRAM_LLM_MODEL are unset; using local")

@@ -1,15 +1,39 @@
-"""How maintenance bookkeeping follows the memories table."""
+"""How maintenance follows the memories table: it moves its bookkeeping when memories merge,
+and queues its work on new memories after their enrichment (connected in MaintenanceConfig.ready)."""
 
 from __future__ import annotations
 
+from celery import Signature
 from django.dispatch import receiver
 
+from maintenance import tasks
+from maintenance.models import DuplicateCandidate
+from maintenance.services import duplicate_candidates_repoint, maintenance_bucket_merge
 from memories import signals
 
 
 @receiver(signals.memories_absorbing)
 def move_candidates_to_survivors(sender, *, mapping, **kwargs):
     # Inside the merge's transaction: an error here rolls the merge back.
-    from maintenance.services import duplicate_candidates_repoint
-
     duplicate_candidates_repoint(mapping=mapping)
+
+
+def follow_up_work(memory_ids: list[str]) -> list[Signature]:
+    """What new memories need once they have their embedding: classification, the
+    near-duplicate scan, links (queued by memories.hooks after enrichment)."""
+    return [
+        tasks.classify_memories.si(memory_ids),
+        tasks.find_duplicates.si(memory_ids),
+        tasks.link_new_memories.si(memory_ids),
+    ]
+
+
+@receiver(signals.bucket_merge_planning)
+def plan_candidates_merge(sender, *, source, target, **kwargs) -> dict:
+    return {"duplicate_candidates": DuplicateCandidate.objects.for_bucket(source).count()}
+
+
+@receiver(signals.bucket_merged)
+def move_candidates_and_cursors(sender, *, source, target, oldest_moved, **kwargs):
+    # Inside the merge's transaction: an error here rolls the merge back.
+    maintenance_bucket_merge(source=source, target=target, oldest_moved=oldest_moved)

@@ -27,18 +27,22 @@ from django.utils import timezone
 
 from audit.services import Actor, audit_record
 from engram_site.exceptions import Conflict, DomainError, NotFound
-from maintenance import neighbours
+from maintenance import neighbours, signals
+from maintenance.classifier import ClassifyInput, get_classifier
 from maintenance.jobs import JobRecorder
 from maintenance.models import DuplicateCandidate, DuplicateStatus, ScanCursor
-from memories import lemmatizer
-from memories.links import RESERVED_PREFIX, links_add
+from memories import hooks, lemmatizer
+from memories.links import RESERVED_PREFIX
 from memories.models import Memory
-from memories.services import (
+from memories.services.classification import memories_label
+from memories.services.enrichment import (
     ENRICHMENT_KINDS,
     EnrichmentReport,
     memories_enrich_all_pending,
     pending_enrichment_count,
 )
+from memories.services.links import links_add
+from memories.services.merge import memories_absorb
 from memories.text import text_hash
 from tenants.models import Bucket, Tenant
 
@@ -62,8 +66,6 @@ def enrichment_sweep(*, recorder: JobRecorder, batch_size: int | None = None) ->
     partial index idx_memories_enrich_pending. Rows that get their embedding are
     handed on to classification, the near-duplicate scan and the link pass.
     """
-    from memories import hooks
-
     recorder.set_total(pending_enrichment_count())
 
     def on_batch(report: EnrichmentReport) -> None:
@@ -203,8 +205,6 @@ def memories_classify(
     a set one is not overwritten (``force`` relabels what a classifier labelled).
     The classifier's name goes into ``metadata.classified_by``.
     """
-    from maintenance.classifier import ClassifyInput, get_classifier
-
     recorder = recorder or _null_recorder()
     classifier = classifier or get_classifier()
     queryset = (
@@ -226,22 +226,13 @@ def memories_classify(
             break
         last_id = rows[-1][0]
         results = classifier.classify([ClassifyInput(content=content, embedding=vector) for _, content, vector in rows])
-        guard = "" if force else "AND (m.classified_scope IS NULL OR m.classified_topic IS NULL)"
-        scope_sql = "v.scope" if force else "coalesce(m.classified_scope, v.scope)"
-        topic_sql = "v.topic" if force else "coalesce(m.classified_topic, v.topic)"
-        with connection.cursor() as cur:
-            # One statement per batch; the metadata change is a jsonb merge in SQL, so a
-            # concurrent edit of other metadata keys is not lost.
-            cur.execute(
-                f"""
-                UPDATE memories m SET classified_scope = {scope_sql}, classified_topic = {topic_sql},
-                       metadata = coalesce(m.metadata, '{{}}'::jsonb) || jsonb_build_object('classified_by', v.by)
-                FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[]) AS v(id, scope, topic, by)
-                WHERE m.id = v.id {guard}
-                """,
-                [[r[0] for r in rows], [c.scope for c in results], [c.topic for c in results], [c.by for c in results]],
-            )
-            counts["classified"] += cur.rowcount
+        counts["classified"] += memories_label(
+            ids=[r[0] for r in rows],
+            scopes=[c.scope for c in results],
+            topics=[c.topic for c in results],
+            by=[c.by for c in results],
+            force=force,
+        )
         for result in results:
             counts[result.scope] += 1
         recorder.advance(len(rows))
@@ -519,16 +510,11 @@ _LINK_FIELDS = ("id", "tenant_id", "bucket_id", "content", "metadata", "created_
 
 
 def _supersession(*, tenant_id, bucket_id) -> int | None:
-    """The graph app's supersession pass for a bucket, if the graph app provides one."""
-    if not getattr(settings, "ENGRAM_GRAPH_ENABLED", True):
-        return None
-    try:
-        from graph.services import supersession_pass
-    except ImportError:
-        return None
+    """What the apps listening to ``signals.links_recorded`` (the graph's supersession pass)
+    changed in a bucket whose links were just recorded; None when nobody listens."""
     bucket = Bucket.objects.get(pk=bucket_id, tenant_id=tenant_id)
-    report = supersession_pass(bucket=bucket)
-    return int(getattr(report, "superseded", 0) or 0)
+    answers = [n for _receiver, n in signals.links_recorded.send(Bucket, bucket=bucket) if n is not None]
+    return sum(int(n) for n in answers) if answers else None
 
 
 def links_pass(*, recorder: JobRecorder, bucket: Bucket | None = None, full: bool = False) -> dict:
@@ -632,15 +618,13 @@ def duplicate_merge(*, candidate: DuplicateCandidate, keep: str, actor: Actor) -
 
     In one transaction: the kept memory absorbs the other (tags and links united,
     other memories' links, supersession, graph mentions and edges and other candidates
-    re-pointed to it — ``memories.merge.memories_absorb``), and the other memory is
+    re-pointed to it — ``memories.services.merge.memories_absorb``), and the other memory is
     **deleted**. The candidate row goes with it (its foreign keys cascade), so the
     audit event ``duplicate.merge`` — which keeps the removed memory's content — is
     the record of the decision.
     """
     if keep not in KEEP_CHOICES:
         raise DomainError(f"keep must be one of {list(KEEP_CHOICES)}.")
-    from memories.merge import memories_absorb
-
     with transaction.atomic():
         locked = DuplicateCandidate.objects.select_for_update().filter(pk=candidate.pk).first()
         if locked is None:
@@ -737,7 +721,7 @@ def duplicates_merge(*, candidates, keep: str, actor: Actor) -> BulkReviewResult
     return result
 
 
-# --- bucket merges: candidates and scan cursors follow (tenants.services.bucket_merge) ---------------
+# --- bucket merges: candidates and scan cursors follow (memories.services.buckets.bucket_merge) ---------------
 
 
 def maintenance_bucket_merge(*, source: Bucket, target: Bucket, oldest_moved: datetime | None) -> dict:

@@ -3,7 +3,7 @@
 Search results are recorded in memory and flushed by a background thread, at most every
 ``FLUSH_SECONDS`` or when ``FLUSH_SIZE`` ids are waiting, with one batched upsert into
 ``memory_access`` (a narrow table keyed by memory id). The access-times job
-(:func:`apply_pending`, every few minutes) copies them into ``memories.last_accessed_at``
+(:func:`memories.services.access.apply_pending`, every few minutes) copies them into ``memories.last_accessed_at``
 in batches, rewriting a memory's row at most once per ``ENGRAM_ACCESS_RESOLUTION``
 seconds: each rewrite of a memories row also rewrites its entries in every index,
 two HNSW graphs included, which costs several milliseconds of database CPU per row —
@@ -21,10 +21,12 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F, OuterRef, Subquery
 from django.db.models.functions import Greatest
 from django.utils import timezone
+
+from memories.models import MemoryAccess
 
 logger = logging.getLogger(__name__)
 
@@ -98,65 +100,8 @@ def flush() -> int:
     return touched
 
 
-def apply_pending(*, recorder=None, batch_size: int = 1000) -> dict:
-    """Copy pending access times into ``memories.last_accessed_at`` (the access-times job).
-
-    One transaction per batch of ``memory_access`` rows, claimed with SKIP LOCKED (two runs
-    share the work). A memory row another transaction holds (an edit, a merge) is left for
-    the next run rather than waited for; rows are locked in id order. A memory is only
-    rewritten when its stored time is older than the new one by more than the resolution.
-    Idempotent and resumable: the table is the queue.
-    """
-    counts = {"applied": 0, "unchanged": 0, "left_locked": 0}
-    if recorder is not None:
-        with connection.cursor() as cur:
-            cur.execute("SELECT count(*) FROM memory_access")
-            recorder.set_total(cur.fetchone()[0])
-    while True:
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute(
-                """
-                WITH due AS (
-                    SELECT memory_id, accessed_at FROM memory_access
-                    ORDER BY memory_id LIMIT %s FOR UPDATE SKIP LOCKED
-                ),
-                target AS (
-                    SELECT m.id, due.accessed_at, m.last_accessed_at FROM memories m
-                    JOIN due ON due.memory_id = m.id
-                    ORDER BY m.id FOR UPDATE OF m SKIP LOCKED
-                ),
-                applied AS (
-                    UPDATE memories m SET last_accessed_at = target.accessed_at FROM target
-                    WHERE m.id = target.id
-                      AND (target.last_accessed_at IS NULL OR target.last_accessed_at < target.accessed_at - %s)
-                    RETURNING m.id
-                ),
-                done AS (
-                    DELETE FROM memory_access a USING target
-                    WHERE a.memory_id = target.id
-                    RETURNING a.memory_id
-                )
-                SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM applied), (SELECT count(*) FROM done)
-                """,
-                [batch_size, resolution()],
-            )
-            claimed, applied, done = cur.fetchone()
-        counts["applied"] += applied
-        counts["unchanged"] += done - applied
-        counts["left_locked"] += claimed - done
-        if recorder is not None:
-            recorder.advance(done)
-        if claimed < batch_size or done == 0:
-            break
-    if recorder is not None:
-        recorder.add(**counts)
-    return counts
-
-
 def with_pending(queryset):
     """Annotate memories with ``last_accessed_at`` including access times not applied yet."""
-    from memories.models import MemoryAccess
-
     pending = MemoryAccess.objects.filter(memory_id=OuterRef("pk")).values("accessed_at")[:1]
     # GREATEST ignores NULLs: either time alone, or the newer of both.
     return queryset.annotate(last_accessed_seen=Greatest(F("last_accessed_at"), Subquery(pending)))

@@ -9,7 +9,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.services import audit_record, request_actor
+from audit.services import request_actor
 from engram_site.fields import (
     JSONObjectField,
     StoredDateTimeField,
@@ -23,7 +23,7 @@ from engram_site.fields import (
 from engram_site.openapi import BODY, cursor_page, errors
 from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
 from engram_site.parsers import json_depth_exceeds
-from memories import ranking, retrieval, selectors, services
+from memories import provenance, ranking, retrieval, selectors, services
 from memories.links import RESERVED_PREFIX, link_kinds
 from memories.models import Attribution, Scope
 from tenants.models import Scope as TokenScope
@@ -205,8 +205,7 @@ class BucketMemoriesApi(APIView):
             items, sequence = [_to_input(single.validated_data)], True
         else:
             raise serializers.ValidationError({"non_field_errors": ['Send one memory object or {"memories": [...]}.']})
-        results = services.memories_ingest(bucket=bucket, items=items, sequence=sequence)
-        audit_record(actor=request_actor(request), action="memory.create", tenant=bucket.tenant, object_type="memory", object_ids=[r.id for r in results], details={"bucket_id": str(bucket.pk), "deduplicated": sum(r.deduplicated for r in results)})  # fmt: skip  # noqa: E501
+        results = services.memories_ingest(bucket=bucket, items=items, sequence=sequence, actor=request_actor(request))
         return Response(
             {"results": [{"id": r.id, "deduplicated": r.deduplicated} for r in results]},
             status=status.HTTP_201_CREATED,
@@ -269,9 +268,7 @@ class MemoryDetailOut(MemoryOut):
     source = serializers.SerializerMethodField(help_text="{source_id, chunk_id, kind, title} it came from, or null")
 
     def get_source(self, memory) -> dict | None:
-        from sources.selectors import memory_source  # sources depends on memories, not the reverse
-
-        return memory_source(memory=memory)
+        return provenance.memory_source(memory=memory)
 
 
 class MemoryDetailApi(APIView):
@@ -296,8 +293,7 @@ class MemoryDetailApi(APIView):
         memory = self._memory(request, memory_id)
         changes = MemoryUpdateIn(data=request.data)
         changes.is_valid(raise_exception=True)
-        memory = services.memory_update(memory=memory, **changes.validated_data)
-        audit_record(actor=request_actor(request), action="memory.update", tenant=memory.tenant, object_type="memory", object_ids=[memory.pk], details={"fields": sorted(changes.validated_data)})  # fmt: skip  # noqa: E501
+        memory = services.memory_update(memory=memory, actor=request_actor(request), **changes.validated_data)
         if not request.auth.has_scope(TokenScope.READ):
             # The row holds what others wrote (content, metadata, the run's context): a
             # write-only token, refused by GET, must not read it through PATCH.
@@ -307,8 +303,7 @@ class MemoryDetailApi(APIView):
     @extend_schema(operation_id="memories_destroy", responses={204: None, **errors(404)})
     def delete(self, request, memory_id):
         memory = self._memory(request, memory_id)
-        services.memory_delete(memory=memory)
-        audit_record(actor=request_actor(request), action="memory.delete", tenant=memory.tenant, object_type="memory", object_ids=[memory.pk], details={"bucket_id": str(memory.bucket_id)})  # fmt: skip  # noqa: E501
+        services.memory_delete(memory=memory, actor=request_actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class MemoriesConfig(AppConfig):
     name = "memories"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # Imported here, not at the top: app modules load once the app registry is ready.
+        from engram_site import warmup
+        from memories import embedding
+
+        warmup.register(embedding.warm_up_when_enabled)

@@ -131,6 +131,13 @@ def warm_up_in_background() -> None:
     threading.Thread(target=warm_up, name="engram-embedding-warmup", daemon=True).start()
 
 
+def warm_up_when_enabled() -> None:
+    """A process's start-up warm-up (registered with engram_site.warmup): load the model in a
+    thread while the process waits for its first request or task, unless embeddings are off."""
+    if settings.ENGRAM_EMBEDDINGS_ENABLED:
+        warm_up_in_background()
+
+
 def embed_texts(texts: list[str], *, batch_size: int = BATCH_SIZE) -> np.ndarray:
     """Embeddings for ``texts`` (shape ``(len(texts), 384)``, float32, unit length)."""
     if not texts:

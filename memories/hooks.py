@@ -14,7 +14,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+from celery import Signature, chain, signature
 
 logger = logging.getLogger(__name__)
 
@@ -33,14 +35,28 @@ def _ids(memory_ids: Iterable) -> list[str]:
     return [str(i) for i in memory_ids]
 
 
-def _follow_up(ids: list[str]) -> list:
-    """Work that needs the embedding: classification, near-duplicates, links."""
-    from maintenance import tasks
+# The memories app's own task, named rather than imported (memories.tasks imports the write
+# services, which import this module).
+ENRICH_TASK = "memories.enrich_memories"
 
-    return [tasks.classify_memories.si(ids), tasks.find_duplicates.si(ids), tasks.link_new_memories.si(ids)]
+# Work that needs a memory's embedding (classification, near-duplicates, links), queued
+# after enrichment in the same chain. The apps that do it register a factory of task
+# signatures in their AppConfig.ready (maintenance/receivers.py): memories sits below them
+# and does not import them.
+_follow_ups: list[Callable[[list[str]], list[Signature]]] = []
 
 
-def _publish(signature_factory, *, what: str, count: int) -> bool:
+def register_follow_up(factory: Callable[[list[str]], list[Signature]]) -> None:
+    """Queue ``factory(memory_ids)``'s signatures after every enrichment (idempotent per factory)."""
+    if factory not in _follow_ups:
+        _follow_ups.append(factory)
+
+
+def _follow_up(ids: list[str]) -> list[Signature]:
+    return [sig for factory in _follow_ups for sig in factory(ids)]
+
+
+def publish(signature_factory, *, what: str, count: int) -> bool:
     global _suspended_until
     if time.monotonic() < _suspended_until:
         logger.debug("broker recently unavailable; not queuing %s for %d memories (the sweep will)", what, count)
@@ -65,13 +81,10 @@ def after_ingest(*, bucket_id: uuid.UUID, memory_ids: list[uuid.UUID]) -> None:
     message per write (a chain). Never raises: a broker outage must not turn a
     committed write into an error."""
     try:
-        from celery import chain
-
-        from memories.tasks import enrich_memories
-
         ids = _ids(memory_ids)
-        _publish(lambda: chain(enrich_memories.si(ids), *_follow_up(ids)), what="enrichment", count=len(ids))
-    except Exception:  # an import or signature bug must not fail a committed write either
+        enrich = signature(ENRICH_TASK, args=(ids,), immutable=True)
+        publish(lambda: chain(enrich, *_follow_up(ids)), what="enrichment", count=len(ids))
+    except Exception:  # a signature bug must not fail a committed write either
         logger.exception("after_ingest failed for %d memories in bucket %s", len(memory_ids), bucket_id)
 
 
@@ -79,11 +92,9 @@ def after_enrichment(*, memory_ids: Iterable[uuid.UUID]) -> None:
     """Queue the follow-up work for rows the enrichment sweep has just embedded
     (their write-time hint may have been lost). Never raises."""
     try:
-        from celery import chain
-
         ids = _ids(memory_ids)
         if ids:
-            _publish(lambda: chain(*_follow_up(ids)), what="follow-up work", count=len(ids))
+            publish(lambda: chain(*_follow_up(ids)), what="follow-up work", count=len(ids))
     except Exception:
         logger.exception("after_enrichment failed for some memories")
 

@@ -42,3 +42,8 @@ def memory_list(*, bucket: Bucket, filters: SearchFilters, pending: bool | None 
     elif pending is False:
         queryset = queryset.exclude(PENDING_ENRICHMENT)
     return queryset
+
+
+def memory_count(*, bucket: Bucket) -> int:
+    """How many memories ``bucket`` holds (idx_memories_tenant_bucket)."""
+    return Memory.objects.for_bucket(bucket).count()

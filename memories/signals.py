@@ -1,4 +1,5 @@
-"""Signals other apps (the graph) listen to. Sent after the transaction commits."""
+"""Signals the apps above memories listen to (connected in their AppConfig.ready). Unless a
+comment says otherwise, sent after the transaction commits."""
 
 from django.dispatch import Signal
 
@@ -15,3 +16,15 @@ memory_deleting = Signal()
 # absorbed memory (graph mentions and edges, review candidates) onto its survivor; an
 # exception rolls the whole merge back.
 memories_absorbing = Signal()
+
+# --- bucket merges (memories.services.buckets.bucket_merge), sent inside the merge's transaction ------
+# source, target: what merging would do, changing nothing. Receivers return a dict of counts
+# for the plan (entities, entities_to_merge, duplicate_candidates, sources, sources_to_dedup).
+bucket_merge_planning = Signal()
+# source, target: before any memory moves. Receivers move what they keep per bucket that the
+# memories' move depends on (graph entities) and may return a dict of counts (entities_merged).
+bucket_merging = Signal()
+# source, target, oldest_moved, memory_ids (moved and absorbing target memories): after every
+# memory is in the target. Receivers move the rest (review candidates, documents) and
+# recompute what depends on the memories (graph timelines). An exception rolls it all back.
+bucket_merged = Signal()

@@ -1,4 +1,5 @@
-"""Topics of a bucket (``classified_topic``): grouping for operators, renames and merges.
+"""Topics of a bucket (``classified_topic``): grouping for operators (renames and merges
+are :mod:`memories.services.topics`).
 
 Re-running the classifier on a selection is ``maintenance.services.topics_reclassify``
 (the classifier lives there). A topic an operator renamed or merged is marked
@@ -10,11 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import QuerySet
 
-from audit.services import Actor, audit_record
-from engram_site.exceptions import DomainError
 from memories.models import Memory
 from tenants.models import Bucket
 
@@ -64,55 +63,3 @@ def topic_memories(*, bucket: Bucket, topic: str | None) -> QuerySet[Memory]:
         return memories.filter(classified_topic__isnull=True).order_by("-created_at", "-id")
     memories = memories.filter(classified_topic=topic)
     return memories.order_by("-created_at", "-id")
-
-
-def _clean_topic(name: str) -> str:
-    name = (name or "").strip()
-    if not name:
-        raise DomainError("The topic name must not be empty.")
-    if len(name) > TOPIC_MAX_CHARS:
-        raise DomainError(f"The topic name is longer than {TOPIC_MAX_CHARS} characters.")
-    return name
-
-
-def _relabel(*, bucket: Bucket, topics: list[str], into: str) -> list:
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            UPDATE memories SET classified_topic = %s,
-                   metadata = coalesce(metadata, '{}'::jsonb) || jsonb_build_object('classified_by', 'operator')
-            WHERE tenant_id = %s AND bucket_id = %s AND classified_topic = ANY(%s)
-            RETURNING id
-            """,
-            [into, bucket.tenant_id, bucket.pk, topics],
-        )
-        return [row[0] for row in cur.fetchall()]
-
-
-@transaction.atomic
-def topic_rename(*, bucket: Bucket, topic: str, new_name: str, actor: Actor) -> int:
-    """Rename ``topic`` in ``bucket`` (renaming onto an existing topic merges them).
-    Returns the number of memories relabelled; audited as ``topic.rename``."""
-    new_name = _clean_topic(new_name)
-    ids = _relabel(bucket=bucket, topics=[topic], into=new_name)
-    audit_record(
-        actor=actor, action="topic.rename", tenant=bucket.tenant, object_type="memory", object_ids=ids,
-        details={"bucket_id": str(bucket.pk), "from": topic, "to": new_name},
-    )  # fmt: skip
-    return len(ids)
-
-
-@transaction.atomic
-def topics_merge(*, bucket: Bucket, topics: list[str], into: str, actor: Actor) -> int:
-    """Give every memory of ``topics`` in ``bucket`` the topic ``into``. Returns the
-    number of memories relabelled; audited as ``topic.merge``."""
-    into = _clean_topic(into)
-    topics = [t for t in dict.fromkeys(topics) if t]
-    if not topics:
-        raise DomainError("Choose at least one topic to merge.")
-    ids = _relabel(bucket=bucket, topics=topics, into=into)
-    audit_record(
-        actor=actor, action="topic.merge", tenant=bucket.tenant, object_type="memory", object_ids=ids,
-        details={"bucket_id": str(bucket.pk), "from": topics, "to": into},
-    )  # fmt: skip
-    return len(ids)

@@ -7,6 +7,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.services import audit_record, request_actor
 from engram_site.fields import (
     JSONObjectField,
     StoredDateTimeField,
@@ -40,13 +41,7 @@ def _submitted_by(request) -> str:
 
 
 def _audit(request, *, action: str, source, details: dict) -> None:
-    """One audit event per mutation, like the other endpoints (when the audit app is installed)."""
-    from django.apps import apps
-
-    if not apps.is_installed("audit"):
-        return
-    from audit.services import audit_record, request_actor
-
+    """One audit event per mutation, like the other endpoints."""
     audit_record(
         actor=request_actor(request), action=action, tenant=request.auth.tenant, object_type="source",
         object_ids=[source.pk], details={"bucket_id": str(source.bucket_id), **details},

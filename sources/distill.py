@@ -31,6 +31,9 @@ from typing import Protocol
 
 from django.conf import settings
 
+from graph import nlp
+from maintenance import llm
+
 logger = logging.getLogger(__name__)
 
 RULES_VERSION = "rules-v1"
@@ -225,8 +228,6 @@ def _regex_sentences(text: str) -> list[str]:
 
 def _pipeline():
     try:
-        from graph import nlp
-
         return nlp.get_pipeline()
     except Exception:  # PipelineUnavailable, or the graph app switched off
         return None
@@ -595,8 +596,6 @@ self-contained fact that can be understood on its own, in the TEXT's language. R
 
 class LLMDistiller:
     def __init__(self, fallback: Distiller | None = None):
-        from maintenance import llm
-
         self._llm = llm
         self.fallback = fallback or RulesDistiller()
         self.name = f"llm:{llm.model_name()}"
@@ -650,8 +649,6 @@ class LLMDistiller:
 
 def get_distiller(name: str | None = None) -> Distiller:
     """The configured distiller (``ENGRAM_DISTILLER``): rules, or llm when an endpoint is configured."""
-    from maintenance import llm
-
     name = (name or settings.ENGRAM_DISTILLER or "rules").lower()
     if name == "llm":
         if llm.configured():

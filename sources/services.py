@@ -20,12 +20,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
+from celery import signature
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from engram_site.exceptions import NotFound
 from maintenance.jobs import lock_key
+from memories import hooks
 from memories.models import Memory
 from memories.services import MemoryInput, constraint_name, hold_bucket, memories_ingest, memory_delete
 from sources import distill
@@ -78,6 +80,8 @@ def content_hash(kind: str, payload: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+PROCESS_TASK = "sources.process_source"
+
 # Declared by migration sources 0001 (ON DELETE CASCADE).
 _BUCKET_FOREIGN_KEYS = {"sources_bucket_id_fk", "sources_tenant_id_fk"}
 
@@ -86,11 +90,10 @@ def _enqueue(source_id: uuid.UUID) -> None:
     """Ask a worker to process the source. Never raises and never waits long on a broker that
     is down (memories.hooks backs off); the sweep picks the source up otherwise."""
     try:
-        from memories import hooks
-        from sources.tasks import process_source
-
-        hooks._publish(lambda: process_source.si(str(source_id)), what="source processing", count=1)
-    except Exception:  # an import or signature bug must not fail a committed request either
+        # Named, not imported: sources.tasks imports this module.
+        task = signature(PROCESS_TASK, args=(str(source_id),), immutable=True)
+        hooks.publish(lambda: task, what="source processing", count=1)
+    except Exception:  # a signature bug must not fail a committed request either
         logger.exception("could not queue processing of source %s", source_id)
 
 
@@ -602,3 +605,30 @@ def source_delete(*, source: Source) -> DeleteReport:
     Source.objects.filter(pk=source.pk).delete()  # chunks and links go with it (ON DELETE CASCADE)
     logger.info("source %s deleted with %d memories", source.pk, len(report.deleted_memories))
     return report
+
+
+# --- bucket merges (memories.services.buckets.bucket_merge, through sources/receivers.py) ------------
+
+
+def sources_merge_plan(*, source: Bucket, target: Bucket) -> dict:
+    """How many documents and conversations ``source`` holds, and how many of them the target
+    already has (same kind and content hash)."""
+    mine = Source.objects.filter(tenant_id=source.tenant_id, bucket_id=source.pk)
+    theirs = Source.objects.filter(tenant_id=target.tenant_id, bucket_id=target.pk)
+    same = mine.filter(content_hash__in=theirs.values("content_hash")).values_list("kind", "content_hash")
+    keys = set(theirs.values_list("kind", "content_hash"))
+    return {"sources": mine.count(), "sources_to_dedup": sum(1 for key in same if key in keys)}
+
+
+def sources_move_bucket(*, source: Bucket, target: Bucket) -> None:
+    """Documents and conversations follow their memories; one identical to a source the
+    target already has (same kind and content hash, unique per bucket) is dropped with its
+    chunks (the memories it produced stay, in the target)."""
+    theirs = Source.objects.filter(tenant_id=target.tenant_id, bucket_id=target.pk)
+    keys = set(theirs.values_list("kind", "content_hash"))
+    mine = Source.objects.filter(tenant_id=source.tenant_id, bucket_id=source.pk)
+    dropped = [pk for pk, kind, digest in mine.values_list("pk", "kind", "content_hash") if (kind, digest) in keys]
+    if dropped:
+        # Chunks and their memory links go with it (ON DELETE CASCADE in the database).
+        Source.objects.filter(pk__in=dropped).delete()
+    mine.update(bucket_id=target.pk)

@@ -12,9 +12,11 @@ from engram_site.exceptions import DomainError
 from graph.models import Edge, Entity, Mention
 from graph.services import graph_extract_memories
 from maintenance.models import DuplicateCandidate, DuplicateStatus, ScanCursor
-from memories.links import LINKS_KEY, links_add
+from memories.links import LINKS_KEY
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
+from memories.services import buckets as memory_buckets
+from memories.services.links import links_add
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket
 from tests.conftest import make_client
@@ -54,7 +56,7 @@ def edge(memory_id, subject, predicate, obj=None, literal=None, functional_key=N
 
 def rows_in(bucket_id) -> list[str]:
     """Tables with rows in this bucket (every table with a bucket_id column)."""
-    return tenant_services._rows_left_in(Bucket(pk=bucket_id))
+    return memory_buckets._rows_left_in(Bucket(pk=bucket_id))
 
 
 @pytest.fixture
@@ -68,7 +70,7 @@ def test_preview_counts_what_will_move_dedup_and_merge_and_changes_nothing(bucke
     entity(bucket, "Miso", "ANIMAL")
     entity(bucket, "Acme", "ORG")
     entity(second, "Acme", "ORG")
-    plan = tenant_services.bucket_merge_preview(source=bucket, target=second)
+    plan = memory_buckets.bucket_merge_preview(source=bucket, target=second)
     assert (plan.memories, plan.memories_to_move, plan.memories_to_dedup) == (3, 2, 1)
     assert (plan.entities, plan.entities_to_merge) == (2, 1)
     assert Memory.objects.for_bucket(bucket).count() == 3 and Memory.objects.for_bucket(second).count() == 2
@@ -82,7 +84,7 @@ def test_merge_moves_every_row_and_removes_the_source(bucket, second):
     mention(ids[1], miso)
     token = tenant_services.token_issue(tenant=bucket.tenant, name="agent", scopes=["read"], bucket=bucket).token
     assert {"memories", "graph_entities", "graph_mentions", "api_tokens"} <= set(rows_in(source_id))
-    result = tenant_services.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
+    result = memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
     assert result.moved == 2 and result.deduplicated == 0 and result.source_removed
     assert not Bucket.objects.filter(pk=bucket.pk).exists()
     assert set(Memory.objects.for_bucket(second).values_list("id", flat=True)) == set(ids)
@@ -97,7 +99,7 @@ def test_merge_moves_every_row_and_removes_the_source(bucket, second):
 def test_merge_can_leave_the_source_empty(bucket, second):
     source_id = bucket.pk
     write(bucket, "I live in Lisbon.")
-    tenant_services.bucket_merge(source=bucket, target=second, remove_source=False, actor=SYSTEM)
+    memory_buckets.bucket_merge(source=bucket, target=second, remove_source=False, actor=SYSTEM)
     assert Bucket.objects.filter(pk=bucket.pk).exists()
     assert Memory.objects.for_bucket(bucket).count() == 0 and Memory.objects.for_bucket(second).count() == 1
     assert rows_in(source_id) == []
@@ -116,7 +118,7 @@ def test_a_hash_collision_dedups_onto_the_target_row_with_tags_links_and_graph(b
     mention(tea_tgt, user_tgt)
     src_edge = edge(tea_src, user_src, "prefers", obj=tea)
 
-    result = tenant_services.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
+    result = memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
 
     assert result.deduplicated == 1 and result.moved == 1 and result.entities_merged == 1
     assert not Memory.objects.filter(pk=tea_src).exists()
@@ -146,7 +148,7 @@ def test_entities_merge_and_timelines_are_recomputed_across_the_merged_buckets(b
     [seattle] = write(second, "Alice moved to Seattle.", created_at=at(2024, 2))
     graph_extract_memories(memory_ids=[boston, seattle])
     assert Memory.objects.get(pk=boston).superseded_at is None  # different buckets: no timeline yet
-    tenant_services.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
+    memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
     alices = Entity.objects.for_bucket(second).filter(normalized_name="alice")
     assert alices.count() == 1
     old = Memory.objects.get(pk=boston)
@@ -164,7 +166,7 @@ def test_review_candidates_follow_and_the_scans_revisit_the_moved_memories(bucke
     for job in ("near_duplicates", "links"):
         ScanCursor.objects.create(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, job=job, position_at=at(2030))
         ScanCursor.objects.create(tenant_id=second.tenant_id, bucket_id=second.pk, job=job, position_at=at(2030))
-    tenant_services.bucket_merge(source=bucket, target=second, remove_source=False, actor=SYSTEM)
+    memory_buckets.bucket_merge(source=bucket, target=second, remove_source=False, actor=SYSTEM)
     candidate = DuplicateCandidate.objects.get()
     assert candidate.bucket_id == second.pk and candidate.status == DuplicateStatus.PENDING
     assert not ScanCursor.objects.filter(bucket_id=bucket.pk).exists()
@@ -175,7 +177,7 @@ def test_review_candidates_follow_and_the_scans_revisit_the_moved_memories(bucke
 def test_a_merge_is_audited(bucket, second):
     write(bucket, "I live in Lisbon.")
     source_id = str(bucket.pk)
-    tenant_services.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
+    memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
     event = AuditEvent.objects.get(action="bucket.merge")
     assert event.tenant_id == second.tenant_id and event.object_ids == [source_id, str(second.pk)]
     assert event.details["source_id"] == source_id and event.details["source_name"] == "main"
@@ -186,12 +188,12 @@ def test_a_merge_is_audited(bucket, second):
 def test_buckets_of_two_tenants_are_never_merged(bucket, other_bucket):
     write(bucket, "I live in Lisbon.")
     with pytest.raises(DomainError):
-        tenant_services.bucket_merge_preview(source=bucket, target=other_bucket)
+        memory_buckets.bucket_merge_preview(source=bucket, target=other_bucket)
     with pytest.raises(DomainError):
-        tenant_services.bucket_merge(source=bucket, target=other_bucket, remove_source=True, actor=SYSTEM)
+        memory_buckets.bucket_merge(source=bucket, target=other_bucket, remove_source=True, actor=SYSTEM)
     assert Memory.objects.for_bucket(bucket).count() == 1 and Bucket.objects.filter(pk=bucket.pk).exists()
     with pytest.raises(DomainError):
-        tenant_services.bucket_merge(source=bucket, target=bucket, remove_source=False, actor=SYSTEM)
+        memory_buckets.bucket_merge(source=bucket, target=bucket, remove_source=False, actor=SYSTEM)
 
 
 def _state():
@@ -210,9 +212,9 @@ def _state():
 @pytest.mark.parametrize(
     "step",
     [
-        "memories.merge.memories_move_bucket",
-        "maintenance.services.maintenance_bucket_merge",
-        "graph.services.graph_recompute",
+        "memories.services.buckets.memories_move_bucket",
+        "maintenance.receivers.maintenance_bucket_merge",
+        "graph.receivers.graph_recompute",
     ],
 )
 def test_a_failure_midway_rolls_everything_back(bucket, second, monkeypatch, step):
@@ -233,15 +235,15 @@ def test_a_failure_midway_rolls_everything_back(bucket, second, monkeypatch, ste
 
     monkeypatch.setattr(f"{module}.{name}", boom)
     with pytest.raises(RuntimeError):
-        tenant_services.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
+        memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
     assert _state() == before
 
 
 def test_rows_the_merge_does_not_know_how_to_move_abort_it(bucket, second, monkeypatch):
     write(bucket, "I live in Lisbon.")
-    monkeypatch.setattr(tenant_services, "_rows_left_in", lambda bucket: ["some_new_table"])
+    monkeypatch.setattr(memory_buckets, "_rows_left_in", lambda bucket: ["some_new_table"])
     with pytest.raises(DomainError, match="some_new_table"):
-        tenant_services.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
+        memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
     assert Memory.objects.for_bucket(bucket).count() == 1
 
 
@@ -344,9 +346,9 @@ def test_documents_follow_and_their_provenance_points_at_the_survivor(bucket, se
     for position, memory_id in enumerate([tea_src, lisbon]):
         link_model.objects.create(source=mine, chunk=chunk, memory_id=memory_id, created=True, position=position)
 
-    plan = tenant_services.bucket_merge_preview(source=bucket, target=second)
+    plan = memory_buckets.bucket_merge_preview(source=bucket, target=second)
     assert (plan.sources, plan.sources_to_dedup) == (2, 1)
-    tenant_services.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
+    memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
 
     assert source_model.objects.get(pk=mine.pk).bucket_id == second.pk
     assert not source_model.objects.filter(pk=same.pk).exists() and source_model.objects.filter(pk=theirs.pk).exists()

@@ -14,9 +14,10 @@ from engram_site.exceptions import Conflict, NotFound
 from graph.models import Edge, Entity, Mention
 from maintenance import services
 from maintenance.models import DuplicateCandidate, DuplicateStatus
-from memories.links import LINKS_KEY, links_add
+from memories.links import LINKS_KEY
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest, memory_update
+from memories.services.links import links_add
 
 pytestmark = pytest.mark.django_db
 

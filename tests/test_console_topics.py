@@ -11,7 +11,8 @@ from maintenance.classifier import Classification
 from maintenance.services import topics_reclassify
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
-from memories.topics import topic_groups, topic_rename, topics_merge
+from memories.services.topics import topic_rename, topics_merge
+from memories.topics import topic_groups
 
 pytestmark = pytest.mark.django_db
 ACTOR = Actor.system("test")

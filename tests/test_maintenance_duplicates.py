@@ -12,6 +12,7 @@ from maintenance import services
 from maintenance.models import DuplicateCandidate, DuplicateStatus, JobRun, ScanCursor
 from memories.models import Memory
 from memories.services import MemoryInput, memories_enrich_all_pending, memories_ingest, memory_delete
+from memories.services import buckets as memory_buckets
 from tenants import services as tenant_services
 
 pytestmark = pytest.mark.django_db
@@ -107,7 +108,7 @@ def test_candidates_go_with_their_memories(bucket, other_bucket):
     assert DuplicateCandidate.objects.count() == 2
     memory_delete(memory=Memory.objects.get(pk=ids[0]))
     assert not DuplicateCandidate.objects.for_bucket(bucket).exists()
-    tenant_services.bucket_delete(bucket=other_bucket)  # the database cascades, in one statement
+    memory_buckets.bucket_delete(bucket=other_bucket)  # the database cascades, in one statement
     assert not DuplicateCandidate.objects.exists()
 
 

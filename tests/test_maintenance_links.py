@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
@@ -84,10 +84,15 @@ def test_links_are_recorded_once_and_existing_links_are_kept(bucket):
 
 
 def test_the_pass_is_incremental_and_runs_the_graph_supersession_pass_on_changed_buckets(bucket, monkeypatch):
-    import graph.services
+    import graph.receivers
 
     calls = []
-    monkeypatch.setattr(graph.services, "supersession_pass", lambda *, bucket: calls.append(bucket.pk))
+
+    def supersession_pass(*, bucket):
+        calls.append(bucket.pk)
+        return SimpleNamespace(superseded=0)
+
+    monkeypatch.setattr(graph.receivers, "supersession_pass", supersession_pass)
     write(bucket, NURSE)
     assert link()["scanned"] == 1
     assert calls == [bucket.pk]
@@ -95,8 +100,24 @@ def test_the_pass_is_incremental_and_runs_the_graph_supersession_pass_on_changed
     assert calls == [bucket.pk]
 
 
-def test_without_a_graph_app_the_supersedes_step_is_skipped(bucket, monkeypatch):
-    monkeypatch.setitem(sys.modules, "graph.services", None)  # import fails
+def test_without_a_listener_the_supersedes_step_is_skipped(bucket, monkeypatch):
+    import graph.receivers
+    from maintenance import signals
+
+    assert signals.links_recorded.disconnect(graph.receivers.supersede_from_facts)
+    try:
+        write(bucket, NURSE)
+        counts = link()
+    finally:
+        signals.links_recorded.connect(graph.receivers.supersede_from_facts)
+    assert counts["scanned"] == 1 and counts["superseded"] == 0
+
+
+def test_with_the_graph_switched_off_the_supersedes_step_is_skipped(bucket, settings, monkeypatch):
+    import graph.receivers
+
+    settings.ENGRAM_GRAPH_ENABLED = False
+    monkeypatch.setattr(graph.receivers, "supersession_pass", lambda **kwargs: pytest.fail("the graph is off"))
     write(bucket, NURSE)
     counts = link()
     assert counts["scanned"] == 1 and counts["superseded"] == 0

@@ -128,7 +128,7 @@ def test_texts_the_bucket_already_holds_skip_the_model(api, bucket, monkeypatch)
 
 
 def test_a_held_text_deleted_before_the_insert_is_written_again(bucket, monkeypatch):
-    from memories import services
+    from memories.services import ingest as services
 
     kept = services.memories_ingest(bucket=bucket, items=[services.MemoryInput(content="Tea at five.")])[0]
     real_prepare, prepared = services._prepare, []
@@ -177,7 +177,7 @@ def test_the_insert_order_puts_short_texts_first_and_spellings_of_one_text_toget
 
 
 def test_a_batch_is_embedded_and_inserted_shortest_text_first(bucket, monkeypatch):
-    from memories import services
+    from memories.services import ingest as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 3)
     real_insert, inserted = services._insert, []
@@ -324,7 +324,8 @@ def big_batch(count: int, prefix: str = "Fact") -> list[dict]:
 
 
 def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bucket, monkeypatch):
-    from memories import embedding, services
+    from memories import embedding
+    from memories.services import ingest as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 7)
     items = big_batch(30)
@@ -350,7 +351,7 @@ def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bu
 
 @pytest.mark.parametrize("count", [1, 8, 9, 10, 16, 17, 63, 64, 65, 100, 256, 319, 320, 321, 1000, 1018])
 def test_chunks_keep_every_row_once_in_order_and_shrink_towards_the_end(count):
-    from memories import services
+    from memories.services import ingest as services
 
     rows = list(range(count))
     chunks = services._chunks(rows)
@@ -368,7 +369,7 @@ def test_chunks_keep_every_row_once_in_order_and_shrink_towards_the_end(count):
 
 
 def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, bucket, monkeypatch):
-    from memories import services
+    from memories.services import ingest as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 8)
     monkeypatch.setattr(services, "SMALLEST_CHUNK_ROWS", 2)
@@ -390,7 +391,8 @@ def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, buck
 
 
 def test_a_model_failing_on_one_chunk_stores_those_rows_without_vectors_and_the_rest_with(api, bucket, monkeypatch):
-    from memories import embedding, services
+    from memories import embedding
+    from memories.services import ingest as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 4)
     model = embedding.get_model()

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from memories import access, embedding
 from memories.models import Memory
+from memories.services import access as access_times
 
 pytestmark = pytest.mark.django_db
 
@@ -209,7 +210,7 @@ def test_search_records_access_times_off_the_search_path_and_the_job_applies_the
     listed = api.get(f"/api/v1/buckets/{bucket.pk}/memories").json()["results"]
     assert {m["id"] for m in listed if m["last_accessed_at"]} == returned
     # ...and the job copies it into memories.last_accessed_at, emptying the queue.
-    assert access.apply_pending() == {"applied": len(returned), "unchanged": 0, "left_locked": 0}
+    assert access_times.apply_pending() == {"applied": len(returned), "unchanged": 0, "left_locked": 0}
     accessed = {str(i) for i in Memory.objects.filter(last_accessed_at__isnull=False).values_list("id", flat=True)}
     assert accessed == returned and returned <= set(ids)
     assert not MemoryAccess.objects.exists()
@@ -222,7 +223,7 @@ def test_a_memory_is_rewritten_at_most_once_per_resolution(api, bucket):
     memory_uuid = uuid.UUID(memory_id)
     access.record([memory_uuid])
     access.flush()
-    access.apply_pending()
+    access_times.apply_pending()
     first = Memory.objects.get(pk=memory_id).last_accessed_at
     # Surfaced again ten minutes later: within the hour, nothing is queued or rewritten.
     access._pending[memory_uuid] = first + timedelta(minutes=10)
@@ -230,7 +231,7 @@ def test_a_memory_is_rewritten_at_most_once_per_resolution(api, bucket):
     # Two hours later it is.
     access._pending[memory_uuid] = first + timedelta(hours=2)
     assert access.flush() == 1
-    assert access.apply_pending()["applied"] == 1
+    assert access_times.apply_pending()["applied"] == 1
     assert Memory.objects.get(pk=memory_id).last_accessed_at == first + timedelta(hours=2)
 
 
@@ -269,14 +270,14 @@ def test_applying_access_times_skips_rows_another_transaction_holds_instead_of_w
     try:
         assert locked.wait(30)
         # The held row is left for the next run; the job does not wait for it.
-        assert access.apply_pending() == {"applied": 2, "unchanged": 0, "left_locked": 1}
+        assert access_times.apply_pending() == {"applied": 2, "unchanged": 0, "left_locked": 1}
     finally:
         release.set()
         holder.join(30)
     touched = {str(i) for i in Memory.objects.filter(last_accessed_at__isnull=False).values_list("id", flat=True)}
     assert touched == set(ids[1:])
     assert [str(m) for m in MemoryAccess.objects.values_list("memory_id", flat=True)] == [ids[0]]
-    assert access.apply_pending()["applied"] == 1
+    assert access_times.apply_pending()["applied"] == 1
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from django.db import connection
 
 from audit.services import Actor
 from memories.models import Memory
+from memories.services import buckets as memory_buckets
 from sources import services
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory
 from sources.services import MessageInput
-from tenants import services as tenant_services
 from tenants.models import Bucket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -108,7 +108,7 @@ def _vanishing_bucket(monkeypatch, remove):
 
 @pytest.mark.parametrize("kind", ["documents", "conversations"])
 def test_submission_to_a_bucket_deleted_meanwhile_is_not_found(bucket, api, monkeypatch, kind):
-    _vanishing_bucket(monkeypatch, lambda: tenant_services.bucket_delete(bucket=Bucket.objects.get(pk=bucket.pk)))
+    _vanishing_bucket(monkeypatch, lambda: memory_buckets.bucket_delete(bucket=Bucket.objects.get(pk=bucket.pk)))
     response = api.post(f"/api/v1/buckets/{bucket.pk}/{kind}", SUBMISSIONS[kind], format="json")
     assert response.status_code == 404, response.content
     assert not Source.objects.exists() and not SourceChunk.objects.exists()
@@ -119,7 +119,7 @@ def test_submission_to_a_bucket_merged_away_meanwhile_is_not_found(bucket, tenan
     target = Bucket.objects.create(tenant=tenant, name="target")
     _vanishing_bucket(
         monkeypatch,
-        lambda: tenant_services.bucket_merge(
+        lambda: memory_buckets.bucket_merge(
             source=Bucket.objects.get(pk=bucket.pk), target=target, remove_source=True, actor=SYSTEM
         ),
     )

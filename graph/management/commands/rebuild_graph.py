@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from graph import services
 from tenants.models import Bucket, Tenant
+from tenants.selectors import parse_uuid
 
 
 class Command(BaseCommand):
@@ -60,6 +61,4 @@ class Command(BaseCommand):
 
 
 def _uuid(value):
-    from tenants.selectors import parse_uuid
-
     return parse_uuid(value)

@@ -1,4 +1,4 @@
-"""Writes to the memories table. Every write goes through these functions.
+"""New memories: the insert path of the write gateway.
 
 Write path (seed 000): normalise → hash → insert, with ``ON CONFLICT DO NOTHING``
 against the partial unique index, so dedup is a database invariant and two
@@ -14,21 +14,22 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
+from audit.services import Actor, audit_record
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
-from memories import embedding, lemmatizer, signals
-from memories.models import PENDING_ENRICHMENT, Memory
-from memories.text import embedding_text, hash_key, text_hash
+from memories import embedding, hooks, lemmatizer, signals
+from memories.models import Memory
+from memories.services.events import note_writes, send_safely
+from memories.text import embedding_text, hash_key
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class IngestResult:
 
 
 @dataclass
-class _Row:
+class Row:
     item: MemoryInput
     id: uuid.UUID
     text_hash: str
@@ -88,7 +89,7 @@ def join_context(context_text: str, content: str) -> str:
 # --- derived columns ------------------------------------------------------------------
 
 
-def _lemmatize_rows(rows: list[_Row]) -> None:
+def lemmatize_rows(rows: list[Row]) -> None:
     contexts = [r for r in rows if r.context_text]
     try:
         lemmas = lemmatizer.lemmatize_many([r.item.content for r in rows] + [r.context_text for r in contexts])
@@ -107,7 +108,7 @@ def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
     return " ".join(filter(None, [content_lemmas, " ".join(lemmatizer.date_terms(created_at))]))
 
 
-def _embed_rows(rows: list[_Row]) -> None:
+def embed_rows(rows: list[Row]) -> None:
     contexts = [r for r in rows if r.context_text]
     try:
         # Memories and their (about three times longer) context texts in separate calls: a
@@ -137,26 +138,26 @@ class _EmbeddingAhead:
     embedding of chunk ``i + 1`` in a helper thread and returns chunk ``i``: the model
     (which releases the GIL) runs while the database inserts chunk ``i``, one chunk at a
     time (two at once would only split the same cores between them). Embedding failures
-    are handled by :func:`_embed_rows` per chunk: such rows are stored without vectors.
+    are handled by :func:`embed_rows` per chunk: such rows are stored without vectors.
     """
 
-    def __init__(self, chunks: list[list[_Row]]):
+    def __init__(self, chunks: list[list[Row]]):
         self.chunks = chunks
         self._futures: dict[int, Future] = {}
 
     def start(self, index: int) -> None:
         """Start embedding chunk ``index`` (if it exists and has not been started)."""
         if index < len(self.chunks) and index not in self._futures:
-            self._futures[index] = _embed_executor.submit(_embed_rows, self.chunks[index])
+            self._futures[index] = _embed_executor.submit(embed_rows, self.chunks[index])
 
-    def ready(self, index: int) -> list[_Row]:
+    def ready(self, index: int) -> list[Row]:
         self.start(index)
         self._futures[index].result()
         self.start(index + 1)
         return self.chunks[index]
 
 
-def _insert_order(row: _Row) -> tuple[int, str]:
+def _insert_order(row: Row) -> tuple[int, str]:
     """The order a batch's rows are embedded and inserted in, across chunks too.
 
     One total order of texts for every writer (shortest first, then by hash; texts with
@@ -169,7 +170,7 @@ def _insert_order(row: _Row) -> tuple[int, str]:
     return row.hashed_chars, row.text_hash
 
 
-def _chunks(rows: list[_Row]) -> list[list[_Row]]:
+def _chunks(rows: list[Row]) -> list[list[Row]]:
     """``rows`` in order, in chunks of at most EMBED_CHUNK_ROWS whose last ones halve down to
     SMALLEST_CHUNK_ROWS: 10 rows make chunks of 6 and 4; 100 rows 40, 32, 16, 8 and 4; 1000
     rows 250, 249, 249, 128, 64, 32, 16, 8 and 4; 8 rows or fewer one chunk.
@@ -194,7 +195,7 @@ def _chunks(rows: list[_Row]) -> list[list[_Row]]:
     return chunks
 
 
-def _prepare(rows: list[_Row]) -> _EmbeddingAhead:
+def _prepare(rows: list[Row]) -> _EmbeddingAhead:
     """Put ``rows`` in the insert order, give them lemmas and token counts, and embed them
     chunk by chunk; returns once the first chunk is ready (the transaction starts once there
     is something to insert)."""
@@ -204,13 +205,13 @@ def _prepare(rows: list[_Row]) -> _EmbeddingAhead:
         # The model (which releases the GIL) embeds the first chunk while this thread
         # lemmatises and counts tokens (embedding needs neither).
         embedded.start(0)
-        _lemmatize_rows(rows)
-        _count_tokens(rows)
+        lemmatize_rows(rows)
+        count_tokens(rows)
         embedded.ready(0)
     return embedded
 
 
-def _count_tokens(rows: list[_Row]) -> None:
+def count_tokens(rows: list[Row]) -> None:
     for row, count in zip(rows, embedding.count_tokens([r.item.content for r in rows]), strict=True):
         row.token_count = count
 
@@ -236,7 +237,7 @@ def run_sequence_id(bucket: Bucket, run_id: str) -> uuid.UUID:
     return uuid.uuid5(bucket.pk, f"run:{run_id}")
 
 
-def _assign_context(bucket: Bucket, rows: list[_Row], *, sequence: bool) -> None:
+def _assign_context(bucket: Bucket, rows: list[Row], *, sequence: bool) -> None:
     """Give each row the text of its one or two predecessors in its sequence.
 
     A sequence is a run (same ``run_id``, continuing across requests) or, for rows
@@ -283,7 +284,7 @@ _PLACEHOLDERS = (
 )
 
 
-def _insert(bucket: Bucket, rows: list[_Row]) -> dict[str, uuid.UUID]:
+def _insert(bucket: Bucket, rows: list[Row]) -> dict[str, uuid.UUID]:
     """Insert rows, skipping those whose hash already exists. Returns hash → id of inserted rows."""
     from psycopg.types.json import Jsonb
 
@@ -349,15 +350,33 @@ def constraint_name(exc: IntegrityError) -> str | None:
     return getattr(diag, "constraint_name", None)
 
 
+def _results(rows: list[Row], inserted: dict[str, uuid.UUID], existing: dict[str, uuid.UUID]) -> list[IngestResult]:
+    results: list[IngestResult] = []
+    seen: set[str] = set()
+    for row in rows:
+        if row.text_hash in inserted and row.text_hash not in seen:
+            results.append(IngestResult(id=inserted[row.text_hash], deduplicated=False))
+        else:
+            results.append(IngestResult(id=inserted.get(row.text_hash) or existing[row.text_hash], deduplicated=True))
+        seen.add(row.text_hash)
+    return results
+
+
 def memories_ingest(
-    *, bucket: Bucket, items: list[MemoryInput], sequence: bool = True, now: datetime | None = None
+    *,
+    bucket: Bucket,
+    items: list[MemoryInput],
+    sequence: bool = True,
+    now: datetime | None = None,
+    actor: Actor | None = None,
 ) -> list[IngestResult]:
     """Store ``items`` in ``bucket`` (in order) and return one result per item.
 
     An item whose normalised text already exists in the bucket — or earlier in the
     same batch — returns the existing row's id with ``deduplicated=True``. Nothing
     is written if the transaction fails. Enrichment beyond the synchronous columns
-    (classification, graph extraction, links) is queued after commit.
+    (classification, graph extraction, links) is queued after commit. With an ``actor``
+    the write is audited (``memory.create``) in the same transaction.
     """
     if not items:
         return []
@@ -366,7 +385,7 @@ def memories_ingest(
     for index, item in enumerate(items):
         hashed_chars, digest = hash_key(item.content)
         rows.append(
-            _Row(
+            Row(
                 item=item,
                 id=uuid.uuid4(),
                 text_hash=digest,
@@ -377,7 +396,7 @@ def memories_ingest(
         )
     _assign_context(bucket, rows, sequence=sequence)
     # Compute only for the first occurrence of each hash in the batch.
-    first_rows: dict[str, _Row] = {}
+    first_rows: dict[str, Row] = {}
     for row in rows:
         first_rows.setdefault(row.text_hash, row)
     # Texts the bucket already holds are neither embedded nor inserted: a writer sending
@@ -398,6 +417,13 @@ def memories_ingest(
                 existing = _existing_ids(bucket, missing) if missing else {}
                 if len(existing) < len(missing):
                     raise _RowVanished({h for h in missing if h not in existing})
+                results = _results(rows, inserted, existing)
+                if actor is not None:
+                    audit_record(
+                        actor=actor, action="memory.create", tenant=bucket.tenant, object_type="memory",
+                        object_ids=[r.id for r in results],
+                        details={"bucket_id": str(bucket.pk), "deduplicated": sum(r.deduplicated for r in results)},
+                    )  # fmt: skip
             break
         except _RowVanished as exc:
             # A row this batch did not insert because the bucket held it (at its insert, or
@@ -424,280 +450,9 @@ def memories_ingest(
     else:  # pragma: no cover - needs a delete racing the same text three times
         raise Conflict("The memory changed concurrently; retry the request.", code="retry")
 
-    results: list[IngestResult] = []
-    seen: set[str] = set()
-    for row in rows:
-        if row.text_hash in inserted and row.text_hash not in seen:
-            results.append(IngestResult(id=inserted[row.text_hash], deduplicated=False))
-        else:
-            results.append(IngestResult(id=inserted.get(row.text_hash) or existing[row.text_hash], deduplicated=True))
-        seen.add(row.text_hash)
     new_ids = [r.id for r in results if not r.deduplicated]
     if new_ids:
-        _note_writes(bucket.pk, len(new_ids))
-        from memories import hooks
-
+        note_writes(bucket.pk, len(new_ids))
         transaction.on_commit(lambda: hooks.after_ingest(bucket_id=bucket.pk, memory_ids=new_ids))
-        transaction.on_commit(lambda: _send_safely(signals.memories_created, bucket_id=bucket.pk, memory_ids=new_ids))
+        transaction.on_commit(lambda: send_safely(signals.memories_created, bucket_id=bucket.pk, memory_ids=new_ids))
     return results
-
-
-# --- edits ----------------------------------------------------------------------------------
-
-EDITABLE_FIELDS = (
-    "content", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags", "metadata",
-    "created_at", "classified_scope", "classified_topic",
-)  # fmt: skip
-
-
-@transaction.atomic
-def memory_update(*, memory: Memory, **changes) -> Memory:
-    """Change a memory. New content recomputes its hash, lemmas, token count and
-    embeddings; content that collides with another memory of the bucket raises
-    Conflict (409). The row is locked for the edit so concurrent edits serialise
-    instead of overwriting each other's derived columns."""
-    unknown = set(changes) - set(EDITABLE_FIELDS)
-    if unknown:
-        raise ValueError(f"not editable: {sorted(unknown)}")
-    locked = Memory.objects.select_for_update().filter(pk=memory.pk).first()
-    if locked is None:  # deleted (or absorbed by a merge) since the caller read it
-        raise NotFound("Memory not found.")
-    memory = locked
-    if "metadata" in changes:
-        # Keys Engram maintains (links) survive a client replacing its metadata.
-        from memories.links import RESERVED_PREFIX
-
-        reserved = {k: v for k, v in (memory.metadata or {}).items() if k.startswith(RESERVED_PREFIX)}
-        changes["metadata"] = {**(changes["metadata"] or {}), **reserved} if reserved else changes["metadata"]
-    for name, value in changes.items():
-        setattr(memory, name, value)
-    update_fields = list(changes)
-    if "content" in changes or "created_at" in changes:
-        row = _Row(
-            item=MemoryInput(content=memory.content, attributed_to=memory.attributed_to),
-            id=memory.pk,
-            text_hash=text_hash(memory.content),
-            created_at=memory.created_at,
-            context_text=memory.context_text,
-        )
-        _lemmatize_rows([row])
-        memory.text_lemmatized = row.text_lemmatized
-        memory.context_lemmatized = row.context_lemmatized if memory.context_text else None
-        update_fields += ["text_lemmatized", "context_lemmatized"]
-        if "content" in changes:
-            _count_tokens([row])
-            _embed_rows([row])
-            memory.text_hash = row.text_hash
-            memory.token_count = row.token_count
-            memory.embedding = row.embedding
-            memory.context_embedding = row.context_embedding
-            update_fields += ["text_hash", "token_count", "embedding", "context_embedding"]
-    try:
-        with transaction.atomic():
-            memory.save(update_fields=sorted(set(update_fields)))
-    except IntegrityError:
-        other = (
-            Memory.objects.for_tenant(memory.tenant)
-            .filter(bucket_id=memory.bucket_id, text_hash=memory.text_hash)
-            .exclude(pk=memory.pk)
-            .values_list("pk", flat=True)
-            .first()
-        )
-        raise Conflict(
-            "Another memory in this bucket already has this content.",
-            code="duplicate_content",
-            extra={"existing_id": str(other) if other else None},
-        ) from None
-    memory.refresh_from_db()
-    _note_writes(memory.bucket_id, 1)
-    if "content" in changes or "created_at" in changes:
-        bucket_id, memory_id = memory.bucket_id, memory.pk
-        transaction.on_commit(lambda: _send_safely(signals.memory_changed, bucket_id=bucket_id, memory_id=memory_id))
-    return memory
-
-
-@transaction.atomic
-def memory_delete(*, memory: Memory) -> None:
-    """Delete a memory; what hangs off it in the database (graph edges, mentions)
-    goes with it, and the graph reopens any fact it had closed."""
-    bucket_id, memory_id = memory.bucket_id, memory.pk
-    states = [state for _receiver, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id,
-                                                                         memory_id=memory_id)]  # fmt: skip
-    Memory.objects.filter(pk=memory_id).delete()
-    _note_writes(bucket_id, 1)
-    transaction.on_commit(
-        lambda: _send_safely(signals.memory_deleted, bucket_id=bucket_id, memory_id=memory_id, states=states)
-    )
-
-
-def _send_safely(signal, **kwargs) -> None:
-    """Receivers run after commit; their failure must not turn a committed write into an error."""
-    for receiver, result in signal.send_robust(Memory, **kwargs):
-        if isinstance(result, Exception):
-            logger.error("%s receiver %r failed: %s", signal, receiver, result)
-
-
-def _note_writes(bucket_id, count: int) -> None:
-    from memories.retrieval import bucket_stats
-
-    bucket_stats.note_writes(bucket_id, count)
-
-
-# --- the enrichment sweep ----------------------------------------------------------------
-
-# What a sweep fills: everything, or only one kind of derived column (a backfill after
-# a model change re-embeds without re-lemmatizing, and the other way round). Each
-# predicate is ANDed with PENDING_ENRICHMENT so the partial index
-# idx_memories_enrich_pending always serves it.
-_EMBEDDINGS_MISSING = Q(embedding__isnull=True) | Q(context_text__isnull=False, context_embedding__isnull=True)
-_LEMMAS_MISSING = Q(text_lemmatized__isnull=True) | Q(context_text__isnull=False, context_lemmatized__isnull=True)
-ENRICHMENT_KINDS = {
-    "all": PENDING_ENRICHMENT,
-    "embeddings": PENDING_ENRICHMENT & _EMBEDDINGS_MISSING,
-    "lemmas": PENDING_ENRICHMENT & _LEMMAS_MISSING,
-}
-
-
-@dataclass
-class EnrichmentReport:
-    scanned: int = 0
-    embedded: int = 0
-    lemmatized: int = 0
-    context_embedded: int = 0
-    context_lemmatized: int = 0
-    failed: int = 0
-    errors: list[str] = field(default_factory=list)
-    # Rows that got their embedding in this sweep (classification, near-duplicate
-    # scans and links need it and can follow).
-    embedded_ids: list[uuid.UUID] = field(default_factory=list)
-
-    COUNTERS = ("scanned", "embedded", "lemmatized", "context_embedded", "context_lemmatized", "failed")
-
-    def add(self, other: EnrichmentReport) -> None:
-        for name in self.COUNTERS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.errors += other.errors
-        self.embedded_ids += other.embedded_ids
-
-    def counts(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.COUNTERS}
-
-
-def _pending(*, kind: str, bucket: Bucket | None, memory_ids: Iterable | None):
-    if kind not in ENRICHMENT_KINDS:
-        raise ValueError(f"unknown enrichment kind {kind!r}; expected one of {sorted(ENRICHMENT_KINDS)}")
-    queryset = Memory.objects.filter(ENRICHMENT_KINDS[kind])
-    if bucket is not None:
-        queryset = queryset.for_bucket(bucket)
-    if memory_ids is not None:
-        queryset = queryset.filter(pk__in=list(memory_ids))
-    return queryset
-
-
-def pending_enrichment_count(*, bucket: Bucket | None = None, kind: str = "all") -> int:
-    return _pending(kind=kind, bucket=bucket, memory_ids=None).count()
-
-
-def memories_enrich_pending(
-    *,
-    batch_size: int = 256,
-    bucket: Bucket | None = None,
-    kind: str = "all",
-    memory_ids: Iterable | None = None,
-) -> EnrichmentReport:
-    """Fill NULL embeddings, lemmas and context vectors for one batch of rows.
-
-    ``kind`` limits the work to ``"embeddings"`` or ``"lemmas"``; ``memory_ids``
-    to those rows (rows that need nothing are skipped). Rows are claimed with
-    ``FOR UPDATE SKIP LOCKED``, so several sweeps can run at once without doing
-    the same work twice; each batch commits on its own, so a sweep that dies
-    loses at most its current batch and the next sweep resumes where the NULLs
-    are. Call repeatedly until ``scanned`` is 0.
-    """
-    report = EnrichmentReport()
-    want_lemmas = kind in ("all", "lemmas")
-    want_vectors = kind in ("all", "embeddings")
-    with transaction.atomic():
-        queryset = _pending(kind=kind, bucket=bucket, memory_ids=memory_ids)
-        memories = list(queryset.order_by("created_at").select_for_update(skip_locked=True, of=("self",))[:batch_size])
-        report.scanned = len(memories)
-        if not memories:
-            return report
-        rows = [
-            _Row(
-                item=MemoryInput(content=m.content, attributed_to=m.attributed_to),
-                id=m.pk,
-                text_hash=m.text_hash,
-                created_at=m.created_at,
-                context_text=m.context_text,
-            )
-            for m in memories
-        ]
-        if want_lemmas:
-            _lemmatize_rows(
-                [
-                    r
-                    for r, m in zip(rows, memories, strict=True)
-                    if m.text_lemmatized is None or (m.context_text and m.context_lemmatized is None)
-                ]
-            )
-        if want_vectors:
-            _embed_rows(
-                [
-                    r
-                    for r, m in zip(rows, memories, strict=True)
-                    if m.embedding is None or (m.context_text and m.context_embedding is None)
-                ]
-            )
-        for row, memory in zip(rows, memories, strict=True):
-            fields = []
-            if memory.text_lemmatized is None and row.text_lemmatized is not None:
-                memory.text_lemmatized = row.text_lemmatized
-                fields.append("text_lemmatized")
-                report.lemmatized += 1
-            if memory.context_text and memory.context_lemmatized is None and row.context_lemmatized is not None:
-                memory.context_lemmatized = row.context_lemmatized
-                fields.append("context_lemmatized")
-                report.context_lemmatized += 1
-            if memory.embedding is None and row.embedding is not None:
-                memory.embedding = row.embedding
-                fields.append("embedding")
-                report.embedded += 1
-                report.embedded_ids.append(memory.pk)
-            if memory.context_text and memory.context_embedding is None and row.context_embedding is not None:
-                memory.context_embedding = row.context_embedding
-                fields.append("context_embedding")
-                report.context_embedded += 1
-            if fields:
-                memory.save(update_fields=fields)
-                _note_writes(memory.bucket_id, 1)
-            else:
-                report.failed += 1
-    if report.failed:
-        report.errors.append(f"{report.failed} row(s) could not be enriched (model or lemmatizer unavailable)")
-    return report
-
-
-def memories_enrich_all_pending(
-    *,
-    batch_size: int = 256,
-    bucket: Bucket | None = None,
-    kind: str = "all",
-    memory_ids: Iterable | None = None,
-    on_batch: Callable[[EnrichmentReport], None] | None = None,
-) -> EnrichmentReport:
-    """Run the sweep until nothing is left or a batch makes no progress.
-
-    ``on_batch`` is called with each committed batch's report (progress bars,
-    job heartbeats, follow-up work for the rows just embedded).
-    """
-    if memory_ids is not None:
-        memory_ids = list(memory_ids)
-    total = EnrichmentReport()
-    while True:
-        report = memories_enrich_pending(batch_size=batch_size, bucket=bucket, kind=kind, memory_ids=memory_ids)
-        total.add(report)
-        if report.scanned and on_batch is not None:
-            on_batch(report)
-        if report.scanned == 0 or report.failed == report.scanned:
-            return total

@@ -4,7 +4,8 @@ and a bucket's rows move to another bucket.
 A merge never leaves a reference to a row that is gone: the survivor takes the
 absorbed row's tags, links and empty fields; links and supersession of other
 memories are re-pointed; other apps move what they hang on the absorbed row
-(``signals.memories_absorbing``: graph mentions and edges, review candidates) —
+(``signals.memories_absorbing``: graph mentions and edges, review candidates, the
+chunks of documents that stated the absorbed row) —
 all in the caller's transaction, so a failure anywhere leaves everything as it was.
 """
 
@@ -14,13 +15,13 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from django.apps import apps
 from django.db import connection, transaction
 
 from engram_site.exceptions import DomainError, NotFound
 from memories import signals
 from memories.links import LINKS_KEY, RESERVED_PREFIX
 from memories.models import Memory
+from memories.services.events import forget_stats
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
@@ -137,34 +138,6 @@ def _repoint_supersession(mapping: dict[uuid.UUID, uuid.UUID], *, tenant_ids: se
         )
 
 
-def _repoint_provenance(mapping: dict[uuid.UUID, uuid.UUID]) -> None:
-    """Source provenance (sources app, when installed): the chunks that stated an
-    absorbed memory now state its survivor."""
-    if not apps.is_installed("sources"):
-        return
-    try:
-        links = apps.get_model("sources", "SourceChunkMemory")
-    except LookupError:
-        return
-    table = links._meta.db_table
-    with connection.cursor() as cur:
-        cur.execute(
-            f"""
-            DELETE FROM {table} l USING unnest(%s::uuid[], %s::uuid[]) AS v(absorbed, survivor)
-            WHERE l.memory_id = v.absorbed
-              AND EXISTS (SELECT 1 FROM {table} o WHERE o.chunk_id = l.chunk_id AND o.memory_id = v.survivor)
-            """,
-            [list(mapping), list(mapping.values())],
-        )
-        cur.execute(
-            f"""
-            UPDATE {table} l SET memory_id = v.survivor FROM unnest(%s::uuid[], %s::uuid[]) AS v(absorbed, survivor)
-            WHERE l.memory_id = v.absorbed
-            """,
-            [list(mapping), list(mapping.values())],
-        )
-
-
 def memories_absorb(*, mapping: dict) -> AbsorbReport:
     """Merge each memory of ``mapping``'s keys into the memory it maps to, then delete it.
 
@@ -212,13 +185,12 @@ def memories_absorb(*, mapping: dict) -> AbsorbReport:
         bucket_ids = {m.bucket_id for m in rows.values()}
         relinked = _relink_others(mapping, tenant_ids=tenant_ids, exclude=absorbed_ids | survivor_ids)
         _repoint_supersession(mapping, tenant_ids=tenant_ids, bucket_ids=bucket_ids)
-        # Graph mentions and edges, review candidates: their apps move them (or raise).
+        # Graph mentions and edges, review candidates, source provenance: their apps move them (or raise).
         signals.memories_absorbing.send(Memory, mapping=mapping)
-        _repoint_provenance(mapping)
         # What still hangs on the absorbed rows (graph_processed) goes with them (ON DELETE CASCADE).
         with connection.cursor() as cur:
             cur.execute("DELETE FROM memories WHERE id = ANY(%s)", [list(absorbed_ids)])
-        transaction.on_commit(lambda: _forget_stats(bucket_ids))
+        transaction.on_commit(lambda: forget_stats(bucket_ids))
     return AbsorbReport(absorbed=len(absorbed_ids), survivors=len(survivor_ids), relinked=relinked)
 
 
@@ -226,7 +198,7 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
     """Move every memory of ``source`` to ``target`` (same tenant); returns their ids.
 
     Rows whose ``text_hash`` exists in ``target`` must have been absorbed first (the
-    unique index would refuse them). Part of ``tenants.services.bucket_merge``.
+    unique index would refuse them). Part of :func:`memories.services.buckets.bucket_merge`.
     """
     if source.tenant_id != target.tenant_id:
         raise DomainError("Buckets of different tenants cannot be merged.")
@@ -238,12 +210,5 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
         )
         ids = [row[0] for row in cur.fetchall()]
     bucket_ids = {source.pk, target.pk}  # now: the source may be deleted before the commit
-    transaction.on_commit(lambda: _forget_stats(bucket_ids))
+    transaction.on_commit(lambda: forget_stats(bucket_ids))
     return ids
-
-
-def _forget_stats(bucket_ids) -> None:
-    from memories.retrieval import bucket_stats
-
-    for bucket_id in bucket_ids:
-        bucket_stats.invalidate(bucket_id)

@@ -8,6 +8,7 @@ from django.utils import timezone
 from audit.services import Actor, audit_record
 from console.actions import confirm_action, confirmed
 from console.scoping import TenantScopedAdmin, is_unrestricted
+from memories.services import buckets
 from tenants import services
 from tenants.models import ApiToken, Bucket, OperatorMembership, Scope, Tenant
 
@@ -111,11 +112,7 @@ class BucketAdmin(TenantScopedAdmin):
     def delete_queryset(self, request, queryset):
         with transaction.atomic():
             for bucket in queryset.select_related("tenant"):
-                audit_record(
-                    actor=_actor(request), action="bucket.delete", tenant=bucket.tenant, object_type="bucket",
-                    object_ids=[bucket.pk], details={"name": bucket.name},
-                )  # fmt: skip
-                services.bucket_delete(bucket=bucket)
+                buckets.bucket_delete(bucket=bucket, actor=_actor(request))
 
     @admin.action(description="Merge into another bucket…")
     def merge_into_another(self, request, queryset):

@@ -1,8 +1,7 @@
 from django import forms
 from django.contrib import admin
-from django.db import transaction
 
-from audit.services import Actor, audit_record
+from audit.services import Actor
 from console.scoping import TenantScopedAdmin
 from engram_site.fields import EARLIEST_STORED, LATEST_STORED
 from memories import services
@@ -94,25 +93,11 @@ class MemoryAdmin(TenantScopedAdmin):
         changes = {name: form.cleaned_data[name] for name in form.changed_data if name in services.EDITABLE_FIELDS}
         if not changes:
             return
-        memory = services.memory_update(memory=obj, **changes)
-        audit_record(
-            actor=Actor.operator(request.user, request), action="memory.update", tenant=memory.tenant,
-            object_type="memory", object_ids=[memory.pk], details={"fields": sorted(changes)},
-        )  # fmt: skip
+        services.memory_update(memory=obj, actor=Actor.operator(request.user, request), **changes)
 
     def delete_model(self, request, obj):
         self.delete_queryset(request, Memory.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request, queryset):
-        with transaction.atomic():
-            memories = list(queryset.select_related("tenant").defer("embedding", "context_embedding"))
-            for memory in memories:
-                services.memory_delete(memory=memory)
-            for tenant_id in {m.tenant_id for m in memories}:
-                mine = [m for m in memories if m.tenant_id == tenant_id]
-                audit_record(
-                    actor=Actor.operator(request.user, request), action="memory.delete", tenant=mine[0].tenant,
-                    object_type="memory", object_ids=[m.pk for m in mine],
-                    details={"bucket_ids": sorted({str(m.bucket_id) for m in mine}),
-                             "contents": [m.content[:200] for m in mine[:20]]},
-                )  # fmt: skip
+        memories = list(queryset.select_related("tenant").defer("embedding", "context_embedding"))
+        services.memories_delete(memories=memories, actor=Actor.operator(request.user, request))

@@ -1,0 +1,30 @@
+"""Work a fresh server or worker process starts before its first request or task.
+
+The apps register what they need warmed (memories: the embedding model) in their
+AppConfig.ready; the process entry points (engram_site/wsgi.py, engram_site/celery.py)
+run it. engram_site is the bottom layer and imports no app.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+_warmers: list[Callable[[], None]] = []
+
+
+def register(warmer: Callable[[], None]) -> None:
+    """Run ``warmer()`` when a process starts (it must return at once, e.g. start a thread)."""
+    if warmer not in _warmers:
+        _warmers.append(warmer)
+
+
+def warm_up() -> None:
+    """Start every registered warm-up. A failure is logged: the first request pays instead."""
+    for warmer in _warmers:
+        try:
+            warmer()
+        except Exception:
+            logger.exception("warm-up %r failed", warmer)

@@ -1,0 +1,118 @@
+"""A bucket's own endpoints, which reach its memories: /api/v1/buckets/{bucket_id} (GET with
+its memory count, PATCH, DELETE with every memory) and /api/v1/buckets/{bucket_id}/merge."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit.services import request_actor
+from engram_site.fields import StrictBooleanField, StrictCharField, StrictSerializer
+from engram_site.openapi import BODY, errors
+from memories import selectors
+from memories.services import buckets
+from tenants import selectors as tenant_selectors
+from tenants import services as tenant_services
+from tenants.apis import BucketOutput
+from tenants.models import Scope
+from tenants.services import BUCKET_NAME_MAX
+
+
+class BucketDetailOutput(BucketOutput):
+    memory_count = serializers.IntegerField()
+
+
+class BucketDetailApi(APIView):
+    # Deleting a bucket deletes every memory in it: admin scope only.
+    required_scopes = {"DELETE": Scope.ADMIN}
+
+    @extend_schema_serializer(component_name="BucketUpdate")
+    class UpdateInput(StrictSerializer):
+        name = StrictCharField(max_length=BUCKET_NAME_MAX, required=False)
+        description = StrictCharField(required=False, allow_blank=True, max_length=10_000)
+
+    def _bucket(self, request, bucket_id):
+        return tenant_selectors.bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
+
+    @extend_schema(operation_id="buckets_retrieve", responses={200: BucketDetailOutput, **errors(404)})
+    def get(self, request, bucket_id):
+        bucket = self._bucket(request, bucket_id)
+        bucket.memory_count = selectors.memory_count(bucket=bucket)
+        return Response(BucketDetailOutput(bucket).data)
+
+    @extend_schema(
+        operation_id="buckets_update",
+        request=UpdateInput,
+        responses={200: BucketOutput, **errors(404, 409, *BODY)},
+        description='The bucket as GET returns it; a token without the read scope gets only {"id": ...}.',
+    )
+    def patch(self, request, bucket_id):
+        bucket = self._bucket(request, bucket_id)
+        data = self.UpdateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        bucket = tenant_services.bucket_update(bucket=bucket, actor=request_actor(request), **data.validated_data)
+        if not request.auth.has_scope(Scope.READ):
+            return Response({"id": str(bucket.pk)})  # a write-only token cannot GET the bucket either
+        return Response(BucketOutput(bucket).data)
+
+    @extend_schema(operation_id="buckets_destroy", responses={204: None, **errors(404)})
+    def delete(self, request, bucket_id):
+        bucket = self._bucket(request, bucket_id)
+        buckets.bucket_delete(bucket=bucket, actor=request_actor(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class BucketMergeIn(StrictSerializer):
+    # A string, not a UUIDField: a malformed id answers 404 like a missing bucket, as in paths.
+    target_bucket_id = StrictCharField(max_length=64)
+    remove_source = StrictBooleanField(default=False, help_text="delete the source afterwards (else left empty)")
+    dry_run = StrictBooleanField(default=False, help_text="only preview: change nothing")
+
+
+class BucketMergeOut(serializers.Serializer):
+    dry_run = serializers.BooleanField()
+    source_id = serializers.UUIDField()
+    target_id = serializers.UUIDField()
+    memories = serializers.IntegerField(help_text="memories in the source")
+    memories_to_move = serializers.IntegerField()
+    memories_to_dedup = serializers.IntegerField(help_text="same text as a target memory: absorbed by it")
+    entities = serializers.IntegerField()
+    entities_to_merge = serializers.IntegerField()
+    duplicate_candidates = serializers.IntegerField()
+    tokens_to_repoint = serializers.IntegerField()
+    sources = serializers.IntegerField()
+    sources_to_dedup = serializers.IntegerField()
+    moved = serializers.IntegerField(required=False)
+    deduplicated = serializers.IntegerField(required=False)
+    entities_merged = serializers.IntegerField(required=False)
+    source_removed = serializers.BooleanField(required=False)
+
+
+class BucketMergeApi(APIView):
+    """Merge this bucket (the source) into another bucket of the tenant: admin scope."""
+
+    required_scopes = {"POST": Scope.ADMIN}
+
+    @extend_schema(
+        operation_id="buckets_merge", request=BucketMergeIn, responses={200: BucketMergeOut, **errors(404, *BODY)}
+    )
+    def post(self, request, bucket_id):
+        source = tenant_selectors.bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
+        data = BucketMergeIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        # Another tenant's bucket, like a missing one, is 404.
+        target = tenant_selectors.bucket_get(
+            tenant=request.auth.tenant, bucket_id=data.validated_data["target_bucket_id"], token=request.auth
+        )
+        if data.validated_data["dry_run"]:
+            plan = buckets.bucket_merge_preview(source=source, target=target)
+            return Response(BucketMergeOut({"dry_run": True, **plan.as_dict()}).data)
+        result = buckets.bucket_merge(
+            source=source,
+            target=target,
+            remove_source=data.validated_data["remove_source"],
+            actor=request_actor(request),
+        )
+        return Response(BucketMergeOut({"dry_run": False, **result.as_dict()}).data)

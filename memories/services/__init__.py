@@ -1,0 +1,59 @@
+"""The write gateway of the memories table: every insert, update and delete of a memory row
+happens in this package, and nowhere else (tests/test_architecture.py checks it).
+
+One module per kind of change:
+
+- :mod:`~memories.services.ingest` — new memories (dedup, derived columns, sequence context);
+- :mod:`~memories.services.edits` — a memory's edit and delete, audited in the same transaction;
+- :mod:`~memories.services.enrichment` — derived columns a write could not compute;
+- :mod:`~memories.services.merge` — one memory absorbing another, a bucket's rows moving;
+- :mod:`~memories.services.buckets` — merging and deleting buckets (their memories and what
+  the apps above hang on them, through signals);
+- :mod:`~memories.services.links`, :mod:`~memories.services.topics`,
+  :mod:`~memories.services.classification`, :mod:`~memories.services.supersession`,
+  :mod:`~memories.services.access` — the columns other apps and jobs maintain.
+
+Other apps never write the table themselves: they call these functions, and learn about
+changes from :mod:`memories.signals` (and :mod:`memories.hooks` for background work).
+"""
+
+from memories.services.edits import EDITABLE_FIELDS, memories_delete, memory_delete, memory_update
+from memories.services.enrichment import (
+    ENRICHMENT_KINDS,
+    EnrichmentReport,
+    memories_enrich_all_pending,
+    memories_enrich_pending,
+    pending_enrichment_count,
+)
+from memories.services.ingest import (
+    CONTEXT_PREDECESSORS,
+    IngestResult,
+    MemoryInput,
+    constraint_name,
+    document_lemmas,
+    hold_bucket,
+    join_context,
+    memories_ingest,
+    run_sequence_id,
+)
+
+__all__ = [
+    "CONTEXT_PREDECESSORS",
+    "EDITABLE_FIELDS",
+    "ENRICHMENT_KINDS",
+    "EnrichmentReport",
+    "IngestResult",
+    "MemoryInput",
+    "constraint_name",
+    "document_lemmas",
+    "hold_bucket",
+    "join_context",
+    "memories_enrich_all_pending",
+    "memories_enrich_pending",
+    "memories_ingest",
+    "memories_delete",
+    "memory_delete",
+    "memory_update",
+    "pending_enrichment_count",
+    "run_sequence_id",
+]

@@ -1,0 +1,44 @@
+"""Storing classifier labels (``classified_scope``, ``classified_topic``) on memories.
+
+The classifiers live in the maintenance app; they hand their labels here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from django.db import connection
+
+
+def memories_label(
+    *,
+    ids: Sequence[uuid.UUID],
+    scopes: Sequence[str],
+    topics: Sequence[str],
+    by: Sequence[str],
+    force: bool,
+) -> int:
+    """Label each memory of ``ids`` with its scope and topic; returns how many rows changed.
+
+    Without ``force`` a label already set (by a client, an operator or an earlier run) is
+    kept and only a NULL one is filled; ``metadata.classified_by`` records who labelled it.
+    One statement per batch; the metadata change is a jsonb merge in SQL, so a concurrent
+    edit of other metadata keys is not lost.
+    """
+    if not ids:
+        return 0
+    guard = "" if force else "AND (m.classified_scope IS NULL OR m.classified_topic IS NULL)"
+    scope_sql = "v.scope" if force else "coalesce(m.classified_scope, v.scope)"
+    topic_sql = "v.topic" if force else "coalesce(m.classified_topic, v.topic)"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            UPDATE memories m SET classified_scope = {scope_sql}, classified_topic = {topic_sql},
+                   metadata = coalesce(m.metadata, '{{}}'::jsonb) || jsonb_build_object('classified_by', v.by)
+            FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[]) AS v(id, scope, topic, by)
+            WHERE m.id = v.id {guard}
+            """,
+            [list(ids), list(scopes), list(topics), list(by)],
+        )
+        return cur.rowcount

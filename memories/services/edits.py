@@ -1,0 +1,133 @@
+"""Edits and deletes of single memories: the update path of the write gateway.
+
+Each change is audited in its own transaction (``audit.services.audit_record``), so a
+change never commits without its audit event, nor an event without its change.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import IntegrityError, transaction
+
+from audit.services import Actor, audit_record
+from engram_site.exceptions import Conflict, NotFound
+from memories import signals
+from memories.links import RESERVED_PREFIX
+from memories.models import Memory
+from memories.services.events import note_writes, send_safely
+from memories.services.ingest import MemoryInput, Row, count_tokens, embed_rows, lemmatize_rows
+from memories.text import text_hash
+
+logger = logging.getLogger(__name__)
+
+EDITABLE_FIELDS = (
+    "content", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags", "metadata",
+    "created_at", "classified_scope", "classified_topic",
+)  # fmt: skip
+
+
+@transaction.atomic
+def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> Memory:
+    """Change a memory. New content recomputes its hash, lemmas, token count and
+    embeddings; content that collides with another memory of the bucket raises
+    Conflict (409). The row is locked for the edit so concurrent edits serialise
+    instead of overwriting each other's derived columns. With an ``actor`` the edit
+    is audited (``memory.update``, the changed field names) in the same transaction."""
+    unknown = set(changes) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise ValueError(f"not editable: {sorted(unknown)}")
+    locked = Memory.objects.select_for_update().filter(pk=memory.pk).first()
+    if locked is None:  # deleted (or absorbed by a merge) since the caller read it
+        raise NotFound("Memory not found.")
+    memory = locked
+    if "metadata" in changes:
+        # Keys Engram maintains (links) survive a client replacing its metadata.
+        reserved = {k: v for k, v in (memory.metadata or {}).items() if k.startswith(RESERVED_PREFIX)}
+        changes["metadata"] = {**(changes["metadata"] or {}), **reserved} if reserved else changes["metadata"]
+    for name, value in changes.items():
+        setattr(memory, name, value)
+    update_fields = list(changes)
+    if "content" in changes or "created_at" in changes:
+        row = Row(
+            item=MemoryInput(content=memory.content, attributed_to=memory.attributed_to),
+            id=memory.pk,
+            text_hash=text_hash(memory.content),
+            created_at=memory.created_at,
+            context_text=memory.context_text,
+        )
+        lemmatize_rows([row])
+        memory.text_lemmatized = row.text_lemmatized
+        memory.context_lemmatized = row.context_lemmatized if memory.context_text else None
+        update_fields += ["text_lemmatized", "context_lemmatized"]
+        if "content" in changes:
+            count_tokens([row])
+            embed_rows([row])
+            memory.text_hash = row.text_hash
+            memory.token_count = row.token_count
+            memory.embedding = row.embedding
+            memory.context_embedding = row.context_embedding
+            update_fields += ["text_hash", "token_count", "embedding", "context_embedding"]
+    try:
+        with transaction.atomic():
+            memory.save(update_fields=sorted(set(update_fields)))
+    except IntegrityError:
+        other = (
+            Memory.objects.for_tenant(memory.tenant)
+            .filter(bucket_id=memory.bucket_id, text_hash=memory.text_hash)
+            .exclude(pk=memory.pk)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        raise Conflict(
+            "Another memory in this bucket already has this content.",
+            code="duplicate_content",
+            extra={"existing_id": str(other) if other else None},
+        ) from None
+    memory.refresh_from_db()
+    if actor is not None:
+        audit_record(
+            actor=actor, action="memory.update", tenant=memory.tenant, object_type="memory",
+            object_ids=[memory.pk], details={"fields": sorted(changes)},
+        )  # fmt: skip
+    note_writes(memory.bucket_id, 1)
+    if "content" in changes or "created_at" in changes:
+        bucket_id, memory_id = memory.bucket_id, memory.pk
+        transaction.on_commit(lambda: send_safely(signals.memory_changed, bucket_id=bucket_id, memory_id=memory_id))
+    return memory
+
+
+@transaction.atomic
+def memory_delete(*, memory: Memory, actor: Actor | None = None) -> None:
+    """Delete a memory; what hangs off it in the database (graph edges, mentions)
+    goes with it, and the graph reopens any fact it had closed. With an ``actor`` the
+    delete is audited (``memory.delete``) in the same transaction."""
+    bucket_id, memory_id = memory.bucket_id, memory.pk
+    states = [state for _receiver, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id,
+                                                                         memory_id=memory_id)]  # fmt: skip
+    Memory.objects.filter(pk=memory_id).delete()
+    if actor is not None:
+        audit_record(
+            actor=actor, action="memory.delete", tenant=memory.tenant, object_type="memory",
+            object_ids=[memory_id], details={"bucket_id": str(bucket_id)},
+        )  # fmt: skip
+    note_writes(bucket_id, 1)
+    transaction.on_commit(
+        lambda: send_safely(signals.memory_deleted, bucket_id=bucket_id, memory_id=memory_id, states=states)
+    )
+
+
+@transaction.atomic
+def memories_delete(*, memories: list[Memory], actor: Actor) -> None:
+    """Delete several memories (an operator's selection), audited as one ``memory.delete`` event
+    per tenant with the first contents, in the same transaction."""
+    for memory in memories:
+        memory_delete(memory=memory)
+    for tenant_id in {m.tenant_id for m in memories}:
+        mine = [m for m in memories if m.tenant_id == tenant_id]
+        audit_record(
+            actor=actor, action="memory.delete", tenant=mine[0].tenant, object_type="memory",
+            object_ids=[m.pk for m in mine],
+            details={"bucket_ids": sorted({str(m.bucket_id) for m in mine}),
+                     "contents": [m.content[:200] for m in mine[:20]]},
+        )  # fmt: skip
