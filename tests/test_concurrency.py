@@ -28,6 +28,7 @@ from django.db import connection
 from audit.models import AuditEvent
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
+from memories.services import buckets as memory_buckets
 from memories.text import text_hash
 from tenants import services as tenant_services
 from tenants.models import Bucket
@@ -267,7 +268,7 @@ def test_writes_during_a_bucket_merge_are_neither_lost_nor_duplicated(server, te
     assert not Memory.objects.filter(tenant=tenant).exclude(bucket_id__in=buckets).exists()
     assert orphans() == {}
     if remove_source:
-        assert tenant_services._rows_left_in(Bucket(pk=source.pk)) == []
+        assert memory_buckets._rows_left_in(Bucket(pk=source.pk)) == []
     by_id = {str(r["id"]): r for r in rows}
     where: dict[str, set] = defaultdict(set)  # text hash -> buckets holding it
     for r in rows:

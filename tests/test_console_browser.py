@@ -26,6 +26,7 @@ from maintenance.services import near_duplicates_find_for
 from memories import access
 from memories.models import Memory, MemoryAccess
 from memories.services import MemoryInput, memories_ingest
+from memories.services import buckets as memory_buckets
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket, Tenant
 
@@ -271,7 +272,7 @@ def test_bucket_merge_preview_and_confirm(console, operator):
     assert "Merged “inbox” into “archive”" in console.text(".messagelist")
     assert not Bucket.objects.filter(pk=inbox.pk).exists()
     assert Memory.objects.for_bucket(archive).count() == 3 and Memory.objects.filter(pk=kept).exists()
-    assert tenant_services._rows_left_in(Bucket(pk=inbox_id)) == []
+    assert memory_buckets._rows_left_in(Bucket(pk=inbox_id)) == []
     event = AuditEvent.objects.get(action="bucket.merge")
     assert event.details["deduplicated"] == 1 and event.actor_label == "operator"
 
