@@ -13,6 +13,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
+from engram_site.querysets import TenantScopedQuerySet
 from tenants.models import Tenant
 
 
@@ -22,9 +23,8 @@ class ActorKind(models.TextChoices):
     SYSTEM = "system", "system"
 
 
-class AuditEventQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> AuditEventQuerySet:
-        return self.filter(tenant_id=tenant.pk)
+class AuditEventQuerySet(TenantScopedQuerySet):
+    pass
 
 
 class AuditEvent(models.Model):
