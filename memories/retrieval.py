@@ -8,6 +8,7 @@ decides how to render them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -28,6 +29,7 @@ from django.utils import timezone
 
 from engram_site.db import binding_cursor
 from memories import access, embedding, lemmatizer, ranking
+from memories.filters import MemoryFilters
 from memories.models import half_precision_distance
 from memories.text import rough_token_count, transcript_speaker
 from tenants.models import Bucket
@@ -90,52 +92,8 @@ _DF_TTL = 600.0
 MAX_CACHED_ESTIMATES = 1000  # filtered-row estimates kept per bucket
 
 
-@dataclass
-class SearchFilters:
-    hint_tags: list[str] | None = None
-    agent_id: str | None = None
-    run_id: str | None = None
-    attributed_to: str | None = None
-    classified_scope: str | None = None
-    classified_topic: str | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    # Supersession (graph app): include historical memories (demoted) or not, and
-    # evaluate memory as it stood at a past time.
-    include_superseded: bool = True
-    as_of: datetime | None = None
-    # The query time supersession is evaluated at when as_of is not given.
-    reference_time: datetime | None = None
-
-    def sql(self, bucket: Bucket, alias: str = "m") -> tuple[str, list]:
-        """WHERE clause (tenant and bucket first, as every index leads with them) and its params."""
-        clauses = [f"{alias}.tenant_id = %s", f"{alias}.bucket_id = %s"]
-        params: list = [bucket.tenant_id, bucket.pk]
-        if self.hint_tags:
-            clauses.append(f"{alias}.hint_tags @> %s::text[]")
-            params.append(list(self.hint_tags))
-        for name in ("agent_id", "run_id", "attributed_to", "classified_scope", "classified_topic"):
-            value = getattr(self, name)
-            if value is not None:
-                clauses.append(f"{alias}.{name} = %s")
-                params.append(value)
-        if self.created_after is not None:
-            clauses.append(f"{alias}.created_at >= %s")
-            params.append(self.created_after)
-        if self.created_before is not None:
-            clauses.append(f"{alias}.created_at < %s")
-            params.append(self.created_before)
-        if self.as_of is not None:
-            clauses.append(f"{alias}.created_at <= %s")
-            params.append(self.as_of)
-        if not self.include_superseded:
-            moment = self.as_of or self.reference_time
-            if moment is None:
-                clauses.append(f"{alias}.superseded_at IS NULL")
-            else:
-                clauses.append(f"({alias}.superseded_at IS NULL OR {alias}.superseded_at > %s)")
-                params.append(moment)
-        return " AND ".join(clauses), params
+# The name callers have used for the filters (memories/apis.py, console, bench/).
+SearchFilters = MemoryFilters
 
 
 @dataclass
@@ -878,7 +836,7 @@ def memories_search(
         config = ranking.with_weight(config, "graph", 1.0)
     # "As of" a past time, recency and relative dates are judged from that time too.
     now = now or filters.as_of or timezone.now()
-    filters.reference_time = now
+    filters = dataclasses.replace(filters, reference_time=now)
     if limit is None:
         limit = BUDGET_DEFAULT_LIMIT if token_budget is not None else 10
     limit = max(1, min(limit, MAX_LIMIT))
