@@ -29,8 +29,9 @@ from engram_site.exceptions import DomainError
 from maintenance import services as maintenance_services
 from maintenance.models import DuplicateCandidate, DuplicateStatus
 from memories import topics as topic_services
+from memories.filters import MemoryFilters
 from memories.models import Memory
-from memories.retrieval import SearchFilters, memories_search
+from memories.retrieval import memories_search
 from tenants import services as tenant_services
 from tenants.models import Bucket
 from tenants.selectors import parse_uuid
@@ -376,7 +377,7 @@ def playground(request):
             mode=data["mode"],
             limit=data["limit"],
             token_budget=data.get("token_budget"),
-            filters=SearchFilters(include_superseded=data["include_superseded"]),
+            filters=MemoryFilters(include_superseded=data["include_superseded"]),
             explain=True,
             record_access=False,
         )
