@@ -1,5 +1,5 @@
 """One filter definition (memories/filters.py): its SQL form (the search's signals) and its
-ORM form (the listings) select the same rows."""
+ORM form (the listings) select the same rows; the API input is derived from it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
+from memories import apis
 from memories.filters import MemoryFilters
 from memories.models import Memory
+from memories.serializers import SearchFiltersIn
 from memories.services import MemoryInput, memories_ingest
 
 pytestmark = pytest.mark.django_db
@@ -120,3 +122,23 @@ def test_every_pair_of_filters_selects_the_same_rows_in_both_forms(rows, bucket)
 def _given(filters: MemoryFilters) -> dict:
     defaults = MemoryFilters()
     return {name: value for name, value in vars(filters).items() if value != getattr(defaults, name)}
+
+
+def test_the_derived_filter_input_is_the_one_the_search_endpoint_declares():
+    """memories/serializers.py derives SearchFiltersIn from the filters' definition; until
+    memories/apis.py imports it, it must stay field for field the one declared there."""
+    assert repr(SearchFiltersIn()) == repr(apis.SearchFiltersIn())
+    payloads = [
+        {"hint_tags": ["a", "b", "a"], "agent_id": "x", "as_of": "2025-01-01T00:00:00Z"},
+        {"attributed_to": "robot"},
+        {"include_superseded": "yes"},
+        {"agent_id": "x" * 201},
+        {"unknown": 1},
+    ]
+    for payload in payloads:
+        derived, declared = SearchFiltersIn(data=payload), apis.SearchFiltersIn(data=payload)
+        assert derived.is_valid() == declared.is_valid()
+        assert derived.errors == declared.errors
+        if declared.is_valid():
+            assert derived.validated_data == declared.validated_data
+            MemoryFilters(**derived.validated_data)  # every input field is a filter
