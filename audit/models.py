@@ -13,6 +13,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
+from engram_site.querysets import TenantScopedQuerySet
+
 
 class ActorKind(models.TextChoices):
     OPERATOR = "operator", "operator"
@@ -20,9 +22,8 @@ class ActorKind(models.TextChoices):
     SYSTEM = "system", "system"
 
 
-class AuditEventQuerySet(models.QuerySet):
-    def for_tenant(self, tenant) -> AuditEventQuerySet:
-        return self.filter(tenant_id=tenant.pk)
+class AuditEventQuerySet(TenantScopedQuerySet):
+    pass
 
 
 class AuditEvent(models.Model):

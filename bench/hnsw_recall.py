@@ -5,8 +5,8 @@
 The corpus is loaded over HTTP into one bucket exactly as for ``search_latency.py`` (same tenant
 and bucket, so one kept ``--home`` serves both; see ``bench/loader.py``). Then this script talks
 to the server's database directly (psycopg, the connection parameters Django uses, client-side
-parameter binding like Django's) and runs the vector query of ``memories/retrieval.py``
-``_vector`` verbatim:
+parameter binding like Django's) and runs the vector query of ``memories/retrieval/vector.py``
+``nearest`` verbatim:
 
 * **approximate**: in a transaction, ``set_config('hnsw.ef_search', ef, true)`` and
   ``set_config('hnsw.iterative_scan', 'relaxed_order', true)``, then
@@ -42,7 +42,7 @@ import common
 import inproc
 import loader
 
-# What _vector sets for its transaction before the index walk.
+# What nearest sets for its transaction before the index walk.
 SET_LOCAL = "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)"
 INDEXES = {"embedding": "idx_memories_embedding_hnsw", "context_embedding": "idx_memories_context_hnsw"}
 
@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # --------------------------------------------------------------------------------------------
-# SQL (mirrors memories/retrieval.py: SearchFilters.sql and _vector)
+# SQL (mirrors memories/filters.py: MemoryFilters.sql and memories/retrieval/vector.py: nearest)
 # --------------------------------------------------------------------------------------------
 
 

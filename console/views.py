@@ -29,8 +29,9 @@ from engram_site.exceptions import DomainError
 from maintenance import services as maintenance_services
 from maintenance.models import DuplicateCandidate, DuplicateStatus
 from memories import topics
+from memories.filters import MemoryFilters
 from memories.models import Memory
-from memories.retrieval import SearchFilters, memories_search
+from memories.retrieval import memories_search
 from memories.services import buckets as memory_buckets
 from memories.services import topics as topic_services
 from tenants.models import Bucket
@@ -377,7 +378,7 @@ def playground(request):
             mode=data["mode"],
             limit=data["limit"],
             token_budget=data.get("token_budget"),
-            filters=SearchFilters(include_superseded=data["include_superseded"]),
+            filters=MemoryFilters(include_superseded=data["include_superseded"]),
             explain=True,
             record_access=False,
         )

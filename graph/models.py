@@ -15,16 +15,13 @@ from django.db import models
 from django.db.models import F, Func, Q, Value
 
 from engram_site.db import TransactionNow
+from engram_site.querysets import BucketScopedQuerySet
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
 
 
-class EntityQuerySet(models.QuerySet):
-    def for_bucket(self, bucket: Bucket) -> EntityQuerySet:
-        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
-
-    def for_tenant(self, tenant: Tenant) -> EntityQuerySet:
-        return self.filter(tenant_id=tenant.pk)
+class EntityQuerySet(BucketScopedQuerySet):
+    pass
 
 
 class Entity(models.Model):
@@ -105,10 +102,7 @@ class Mention(models.Model):
         return f"{self.memory_id} mentions {self.entity_id}"
 
 
-class EdgeQuerySet(models.QuerySet):
-    def for_bucket(self, bucket: Bucket) -> EdgeQuerySet:
-        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
-
+class EdgeQuerySet(BucketScopedQuerySet):
     def valid_at(self, moment) -> EdgeQuerySet:
         return self.filter(valid_from__lte=moment).filter(Q(valid_to__isnull=True) | Q(valid_to__gt=moment))
 

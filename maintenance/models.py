@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from engram_site.db import TransactionNow
+from engram_site.querysets import BucketScopedQuerySet
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
 
@@ -71,13 +72,7 @@ class DuplicateStatus(models.TextChoices):
     KEPT_BOTH = "kept_both", "kept both"
 
 
-class DuplicateCandidateQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> DuplicateCandidateQuerySet:
-        return self.filter(tenant_id=tenant.pk)
-
-    def for_bucket(self, bucket: Bucket) -> DuplicateCandidateQuerySet:
-        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
-
+class DuplicateCandidateQuerySet(BucketScopedQuerySet):
     def pending(self) -> DuplicateCandidateQuerySet:
         return self.filter(status=DuplicateStatus.PENDING)
 

@@ -12,6 +12,7 @@ from django.db.models.functions import Cast, Coalesce, Concat
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 from engram_site.db import TransactionNow
+from engram_site.querysets import BucketScopedQuerySet
 from tenants.models import Bucket, Tenant
 
 EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2
@@ -87,13 +88,8 @@ class JsonbDefault(Func):
         self.template = "%(expressions)s::jsonb"
 
 
-class MemoryQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> MemoryQuerySet:
-        return self.filter(tenant_id=tenant.pk)
-
-    def for_bucket(self, bucket: Bucket) -> MemoryQuerySet:
-        # tenant_id is repeated on purpose: every index that matters leads with it.
-        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
+class MemoryQuerySet(BucketScopedQuerySet):
+    pass
 
 
 class Memory(models.Model):

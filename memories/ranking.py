@@ -84,7 +84,7 @@ class RankingConfig:
     neighbour_reach: int = 2
     # Query-adaptive keyword weight: both BM25 signals count ``floor + (1 - floor) x coverage``
     # of their weight, where coverage is the share of the query's IDF mass the best lexical
-    # match holds (retrieval._bm25). 1 keeps the weights fixed.
+    # match holds (retrieval.keyword.bm25). 1 keeps the weights fixed.
     keyword_coverage_floor: float = 1.0
     # Session match: a candidate gains this share of the best fused score among the other
     # candidates of its sequence (its run or write batch), whatever their distance.

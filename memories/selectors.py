@@ -1,4 +1,4 @@
-"""Reads of single memories and memory listings (search lives in retrieval.py)."""
+"""Reads of single memories and memory listings (search lives in memories/retrieval/)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from django.db.models import QuerySet
 
 from engram_site.exceptions import NotFound
 from memories import access
+from memories.filters import MemoryFilters
 from memories.models import PENDING_ENRICHMENT, Memory
-from memories.retrieval import SearchFilters
 from tenants.models import ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
 
@@ -25,18 +25,9 @@ def memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None, for_
     return memory
 
 
-def memory_list(*, bucket: Bucket, filters: SearchFilters, pending: bool | None = None) -> QuerySet[Memory]:
+def memory_list(*, bucket: Bucket, filters: MemoryFilters, pending: bool | None = None) -> QuerySet[Memory]:
     queryset = access.with_pending(Memory.objects.for_bucket(bucket).defer("embedding", "context_embedding"))
-    if filters.hint_tags:
-        queryset = queryset.filter(hint_tags__contains=filters.hint_tags)
-    for name in ("agent_id", "run_id", "attributed_to", "classified_scope", "classified_topic"):
-        value = getattr(filters, name)
-        if value is not None:
-            queryset = queryset.filter(**{name: value})
-    if filters.created_after is not None:
-        queryset = queryset.filter(created_at__gte=filters.created_after)
-    if filters.created_before is not None:
-        queryset = queryset.filter(created_at__lt=filters.created_before)
+    queryset = queryset.filter(filters.q())
     if pending is True:
         queryset = queryset.filter(PENDING_ENRICHMENT)
     elif pending is False:

@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import Q
 
 from engram_site.db import TransactionNow
+from engram_site.querysets import BucketScopedQuerySet
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
 
@@ -39,12 +40,8 @@ class ChunkStatus(models.TextChoices):
 UNFINISHED = Q(status__in=[SourceStatus.PENDING, SourceStatus.PROCESSING, SourceStatus.FAILED])
 
 
-class SourceQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> SourceQuerySet:
-        return self.filter(tenant_id=tenant.pk)
-
-    def for_bucket(self, bucket: Bucket) -> SourceQuerySet:
-        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)
+class SourceQuerySet(BucketScopedQuerySet):
+    pass
 
 
 class Source(models.Model):

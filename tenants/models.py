@@ -14,6 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from engram_site.db import TransactionNow
+from engram_site.querysets import TenantScopedQuerySet
 
 
 class TenantSettings:
@@ -55,9 +56,8 @@ class Tenant(models.Model):
         return bool(self.setting("classification_enabled"))
 
 
-class BucketQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> BucketQuerySet:
-        return self.filter(tenant=tenant)
+class BucketQuerySet(TenantScopedQuerySet):
+    pass
 
 
 class Bucket(models.Model):
@@ -100,10 +100,7 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-class ApiTokenQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> ApiTokenQuerySet:
-        return self.filter(tenant=tenant)
-
+class ApiTokenQuerySet(TenantScopedQuerySet):
     def usable(self) -> ApiTokenQuerySet:
         return self.filter(revoked_at__isnull=True).filter(
             models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
@@ -168,9 +165,8 @@ class ApiToken(models.Model):
         return self.bucket_id is None or str(self.bucket_id) == str(bucket_id)
 
 
-class OperatorMembershipQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant) -> OperatorMembershipQuerySet:
-        return self.filter(tenant=tenant)
+class OperatorMembershipQuerySet(TenantScopedQuerySet):
+    pass
 
 
 class OperatorMembership(models.Model):

@@ -1,4 +1,4 @@
-"""BM25 in SQL (memories.retrieval._bm25) against the formula computed in Python."""
+"""BM25 in SQL (memories.retrieval.keyword.bm25) against the formula computed in Python."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import random
 
 import pytest
 
-from memories import lemmatizer, ranking, retrieval
+from memories import lemmatizer, ranking
+from memories.filters import MemoryFilters
 from memories.models import Memory
+from memories.retrieval import keyword
 from memories.services import MemoryInput, memories_ingest
 
 pytestmark = pytest.mark.django_db
@@ -63,12 +65,12 @@ def word_bucket(bucket):
 @pytest.mark.parametrize("query", ["lantern meadow", "apple river castle", "violin violin harbor", "apple", "meadow"])
 def test_sql_bm25_equals_the_formula_over_the_whole_bucket(word_bucket, query, monkeypatch):
     config = ranking.resolve({}, None)
-    lexemes = retrieval._query_lexemes(" ".join(lemmatizer.query_terms(query)))
+    lexemes = keyword.query_lexemes(" ".join(lemmatizer.query_terms(query)))
     expected = python_bm25(word_bucket, lexemes, config)
     # Small budgets, so candidate selection (rarest terms, pairs, the cut) is exercised.
-    monkeypatch.setattr(retrieval, "CANDIDATE_BUDGET", 60)
-    monkeypatch.setattr(retrieval, "MAX_KEYWORD_MATCHES", 150)
-    got, _coverage = retrieval._bm25(word_bucket, lexemes, retrieval.SearchFilters(), config, context=False)
+    monkeypatch.setattr(keyword, "CANDIDATE_BUDGET", 60)
+    monkeypatch.setattr(keyword, "MAX_KEYWORD_MATCHES", 150)
+    got, _coverage = keyword.bm25(word_bucket, lexemes, MemoryFilters(), config, context=False)
     assert got, query
     best = sorted(expected.values(), reverse=True)
     # The top 10 are exactly the best-scoring memories (ties may come in either order).
@@ -93,7 +95,7 @@ def test_term_frequency_saturates_and_length_normalises(bucket):
         sequence=False,
     )
     config = ranking.resolve({}, None)
-    got = dict(retrieval._bm25(bucket, ["comet"], retrieval.SearchFilters(), config, context=False)[0])
+    got = dict(keyword.bm25(bucket, ["comet"], MemoryFilters(), config, context=False)[0])
     by_text = {Memory.objects.get(pk=k).content: v for k, v in got.items()}
     one, two, six = by_text["comet"], by_text["comet comet"], by_text["comet comet comet comet comet comet"]
     assert one < two < six  # more occurrences score higher...
@@ -122,7 +124,7 @@ def test_query_lexemes_are_the_parsers_lexemes(lemmas):
     with connection.cursor() as cur:
         cur.execute("SELECT lexeme FROM unnest(to_tsvector('simple', %s))", [lemmas])
         parsed = [row[0] for row in cur.fetchall()]
-    assert retrieval._query_lexemes(lemmas) == parsed
+    assert keyword.query_lexemes(lemmas) == parsed
 
 
 def test_plain_query_terms_need_no_round_trip():
@@ -130,9 +132,9 @@ def test_plain_query_terms_need_no_round_trip():
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as plain:
-        assert retrieval._query_lexemes("river apple 2024 apple") == ["2024", "apple", "river"]
+        assert keyword.query_lexemes("river apple 2024 apple") == ["2024", "apple", "river"]
     with CaptureQueriesContext(connection) as other:
-        retrieval._query_lexemes("river e-mail")
+        keyword.query_lexemes("river e-mail")
     assert len(plain) == 0 and len(other) == 1
 
 
@@ -143,10 +145,10 @@ def test_coverage_is_the_share_of_the_query_the_best_match_holds(bucket):
         sequence=False,
     )
     config = ranking.resolve({}, None)
-    search = retrieval.SearchFilters()
-    _hits, whole = retrieval._bm25(bucket, ["comet", "tail"], search, config, context=False)
+    search = MemoryFilters()
+    _hits, whole = keyword.bm25(bucket, ["comet", "tail"], search, config, context=False)
     assert whole == pytest.approx(1.0)  # "comet tail" holds every query term
-    _hits, part = retrieval._bm25(bucket, ["comet", "nebula"], search, config, context=False)
+    _hits, part = keyword.bm25(bucket, ["comet", "nebula"], search, config, context=False)
     assert 0 < part < 0.5  # "nebula" is in no memory, and the rarer term weighs more
     lowered = ranking.with_keyword_coverage(ranking.merge(config, {"keyword_coverage_floor": 0.2}), part)
     assert lowered.weight("keyword") == pytest.approx(config.weight("keyword") * (0.2 + 0.8 * part))

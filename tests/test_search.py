@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from memories import access, embedding
 from memories.models import Memory
+from memories.retrieval import keyword, rows, stats, vector
 from memories.services import access as access_times
 
 pytestmark = pytest.mark.django_db
@@ -100,9 +101,7 @@ def test_limit(api, bucket):
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword", "vector-walk"])
 def test_filters(api, bucket, mode, monkeypatch):
     if mode == "vector-walk":  # every filter through the HNSW walk, its parameters bound apart
-        from memories import retrieval
-
-        monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 0)
+        monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 0)
         mode = "vector"
     now = timezone.now()
     a, b, c, d = write(
@@ -340,17 +339,17 @@ def test_ranking_overrides_are_applied(api, bucket):
 )
 def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, runs):
     """With the defaults every signal runs (both BM25 and both vector walks, one embedding)."""
-    from memories import embedding, retrieval
+    from memories import embedding
 
     write(api, bucket, *CORPUS)
     seen = {"bm25": [], "vector": [], "embed": 0}
-    real_bm25, real_vector, real_embed = retrieval._bm25, retrieval._vector, embedding.embed_query
+    real_bm25, real_vector, real_embed = keyword.bm25, vector.nearest, embedding.embed_query
 
-    def bm25(*args, context, **kwargs):
+    def counting_bm25(*args, context, **kwargs):
         seen["bm25"].append(context)
         return real_bm25(*args, context=context, **kwargs)
 
-    def vector(*args, context, **kwargs):
+    def counting_nearest(*args, context, **kwargs):
         seen["vector"].append(context)
         return real_vector(*args, context=context, **kwargs)
 
@@ -358,8 +357,8 @@ def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, run
         seen["embed"] += 1
         return real_embed(text)
 
-    monkeypatch.setattr(retrieval, "_bm25", bm25)
-    monkeypatch.setattr(retrieval, "_vector", vector)
+    monkeypatch.setattr(keyword, "bm25", counting_bm25)
+    monkeypatch.setattr(vector, "nearest", counting_nearest)
     monkeypatch.setattr(embedding, "embed_query", embed)
     embedding._embed_query_cached.cache_clear()
     # Every signal weighted in, then some zeroed.
@@ -529,13 +528,11 @@ class TestParallelSignals:
 def test_large_buckets_are_searched_through_the_hnsw_index_with_its_settings(api, bucket, monkeypatch):
     from django.db import connection
 
-    from memories import retrieval
-
     # Pretend the bucket is large, and keep the planner off scanning and sorting this small
     # table: the index must answer, with hnsw.ef_search applied in the signal's transaction
     # (without it pgvector's default of 40 returns too few rows and the search falls back to
     # an exact scan). Autocommit, as in production: no test transaction hides a lost SET LOCAL.
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 10)
+    monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 10)
     write(api, bucket, *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(60)], sequence=True)
     with connection.cursor() as cur:
         cur.execute("SET enable_seqscan = off; SET enable_sort = off; SET enable_bitmapscan = off")
@@ -554,7 +551,6 @@ def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, mo
 
     from engram_site.db import binding_cursor
     from maintenance import neighbours
-    from memories import retrieval
 
     # Every statement ordering by a half-precision distance, from any thread's connection.
     walks = []
@@ -566,7 +562,7 @@ def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, mo
         return real_execute(self, sql, params)
 
     monkeypatch.setattr(utils.CursorWrapper, "execute", execute)
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 10)
+    monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 10)
     write(api, bucket, *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(30)], sequence=True)
     search(api, bucket, "books about the ocean", mode="vector")
     first = bucket.memories.order_by("created_at").first()
@@ -597,9 +593,8 @@ def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, mo
 def test_the_hnsw_walk_ranks_by_the_query_it_was_given(api, bucket, monkeypatch):
     """The walk binds the query vector in binary; ranked by anything else (a placeholder
     typed halfvec would misread those bytes) the nearest memory would not come first."""
-    from memories import retrieval
 
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 0)
+    monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 0)
     texts = [
         "My sister Anna works as a nurse in Boston.",
         "The car needs new winter tyres before December.",
@@ -626,9 +621,7 @@ def reader_and_gardener(api, bucket, monkeypatch) -> list[dict]:
     gardener's filter, below the cutoff. Returns the gardener's memories."""
     from django.db import connection
 
-    from memories import retrieval
-
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
+    monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 20)
     reading = [{"content": f"Reading list entry {i}: a novel about the sea", "agent_id": "reader"} for i in range(60)]
     garden = [{"content": f"Garden note {i}: water the tomatoes at dawn", "agent_id": "gardener"} for i in range(3)]
     write(api, bucket, *reading, *garden)
@@ -639,13 +632,12 @@ def reader_and_gardener(api, bucket, monkeypatch) -> list[dict]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_filter_leaving_few_rows_is_searched_exactly_without_walking_the_index(api, bucket, monkeypatch):
-    from memories import retrieval
 
     # The gardener's few rows are read and ranked exactly; the reader's filter still walks the index.
     garden = reader_and_gardener(api, bucket, monkeypatch)
     walks = []
-    real_settings = retrieval._hnsw_settings
-    monkeypatch.setattr(retrieval, "_hnsw_settings", lambda cur, ef: walks.append(ef) or real_settings(cur, ef))
+    real_settings = vector.hnsw_settings
+    monkeypatch.setattr(vector, "hnsw_settings", lambda cur, ef: walks.append(ef) or real_settings(cur, ef))
 
     body = search(api, bucket, "tomatoes", mode="vector", explain=True, filters={"agent_id": "gardener"})
     assert sorted(r["content"] for r in body["results"]) == sorted(g["content"] for g in garden)
@@ -662,17 +654,16 @@ def test_a_filter_leaving_few_rows_is_searched_exactly_without_walking_the_index
 
 @pytest.mark.django_db(transaction=True)
 def test_the_filtered_row_estimate_is_planned_once_per_filter_until_the_bucket_changes(api, bucket, monkeypatch):
-    from memories import retrieval
 
     garden = reader_and_gardener(api, bucket, monkeypatch)
     planned = []  # the agent of every filter the planner was asked about
-    real_estimate = retrieval._estimated_rows
+    real_estimate = vector.estimated_rows
 
     def estimate(where, params, column):
         planned.append(params[-1])
         return real_estimate(where, params, column)
 
-    monkeypatch.setattr(retrieval, "_estimated_rows", estimate)
+    monkeypatch.setattr(vector, "estimated_rows", estimate)
 
     def gardener_search(query):
         body = search(api, bucket, query, mode="vector", explain=True, filters={"agent_id": "gardener"})
@@ -692,13 +683,12 @@ def test_the_filtered_row_estimate_is_planned_once_per_filter_until_the_bucket_c
     gardener_search("tomatoes")
     assert planned == ["gardener", "reader", "gardener"]
     # ...and so does their age.
-    monkeypatch.setattr(retrieval, "_STATS_TTL", 0.0)
+    monkeypatch.setattr(stats, "STATS_TTL", 0.0)
     gardener_search("tomatoes")
     assert planned == ["gardener", "reader", "gardener", "gardener"]
 
 
 def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket, monkeypatch):
-    from memories import retrieval
 
     now = timezone.now()
     items = [
@@ -717,12 +707,12 @@ def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket,
         ]
 
     fetched = []
-    real_fetch = retrieval._fetch_rows
-    monkeypatch.setattr(retrieval, "_fetch_rows", lambda b, ids: fetched.append(len(ids)) or real_fetch(b, ids))
+    real_fetch = rows.fetch_rows
+    monkeypatch.setattr(rows, "fetch_rows", lambda b, ids: fetched.append(len(ids)) or real_fetch(b, ids))
     cut, rows_cut = answers(), sum(fetched)
     fetched.clear()
-    real = retrieval._fetch_contenders
-    monkeypatch.setattr(retrieval, "_fetch_contenders", lambda b, fused, *a: real(b, fused, a[0], None, *a[2:]))
+    real = rows.fetch_contenders
+    monkeypatch.setattr(rows, "fetch_contenders", lambda b, fused, *a: real(b, fused, a[0], None, *a[2:]))
     assert answers() == cut
     assert rows_cut < sum(fetched)  # the cut did skip rows
 
@@ -805,22 +795,21 @@ def test_memories_about_a_person_named_in_the_question_are_boosted(api, bucket):
 def test_a_large_bucket_without_context_vectors_skips_the_context_walk_until_it_has_some(api, bucket, monkeypatch):
     """Written as unrelated facts, a bucket has no context vectors: reading all its rows to
     find none would cost a full scan per search. Once it has some, they are searched."""
-    from memories import retrieval
 
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
+    monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 20)
     facts = [f"Fact {i}: the blue notebook sits on shelf {i}" for i in range(30)]
     write(api, bucket, *facts)  # sequence=False: no context
     body = search(api, bucket, "Where is the blue notebook?", mode="vector", explain=True)
     assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "none"}
 
     # A small bucket is still read exactly: nothing is skipped there.
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 2000)
+    monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 2000)
     body = search(api, bucket, "Which shelf has the notebook?", mode="vector", explain=True)
     assert body["results"][0]["explain"]["vector_search"] == {"vector": "exact", "vector_context": "exact"}
 
     # This process's writes renew the count: sequenced memories are found by their context
     # (two context vectors, fewer than the cutoff: read exactly).
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
+    monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 20)
     story = ["We moved to Lisbon in May.", "The new flat has a balcony over the river.", "It gets the morning sun."]
     write(api, bucket, *story, sequence=True)
     body = search(api, bucket, "the balcony of the Lisbon flat", mode="vector", explain=True)
@@ -849,10 +838,10 @@ def test_the_index_walk_widens_with_the_graph_across_buckets_and_tenants(api, bu
     from tests.conftest import make_client
 
     used = []
-    real = retrieval._hnsw_settings
-    monkeypatch.setattr(retrieval, "_hnsw_settings", lambda cur, ef: (used.append(ef), real(cur, ef)))
-    monkeypatch.setattr(retrieval, "EXACT_SCAN_BELOW", 20)
-    monkeypatch.setattr(retrieval, "EF_GROWS_FROM", 100)
+    real = vector.hnsw_settings
+    monkeypatch.setattr(vector, "hnsw_settings", lambda cur, ef: (used.append(ef), real(cur, ef)))
+    monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 20)
+    monkeypatch.setattr(vector, "EF_GROWS_FROM", 100)
     write(api, bucket, *(f"Fact {i}: the green kettle is in cupboard {i}" for i in range(30)))
     search(api, bucket, "Where is the kettle?", mode="vector", ranking={"candidates": 10})
     assert used == [100]  # 30 vectors: below the first size, the setting as is

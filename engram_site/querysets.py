@@ -1,0 +1,36 @@
+"""Tenant scoping shared by every tenant-owned table (infrastructure: no domain imports).
+
+A tenant-owned row carries a ``tenant_id`` column, and a bucket-owned one ``bucket_id`` as
+well. Reads reach such a table through :meth:`TenantScopedQuerySet.for_tenant` or
+:meth:`BucketScopedQuerySet.for_bucket`, written once here rather than in every app.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Self
+
+from django.db import models
+
+
+class _Tenant(Protocol):
+    pk: Any
+
+
+class _Bucket(Protocol):
+    pk: Any
+    tenant_id: Any
+
+
+class TenantScopedQuerySet(models.QuerySet):
+    """A queryset over a table with a ``tenant_id`` column."""
+
+    def for_tenant(self, tenant: _Tenant) -> Self:
+        return self.filter(tenant_id=tenant.pk)
+
+
+class BucketScopedQuerySet(TenantScopedQuerySet):
+    """A queryset over a table with ``tenant_id`` and ``bucket_id`` columns."""
+
+    def for_bucket(self, bucket: _Bucket) -> Self:
+        # tenant_id is repeated on purpose: every index that matters leads with it.
+        return self.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk)

@@ -1,0 +1,108 @@
+"""The filters a search or a listing narrows a bucket's memories by, defined once.
+
+Each filter is a field of :class:`MemoryFilters` whose metadata names the column it tests
+and how (:data:`LOOKUPS`). The same definition writes the raw SQL the retrieval signals
+run (:meth:`MemoryFilters.sql`), the ORM condition the listings use
+(:meth:`MemoryFilters.q`) and the API's input fields (``memories/serializers.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from memories.models import Attribution, Scope
+
+# lookup → (SQL operator and placeholder, Django lookup). A filter whose value is None (or,
+# for tags, empty) is not applied.
+LOOKUPS = {
+    "exact": ("= %s", "exact"),
+    "contains": ("@> %s::text[]", "contains"),
+    "gte": (">= %s", "gte"),
+    "lt": ("< %s", "lt"),
+    "lte": ("<= %s", "lte"),
+}
+
+
+def _filter(column: str, lookup: str, kind: str, **api: Any) -> Any:
+    """A filter field: its ``column`` tested by ``lookup``; ``kind`` and ``api`` describe
+    the value the API accepts for it (memories/serializers.py)."""
+    return field(default=None, metadata={"column": column, "lookup": lookup, "kind": kind, "api": api})
+
+
+MAX_ID_CHARS = 200
+MAX_TOPIC_CHARS = 100
+
+
+@dataclass(frozen=True)
+class MemoryFilters:
+    hint_tags: list[str] | None = _filter("hint_tags", "contains", "tags")
+    agent_id: str | None = _filter("agent_id", "exact", "text", max_length=MAX_ID_CHARS)
+    run_id: str | None = _filter("run_id", "exact", "text", max_length=MAX_ID_CHARS)
+    attributed_to: str | None = _filter("attributed_to", "exact", "choice", choices=Attribution.choices)
+    classified_scope: str | None = _filter("classified_scope", "exact", "choice", choices=Scope.choices)
+    classified_topic: str | None = _filter("classified_topic", "exact", "text", max_length=MAX_TOPIC_CHARS)
+    created_after: datetime | None = _filter("created_at", "gte", "datetime")
+    created_before: datetime | None = _filter("created_at", "lt", "datetime")
+    # Supersession (graph app): include historical memories (demoted) or not, and
+    # evaluate memory as it stood at a past time.
+    include_superseded: bool = field(
+        default=True,
+        metadata={
+            "kind": "flag",
+            "api": {"help_text": "include memories a newer fact has superseded (demoted; default true)"},
+        },
+    )
+    as_of: datetime | None = _filter(
+        "created_at",
+        "lte",
+        "datetime",
+        help_text="search memory as it stood at this time (newer memories and facts are ignored)",
+    )
+    # The query time supersession is evaluated at when as_of is not given (set by the search,
+    # not by a caller's input).
+    reference_time: datetime | None = None
+
+    def _applied(self):
+        """(column, lookup, value) of every filter given, in declaration order."""
+        for spec in fields(self):
+            lookup = spec.metadata.get("lookup")
+            if lookup is None:
+                continue
+            value = getattr(self, spec.name)
+            if value is None or (lookup == "contains" and not value):
+                continue
+            yield spec.metadata["column"], lookup, value
+
+    def _superseded_moment(self) -> datetime | None:
+        return self.as_of or self.reference_time
+
+    def sql(self, bucket, alias: str = "m") -> tuple[str, list]:
+        """WHERE clause (tenant and bucket first, as every index leads with them) and its params."""
+        clauses = [f"{alias}.tenant_id = %s", f"{alias}.bucket_id = %s"]
+        params: list = [bucket.tenant_id, bucket.pk]
+        for column, lookup, value in self._applied():
+            clauses.append(f"{alias}.{column} {LOOKUPS[lookup][0]}")
+            params.append(list(value) if lookup == "contains" else value)
+        if not self.include_superseded:
+            moment = self._superseded_moment()
+            if moment is None:
+                clauses.append(f"{alias}.superseded_at IS NULL")
+            else:
+                clauses.append(f"({alias}.superseded_at IS NULL OR {alias}.superseded_at > %s)")
+                params.append(moment)
+        return " AND ".join(clauses), params
+
+    def q(self) -> Q:
+        """The same filters as an ORM condition (the bucket is the queryset's: ``for_bucket``)."""
+        condition = Q()
+        for column, lookup, value in self._applied():
+            condition &= Q(**{f"{column}__{LOOKUPS[lookup][1]}": list(value) if lookup == "contains" else value})
+        if not self.include_superseded:
+            moment = self._superseded_moment()
+            current = Q(superseded_at__isnull=True)
+            condition &= current if moment is None else current | Q(superseded_at__gt=moment)
+        return condition

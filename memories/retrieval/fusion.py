@@ -1,0 +1,118 @@
+"""Boosts: what multiplies a candidate's fused score once its row is read.
+
+The signals' lists are fused by :func:`memories.ranking.fuse` (the weights and options live
+in :mod:`memories.ranking`); here the query's cues (:mod:`memories.retrieval.query`) and
+each row decide the factors, and a superseded memory is kept below its successor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from memories import ranking
+from memories.retrieval.hits import Hit
+from memories.retrieval.query import asks_when, has_time_expression, named_people, preferred_scope
+from memories.text import transcript_speaker
+
+
+@dataclass(frozen=True)
+class QueryCues:
+    """What the boosts look for, read once per search."""
+
+    wanted_scope: str | None
+    people: list[str]  # lower case
+    when: bool
+    mentioned: re.Pattern | None  # any of ``people`` as a word
+
+
+def query_cues(query: str, config: ranking.RankingConfig) -> QueryCues:
+    people = [p.lower() for p in named_people(query)]
+    return QueryCues(
+        wanted_scope=preferred_scope(query),
+        people=people,
+        when=config.date_cue_boost > 0 and asks_when(query),
+        mentioned=_mention_pattern(people),
+    )
+
+
+def boost_bounds(config: ranking.RankingConfig, cues: QueryCues) -> tuple[float, float]:
+    """The least and the most the boosts can multiply a fused score by, under ``config``
+    for this query."""
+    max_boost = (
+        (1.0 + config.scope_match_boost if cues.wanted_scope else 1.0)
+        * (1.0 + config.person_boost if cues.people else 1.0)
+        * (1.0 + config.speaker_boost if cues.people else 1.0)
+        * (1.0 + config.date_cue_boost if cues.when else 1.0)
+        * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
+    )
+    min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight)
+    return min_boost, max_boost
+
+
+def row_boosts(
+    row: dict, cues: QueryCues, config: ranking.RankingConfig, *, now: datetime, as_of: datetime | None
+) -> dict[str, float]:
+    """The factors applied to the row's fused score, by name, in the order they multiply.
+    Marks ``row["superseded"]``: superseded at ``as_of`` (or ``now``)."""
+    age_days = (now - row["created_at"]).total_seconds() / 86400 if row["created_at"] else 0.0
+    boosts = {"recency": ranking.recency_factor(age_days, config)}
+    if cues.wanted_scope and row["classified_scope"] == cues.wanted_scope:
+        boosts["scope"] = 1.0 + config.scope_match_boost
+    if cues.people and _mentions(row, cues.people, cues.mentioned):
+        boosts["person"] = 1.0 + config.person_boost
+    if cues.people and config.speaker_boost and _spoken_by(row, cues.people):
+        boosts["speaker"] = 1.0 + config.speaker_boost
+    if cues.when and has_time_expression(row["content"]):
+        boosts["date_cue"] = 1.0 + config.date_cue_boost
+    if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
+        boosts["trust"] = 1.0 + config.trust_boost
+    row["superseded"] = row["superseded_at"] is not None and row["superseded_at"] <= (as_of or now)
+    if row["superseded"]:
+        boosts["superseded"] = config.superseded_weight
+    return boosts
+
+
+def boosted(fused_score: float, boosts: dict[str, float]) -> float:
+    score = fused_score
+    for factor in boosts.values():
+        score *= factor
+    return score
+
+
+def _mention_pattern(people: list[str]) -> re.Pattern | None:
+    """One pattern for every named person, compiled once per search (not once per row)."""
+    if not people:
+        return None
+    return re.compile(r"\b(?:" + "|".join(re.escape(p) for p in people) + r")\b")
+
+
+def _mentions(row: dict, people: list[str], pattern: re.Pattern) -> bool:
+    if pattern.search(row["content"].lower()):
+        return True
+    actors = {(row["source_actor_id"] or "").lower(), (row["agent_id"] or "").lower()}
+    return any(p in actors for p in people)
+
+
+def _spoken_by(row: dict, people: list[str]) -> bool:
+    """A memory written without attribution whose text opens with a speaker the query names."""
+    if row["attributed_to"] is not None:
+        return False
+    speaker = transcript_speaker(row["content"])
+    return speaker is not None and speaker.split()[0].lower() in people
+
+
+def below_successors(hits: list[Hit], weight: float) -> None:
+    """A superseded memory found together with the memory that superseded it scores at most
+    ``weight`` x that one's score: the newer fact answers first, whatever the older one's
+    lexical or vector lead (score fusion can give it a large one in a small bucket)."""
+    scores = {hit.id: hit.score for hit in hits}
+    for hit in hits:
+        successor = hit.row["superseded_by"]
+        if hit.row["superseded"] and successor in scores:
+            capped = scores[successor] * weight
+            if capped < hit.score:
+                if hit.explain:
+                    hit.explain["boosts"]["below_successor"] = round(capped / hit.score, 4)
+                hit.score = capped

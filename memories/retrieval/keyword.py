@@ -1,0 +1,180 @@
+"""BM25 over a bucket's lemmatised memories, in SQL: the two keyword signals."""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+
+from django.db import connection
+
+from memories import lemmatizer, ranking
+from memories.filters import MemoryFilters
+from memories.retrieval.concurrency import start
+from memories.retrieval.stats import DOC_LENGTH, bucket_stats
+from tenants.models import Bucket
+
+# Terms in more than this share of the bucket do not generate BM25 candidates on their own
+# (they still score the candidates the rarer terms find): "the", "like", "user" would
+# otherwise make every query scan most of the bucket.
+COMMON_TERM_SHARE = 0.25
+# The rarest query terms fetch candidates while their document frequencies add up to this;
+# pairs of the other terms (each in at most PAIR_TERM_SHARE of the bucket) fetch the
+# documents holding both (see _candidate_query). With MAX_KEYWORD_MATCHES, the budget trades
+# exactness for time at large buckets: at 100k memories (300 generated questions, top 10
+# against an exhaustive BM25, ties as equals) 1500/3000 kept 0.990 of the memory side's top
+# 10 and 0.973 of the context side's in 5.4 / 6.2 ms median; 1000/2000 0.984 / 0.957 in 4.2 /
+# 5.0 ms, paid for both BM25 signals running by default (docs/RETRIEVAL.md).
+CANDIDATE_BUDGET = 1000
+PAIR_TERM_SHARE = 0.05
+MAX_PAIR_TERMS = 8
+# At most this many matching documents are scored per signal.
+MAX_KEYWORD_MATCHES = 2000
+
+
+# Terms PostgreSQL's parser keeps whole and the 'simple' dictionary leaves as they are
+# (an ASCII word in lower case, a run of digits): their lexeme is the term itself.
+_PLAIN_TERM = re.compile(r"[a-z]{1,200}|[0-9]{1,200}")
+
+
+def query_lexemes(query_lemmas: str) -> list[str]:
+    """The lexemes PostgreSQL's parser makes of the lemmatised query — exactly what
+    documents were indexed as, whatever the text (CJK, numbers with dots, …). When every
+    term is plain (most questions), that is the distinct terms in tsvector order, and the
+    round trip to ask the parser is saved."""
+    terms = query_lemmas.split()
+    if not terms:
+        return []
+    if all(_PLAIN_TERM.fullmatch(term) for term in terms):
+        return sorted(set(terms))
+    with connection.cursor() as cur:
+        cur.execute("SELECT lexeme FROM unnest(to_tsvector('simple', %s))", [query_lemmas])
+        return [row[0] for row in cur.fetchall()]
+
+
+def _tsquery(lexemes: list[str]) -> str:
+    # Lexemes are quoted (quote_literal rules), so tsquery operators inside them are inert.
+    return " | ".join("'" + lexeme.replace("'", "''").replace("\\", "\\\\") + "'" for lexeme in lexemes)
+
+
+def _candidate_query(present: list[str], df: dict[str, int], n: int) -> tuple[str, bool]:
+    """The tsquery that fetches BM25 candidates, and whether it may match more than
+    :data:`MAX_KEYWORD_MATCHES` documents (then they are ordered before the cut).
+
+    The rarest terms fetch every document holding them, while their document frequencies
+    add up to at most :data:`CANDIDATE_BUDGET` (always at least the rarest one). Pairs of
+    the remaining terms in at most :data:`PAIR_TERM_SHARE` of the bucket fetch the documents
+    holding both (two of them together can outweigh one rare term), rarest pairs first,
+    while the upper bound of the matches (the smaller frequency of each pair) stays within
+    :data:`MAX_KEYWORD_MATCHES`. Other terms fetch nothing ("user", "like" would make every
+    query read most of the bucket) but still score the candidates.
+    """
+    ordered = sorted(present, key=lambda lx: (df[lx], lx))
+    rare: list[str] = []
+    total = 0
+    for lx in ordered:
+        if rare and total + df[lx] > CANDIDATE_BUDGET:
+            break
+        rare.append(lx)
+        total += df[lx]
+    others = [lx for lx in ordered[len(rare) :] if df[lx] <= PAIR_TERM_SHARE * n][:MAX_PAIR_TERMS]
+    pairs = sorted(
+        ((a, b) for i, a in enumerate(others) for b in others[i + 1 :]), key=lambda p: (min(df[p[0]], df[p[1]]), p)
+    )
+    parts = [_tsquery([lx]) for lx in rare]
+    for a, b in pairs:
+        bound = min(df[a], df[b])
+        if total + bound > MAX_KEYWORD_MATCHES:
+            break
+        parts.append(f"({_tsquery([a])} & {_tsquery([b])})")
+        total += bound
+    return " | ".join(parts), total > MAX_KEYWORD_MATCHES
+
+
+def bm25(
+    bucket: Bucket, lexemes: list[str], filters: MemoryFilters, config: ranking.RankingConfig, *, context: bool
+) -> tuple[list[tuple[uuid.UUID, float]], float]:
+    """BM25 over the lemmatised text (``context``: memory + sequence context), best first, and
+    its *coverage*: the largest share of the query's IDF mass one of the ten best matches holds
+    (every query term counts, those no memory of the bucket holds included). A paraphrase
+    shares few words with its answer, so its best lexical matches cover little of the query.
+
+    Candidates come from :func:`_candidate_query`, so the cost follows them, not the bucket.
+    Each is scored exactly: term frequency from the lexeme's positions, saturating with
+    ``k1``; document length (distinct lexemes, as the bucket average is counted) against
+    the bucket's average, weighted by ``b``; Lucene's IDF within the bucket. Only the
+    query's own lexemes are unnested: ``setweight`` marks them and ``ts_filter`` keeps them,
+    both in C, so scoring a candidate costs about a microsecond.
+    """
+    if not lexemes:
+        return [], 0.0
+    stats = bucket_stats.size(bucket)
+    column = "context_tsv" if context else "lemmatized_tsv"
+    n = stats["n_context"] if context else stats["n"]
+    if n == 0:
+        return [], 0.0
+    avgdl = stats["avgdl_context"] if context else stats["avgdl"]
+    df = bucket_stats.document_frequencies(bucket, column, lexemes)
+    present = [lx for lx in lexemes if df.get(lx, 0) > 0]
+    if not present:
+        return [], 0.0
+
+    # Lucene's BM25 IDF (never negative).
+    def inverse(lx: str) -> float:
+        return math.log(1 + (n - df.get(lx, 0) + 0.5) / (df.get(lx, 0) + 0.5))
+
+    idf = [inverse(lx) for lx in present]
+    query_mass = sum(inverse(lx) for lx in lexemes)
+    candidate_query, too_many = _candidate_query(present, df, n)
+    where, params = filters.sql(bucket)
+    context_guard = " AND m.context_lemmatized IS NOT NULL" if context else ""
+    # Only when even the rarest term is too common to read in full (a query of common words
+    # only) are the matches ordered, by ts_rank, before the cut.
+    order = f"ORDER BY ts_rank(m.{column}, %s::tsquery) DESC" if too_many else ""
+    order_params = [candidate_query] if order else []
+    sql = f"""
+        WITH q(lexeme, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
+        cand AS (
+            SELECT m.id, {DOC_LENGTH[column]} AS dl,
+                   ts_filter(setweight(m.{column}, 'A', %s::text[]), '{{a}}') AS terms
+            FROM memories m
+            WHERE {where}{context_guard} AND m.{column} @@ %s::tsquery
+            {order}
+            LIMIT %s
+        )
+        SELECT c.id, sum(q.idf * u.tf * (%s + 1) / (u.tf + %s * (1 - %s + %s * c.dl / %s))) AS score,
+               sum(q.idf) AS matched
+        FROM cand c
+        CROSS JOIN LATERAL (
+            SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS tf FROM unnest(c.terms)
+        ) u
+        JOIN q ON q.lexeme = u.lexeme
+        GROUP BY c.id
+        ORDER BY score DESC, c.id
+        LIMIT %s
+    """
+    k1, b = config.bm25_k1, config.bm25_b
+    all_params = [
+        present, idf, present, *params, candidate_query, *order_params, MAX_KEYWORD_MATCHES,
+        k1, k1, b, b, avgdl, config.candidates,
+    ]  # fmt: skip
+    with connection.cursor() as cur:
+        cur.execute(sql, all_params)
+        rows = cur.fetchall()
+    coverage = max((float(row[2]) for row in rows[:10]), default=0.0) / query_mass
+    return [(row[0], float(row[1])) for row in rows], min(1.0, coverage)
+
+
+def keyword_signals(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig, now):
+    """BM25 over the memory and over memory + context (that one in another thread when
+    ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query, and the coverage of the memory
+    side (of the context side when only that one runs). A signal weighted 0 is not run."""
+    lexemes = query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
+    context_side = (
+        start(bm25, bucket, lexemes, filters, config, context=True) if config.weight("keyword_context") > 0 else None
+    )
+    memory_side, coverage = (
+        bm25(bucket, lexemes, filters, config, context=False) if config.weight("keyword") > 0 else ([], None)
+    )
+    context_side, context_coverage = context_side.result() if context_side else ([], None)
+    return memory_side, context_side, coverage if coverage is not None else context_coverage

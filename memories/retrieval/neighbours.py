@@ -1,0 +1,46 @@
+"""The neighbour lift: the sequence neighbours of the best candidates, read in one statement."""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from memories import ranking
+from memories.filters import MemoryFilters
+from tenants.models import Bucket
+
+# The best candidates whose sequence neighbours are brought in, and how far either way.
+NEIGHBOUR_SOURCES = 20
+
+
+def lift_neighbours(
+    bucket: Bucket, fused: dict, filters: MemoryFilters, config: ranking.RankingConfig
+) -> tuple[dict, dict]:
+    """Fused scores with the neighbour lift (:func:`ranking.lift_neighbours`), and each lift.
+
+    One statement reads the places of the best :data:`NEIGHBOUR_SOURCES` candidates and every
+    memory up to ``neighbour_reach`` places before and after them in their sequences (through
+    ``idx_memories_sequence``, under the search's filters). Those neighbours join the
+    candidates even if no signal found them: the answer to a question is often the turn after
+    it, and shares none of its words. Lifts flow from the best candidates and between the
+    memories around them; weaker candidates neither give nor receive one.
+    """
+    best = sorted(fused, key=lambda memory_id: -fused[memory_id])[:NEIGHBOUR_SOURCES]
+    where, params = filters.sql(bucket)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            WITH source AS (
+                SELECT sequence_id, sequence_index FROM memories
+                WHERE tenant_id = %s AND bucket_id = %s AND id = ANY(%s) AND sequence_id IS NOT NULL
+            )
+            SELECT DISTINCT m.id, m.sequence_id, m.sequence_index
+            FROM source s
+            JOIN memories m ON m.sequence_id = s.sequence_id
+                AND m.sequence_index BETWEEN s.sequence_index - %s AND s.sequence_index + %s
+            WHERE {where}
+            """,
+            [bucket.tenant_id, bucket.pk, best, config.neighbour_reach, config.neighbour_reach, *params],
+        )
+        position = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
+    at = {place: memory_id for memory_id, place in position.items()}
+    return ranking.lift_neighbours(fused, position, at, config)

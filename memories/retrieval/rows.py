@@ -1,0 +1,61 @@
+"""Reading the rows of a search's candidates, only those that can still reach its top."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from django.db import connection
+
+from memories import ranking
+from memories.retrieval.fusion import QueryCues, boost_bounds
+from tenants.models import Bucket
+
+ROW_COLUMNS = (
+    "id", "content", "created_at", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root",
+    "hint_tags", "metadata", "classified_scope", "classified_topic", "token_count", "context_text",
+    "linked_memory_ids", "superseded_at", "superseded_by",
+)  # fmt: skip
+
+# Django has psycopg hand JSONB back as text (its JSONField decodes it); raw rows decode here.
+_JSON_COLUMNS = ("metadata", "linked_memory_ids")
+
+
+def fetch_rows(bucket: Bucket, ids: list[uuid.UUID]) -> dict[uuid.UUID, dict]:
+    if not ids:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT {', '.join(ROW_COLUMNS)} FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id = ANY(%s)",
+            [bucket.tenant_id, bucket.pk, ids],
+        )
+        rows = {row[0]: dict(zip(ROW_COLUMNS, row, strict=True)) for row in cur.fetchall()}
+    for row in rows.values():
+        for column in _JSON_COLUMNS:
+            if isinstance(row[column], str):
+                row[column] = json.loads(row[column])
+    return rows
+
+
+def fetch_contenders(
+    bucket: Bucket, fused: dict, config: ranking.RankingConfig, k: int | None, cues: QueryCues
+) -> dict[uuid.UUID, dict]:
+    """The rows of the fused candidates that can still reach the top ``k`` once boosted.
+
+    Boosts multiply the fused score by at least ``min_boost`` and at most ``max_boost``
+    (their bounds under ``config`` for this query: :func:`fusion.boost_bounds`), so a
+    candidate whose fused score is below the k-th one's x min_boost / max_boost cannot
+    overtake it: its row is not read. With a token budget (``k`` None) any candidate may
+    fit, so all are read; if rows of the top k were deleted meanwhile, the rest are read too.
+    """
+    ids = list(fused)
+    if k is None or len(ids) <= k:
+        return fetch_rows(bucket, ids)
+    min_boost, max_boost = boost_bounds(config, cues)
+    best = sorted(ids, key=lambda memory_id: -fused[memory_id])
+    threshold = fused[best[k - 1]] * min_boost / max_boost
+    contenders = [memory_id for memory_id in ids if fused[memory_id] >= threshold]
+    rows = fetch_rows(bucket, contenders)
+    if sum(1 for memory_id in best[:k] if memory_id in rows) < k:
+        rows.update(fetch_rows(bucket, [memory_id for memory_id in ids if memory_id not in rows]))
+    return rows

@@ -1,0 +1,158 @@
+"""The search: which signals run, in which threads, and how their lists become hits.
+
+Every signal is one bounded SQL query over one bucket (``tenant_id`` and ``bucket_id``
+lead every predicate): BM25 in :mod:`~memories.retrieval.keyword`, nearest neighbours in
+:mod:`~memories.retrieval.vector`, graph proximity from the graph app (registered here).
+Their lists are fused (:mod:`memories.ranking`), lifted by sequence neighbours
+(:mod:`~memories.retrieval.neighbours`), boosted (:mod:`~memories.retrieval.fusion`) and cut
+to the limit or the token budget (:mod:`~memories.retrieval.hits`). Hits come back best
+first; the caller decides how to render them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+
+from django.utils import timezone
+
+from memories import access, embedding, ranking
+from memories.filters import MemoryFilters
+from memories.retrieval import fusion, hits, keyword, neighbours, rows, vector
+from memories.retrieval.concurrency import start
+from memories.retrieval.hits import Hit, SearchResult
+from tenants.models import Bucket
+
+MODES = ("hybrid", "vector", "keyword", "graph")
+MAX_LIMIT = 100
+BUDGET_DEFAULT_LIMIT = 100  # with a token budget and no explicit limit, the budget decides
+
+GraphSignal = Callable[..., tuple[list[tuple[uuid.UUID, float]], dict]]
+_graph_signal: GraphSignal | None = None
+
+
+def register_graph_signal(function: GraphSignal) -> None:
+    """The graph app plugs its proximity signal in here (it depends on memories, not
+    the other way round)."""
+    global _graph_signal
+    _graph_signal = function
+
+
+def memories_search(
+    *,
+    bucket: Bucket,
+    query: str,
+    mode: str = "hybrid",
+    limit: int | None = None,
+    token_budget: int | None = None,
+    filters: MemoryFilters | None = None,
+    explain: bool = False,
+    ranking_overrides: dict | None = None,
+    now: datetime | None = None,
+    record_access: bool = True,
+) -> SearchResult:
+    """Search ``bucket`` for ``query``; hits best first.
+
+    ``hybrid`` and ``vector`` degrade to ``keyword`` when the embedding model is
+    unavailable, and say so in ``mode_used`` and ``warnings``.
+    """
+    filters = filters or MemoryFilters()
+    config = ranking.resolve(bucket.tenant.settings, ranking_overrides)
+    if mode == "graph":
+        # The graph's weight sets its share of the hybrid fusion; alone, it is the whole answer.
+        config = ranking.with_weight(config, "graph", 1.0)
+    # "As of" a past time, recency and relative dates are judged from that time too.
+    now = now or filters.as_of or timezone.now()
+    filters = dataclasses.replace(filters, reference_time=now)
+    if limit is None:
+        limit = BUDGET_DEFAULT_LIMIT if token_budget is not None else 10
+    limit = max(1, min(limit, MAX_LIMIT))
+    warnings: list[str] = []
+    mode_used = mode
+
+    # The vector side (embedding the query, then two index walks) and the graph side (parsing
+    # the query, then the walk) start first, in other threads when ENGRAM_SEARCH_PARALLEL is
+    # on, while this thread runs the lexical signals.
+    # Signals weighted 0 add nothing to the fusion, so they are not run at all.
+    vector_side = None
+    if mode in ("hybrid", "vector") and (config.weight("vector") > 0 or config.weight("vector_context") > 0):
+        vector_side = start(vector.vector_signals, bucket, query, filters, config)
+    graph_side = None
+    if mode in ("hybrid", "graph") and _graph_signal is not None:
+        if config.weight("graph") > 0:
+            graph_side = start(_graph_signal, bucket=bucket, query=query, filters=filters, config=config, now=now)
+    elif mode == "graph":
+        warnings.append("The graph signal is not available; no results.")
+
+    lists: dict[str, list[tuple[uuid.UUID, float]]] = {}
+    coverage: float | None = None
+    methods: dict[str, str] = {}
+    graph_paths: dict = {}
+    if mode in ("hybrid", "keyword") and (config.weight("keyword") > 0 or config.weight("keyword_context") > 0):
+        lists["keyword"], lists["keyword_context"], coverage = keyword.keyword_signals(
+            bucket, query, filters, config, now
+        )
+    if vector_side is not None:
+        try:
+            memory_vector, context_vector = vector_side.result()
+        except embedding.EmbeddingUnavailable as exc:
+            warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
+            mode_used = "keyword"
+            if mode == "vector":
+                lists["keyword"], lists["keyword_context"], coverage = keyword.keyword_signals(
+                    bucket, query, filters, config, now
+                )
+        else:
+            for signal, (ranked, method) in (("vector", memory_vector), ("vector_context", context_vector)):
+                if method:
+                    lists[signal], methods[signal] = ranked, method
+    if graph_side is not None:
+        lists["graph"], graph_paths = graph_side.result()
+
+    fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage))
+    cues = fusion.query_cues(query, config)
+    lifts: dict = {}
+    if (config.neighbour_weight > 0 or config.session_weight > 0) and fused:
+        fused, lifts = neighbours.lift_neighbours(bucket, fused, filters, config)
+    read = rows.fetch_contenders(bucket, fused, config, limit if token_budget is None else None, cues)
+
+    ranks = {}  # per signal: memory id -> (rank, score), which only explain shows
+    if explain:
+        for signal, ranked in lists.items():
+            scores = dict(ranked)
+            ranks[signal] = {item: (rank, scores[item]) for item, rank in ranking.tied_ranks(ranked).items()}
+    found: list[Hit] = []
+    for memory_id, fused_score in fused.items():
+        row = read.get(memory_id)
+        if row is None:  # deleted since the signal ran
+            continue
+        boosts = fusion.row_boosts(row, cues, config, now=now, as_of=filters.as_of)
+        hit = Hit(id=memory_id, row=row, score=fusion.boosted(fused_score, boosts))
+        if explain:
+            hit.explain = {
+                "fused": round(fused_score, 6),
+                "fusion": config.fusion,
+                "signals": {
+                    signal: {"rank": ranks[signal][memory_id][0], "score": round(ranks[signal][memory_id][1], 6)}
+                    for signal in lists
+                    if memory_id in ranks[signal]
+                },
+                "boosts": {name: round(value, 4) for name, value in boosts.items()},
+                "keyword_coverage": None if coverage is None else round(coverage, 4),
+                "context": row["context_text"],
+            }
+            if memory_id in lifts:
+                hit.explain["neighbour_lift"] = round(lifts[memory_id], 6)
+            if memory_id in graph_paths:
+                hit.explain["graph_path"] = graph_paths[memory_id]
+            if methods:
+                hit.explain["vector_search"] = methods
+        found.append(hit)
+    fusion.below_successors(found, config.superseded_weight)
+    found.sort(key=lambda h: (-h.score, str(h.id)))
+    found = hits.apply_budget(found, limit, token_budget)
+    if record_access and found:
+        access.record([h.id for h in found])
+    return SearchResult(mode_used=mode_used, hits=found, warnings=warnings)

@@ -1,0 +1,201 @@
+"""Per-process bucket statistics for BM25 and the exact-scan choice, and their refresh thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from django.conf import settings
+from django.db import connection
+
+from tenants.models import Bucket
+
+logger = logging.getLogger(__name__)
+
+# A document's length for BM25: its number of terms, counted from its space-separated
+# lemmas (the text its tsvector is made of) without unnesting the tsvector; the bucket
+# average is taken the same way.
+_TERMS = "(length({0}) - length(replace({0}, ' ', '')) + 1)"
+DOC_LENGTH = {
+    "lemmatized_tsv": _TERMS.format("coalesce(m.text_lemmatized, '')"),
+    "context_tsv": _TERMS.format("coalesce(m.text_lemmatized, '') || ' ' || m.context_lemmatized"),
+}
+
+STATS_TTL = 60.0
+STATS_STALE_MAX = 3600.0  # an older size is not served, even while a refresh runs
+DF_TTL = 600.0
+MAX_CACHED_ESTIMATES = 1000  # filtered-row estimates kept per bucket
+
+
+class _BucketStats:
+    """Per-process cache of bucket size, average document lengths and term document
+    frequencies. IDF tolerates being a little stale; counting on every query would not
+    be affordable at 100k memories.
+
+    Sizes are refreshed after ``STATS_TTL`` seconds, document frequencies after
+    ``DF_TTL`` (a term's share of a large bucket moves slowly). Both are dropped at once
+    when this process has written enough to the bucket to matter (any write to a small
+    bucket, 5% of a large one). An expired size is served while a background thread
+    counts again (``ENGRAM_STATS_BACKGROUND``), so no search waits for a full count of a
+    large bucket; without a cached size the search counts itself.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: dict[uuid.UUID, dict] = {}
+        self._refreshing: set[uuid.UUID] = set()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def note_writes(self, bucket_id: uuid.UUID, count: int) -> None:
+        with self._lock:
+            entry = self._entries.get(bucket_id)
+            if entry is None:
+                return
+            entry["writes"] += count
+            n = entry["size"]["n"]
+            if entry["writes"] > (0 if n < 1000 else 0.05 * n):
+                del self._entries[bucket_id]
+
+    def _entry(self, bucket: Bucket) -> dict | None:
+        entry = self._entries.get(bucket.pk)
+        if entry is None:
+            return None
+        age = time.monotonic() - entry["at"]
+        if age < STATS_TTL:
+            return entry
+        if age < STATS_STALE_MAX and self._refresh_in_background(bucket):
+            return entry
+        return None
+
+    def _refresh_in_background(self, bucket: Bucket) -> bool:
+        if not getattr(settings, "ENGRAM_STATS_BACKGROUND", False):
+            return False
+        with self._lock:
+            if bucket.pk in self._refreshing:
+                return True
+            self._refreshing.add(bucket.pk)
+
+        def refresh():
+            try:
+                self._count(bucket)
+            except Exception:  # the next search counts synchronously
+                logger.warning("refreshing the statistics of bucket %s failed", bucket.pk, exc_info=True)
+            finally:
+                connection.close()  # this thread's own connection
+                with self._lock:
+                    self._refreshing.discard(bucket.pk)
+
+        threading.Thread(target=refresh, name="engram-bucket-stats", daemon=True).start()
+        return True
+
+    def size(self, bucket: Bucket) -> dict:
+        entry = self._entry(bucket)
+        if entry:
+            return entry["size"]
+        return self._count(bucket)
+
+    def _count(self, bucket: Bucket) -> dict:
+        with connection.cursor() as cur:
+            cur.execute(
+                """
+                SELECT count(*),
+                       count(*) FILTER (WHERE context_lemmatized IS NOT NULL),
+                       count(*) FILTER (WHERE embedding IS NOT NULL),
+                       count(*) FILTER (WHERE context_embedding IS NOT NULL),
+                       -- The table's row estimate (kept by ANALYZE and autovacuum; -1 before
+                       -- the first) sizes the HNSW graphs for scaled_ef_search.
+                       (SELECT reltuples FROM pg_class WHERE oid = 'memories'::regclass)
+                FROM memories WHERE tenant_id = %s AND bucket_id = %s
+                """,
+                [bucket.tenant_id, bucket.pk],
+            )
+            total, with_context, embedded, context_embedded, table_rows = cur.fetchone()
+            # Average lengths from a recent sample: exact enough for BM25, bounded in cost.
+            cur.execute(
+                f"""
+                SELECT avg({DOC_LENGTH["lemmatized_tsv"]}), avg({DOC_LENGTH["context_tsv"]})
+                FROM (SELECT text_lemmatized, context_lemmatized FROM memories
+                      WHERE tenant_id = %s AND bucket_id = %s ORDER BY created_at DESC LIMIT 2000) m
+                """,
+                [bucket.tenant_id, bucket.pk],
+            )
+            avgdl, avgdl_context = cur.fetchone()
+        stats = {
+            "n": total,
+            "n_context": with_context,
+            "n_embedded": embedded,
+            "n_context_embedded": context_embedded,
+            "avgdl": float(avgdl or 1.0),
+            "avgdl_context": float(avgdl_context or 1.0),
+            "table_rows": max(0.0, float(table_rows)),
+        }
+        now = time.monotonic()
+        with self._lock:
+            previous = self._entries.get(bucket.pk)
+            # Document frequencies outlive a size refresh (DF_TTL), unless the bucket changed a lot.
+            keep_df = previous is not None and now - previous["df_at"] < DF_TTL
+            self._entries[bucket.pk] = {
+                "at": now,
+                "size": stats,
+                "df": previous["df"] if keep_df else {},
+                "df_at": previous["df_at"] if keep_df else now,
+                "writes": previous["writes"] if keep_df else 0,
+                "estimates": {},
+            }
+        return stats
+
+    def filtered_rows(self, bucket: Bucket, column: str, where: str, params: list, estimate) -> float:
+        """``estimate()`` — the planner's count of the embedded rows passing a filter — kept
+        with the bucket's size, so it is dropped with it (after ``STATS_TTL``, or once this
+        process has written enough to the bucket). Agents filter by the same agent, run or
+        attribution search after search, and each estimate is a planning round trip."""
+        key = (column, where, *(tuple(p) if isinstance(p, list) else p for p in params))
+        entry = self._entry(bucket)
+        estimates = entry["estimates"] if entry else None
+        if estimates is not None and key in estimates:
+            return estimates[key]
+        rows = estimate()
+        if estimates is not None:
+            with self._lock:
+                if len(estimates) < MAX_CACHED_ESTIMATES:
+                    estimates[key] = rows
+        return rows
+
+    def document_frequencies(self, bucket: Bucket, column: str, lexemes: list[str]) -> dict[str, int]:
+        entry = self._entry(bucket)
+        if entry is None:
+            self.size(bucket)
+            entry = self._entries.get(bucket.pk)
+        cache = entry["df"] if entry else {}
+        result = {lx: cache[(column, lx)] for lx in lexemes if (column, lx) in cache}
+        missing = [lx for lx in lexemes if lx not in result]
+        if missing:
+            extra = " AND context_lemmatized IS NOT NULL" if column == "context_tsv" else ""
+            with connection.cursor() as cur:
+                cur.execute(
+                    f"""
+                    SELECT t.lexeme, (SELECT count(*) FROM memories m
+                                      WHERE m.tenant_id = %s AND m.bucket_id = %s{extra}
+                                        AND m.{column} @@ quote_literal(t.lexeme)::tsquery)
+                    FROM unnest(%s::text[]) AS t(lexeme)
+                    """,
+                    [bucket.tenant_id, bucket.pk, missing],
+                )
+                fetched = dict(cur.fetchall())
+            with self._lock:
+                if len(cache) < 50_000:
+                    cache.update({(column, lx): df for lx, df in fetched.items()})
+            result.update(fetched)
+        return result
+
+    def invalidate(self, bucket_id: uuid.UUID) -> None:
+        with self._lock:
+            self._entries.pop(bucket_id, None)
+
+
+bucket_stats = _BucketStats()

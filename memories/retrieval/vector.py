@@ -1,0 +1,176 @@
+"""Nearest neighbours by cosine similarity, in SQL (an HNSW walk or an exact read): the two
+vector signals."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+import weakref
+
+import numpy as np
+from django.db import connection
+
+from engram_site.db import binding_cursor
+from memories import embedding, ranking
+from memories.filters import MemoryFilters
+from memories.models import half_precision_distance
+from memories.retrieval.concurrency import start_walk
+from memories.retrieval.stats import bucket_stats
+from tenants.models import Bucket
+
+# Buckets this small are searched exactly: cheaper than an index walk, and exact. So are
+# filters leaving fewer rows than this (the planner's estimate): to find enough rows that
+# pass a filter, an index walk visits about 1 / selectivity times more of the graph, which
+# costs more than reading the rows that pass (measured at 33k memories: bench/README.md).
+EXACT_SCAN_BELOW = 2000
+
+# A walk at a fixed ef_search finds less of the exact top 10 as its graph grows: at
+# ef_search 100, recall@10 was 0.956-0.970 with 100k vectors in the graph, 0.916 with 250k,
+# 0.892 with 500k and 0.864-0.893 with 1M; 0.95 took ~230, ~430 and 500-600 at those sizes
+# (bench/README.md, "A million memories" and "Recall between 100k and 1M"). Past EF_GROWS_FROM
+# vectors the configured ef_search is multiplied by (graph size / EF_GROWS_FROM) ** EF_GROWTH:
+# x2.3 at 250k, x4.3 at 500k, x8 at 1M. The graphs are table-wide (every tenant's vectors are in them).
+EF_GROWS_FROM = 100_000
+EF_GROWTH = 0.9
+
+
+def scaled_ef_search(ef_search: int, graph_size: float) -> int:
+    """The ef_search a walk uses in a graph of ``graph_size`` vectors."""
+    if graph_size <= EF_GROWS_FROM:
+        return ef_search
+    return min(ranking.EF_SEARCH_MAX, math.ceil(ef_search * (graph_size / EF_GROWS_FROM) ** EF_GROWTH))
+
+
+# The HNSW settings each kept connection has at session level (see hnsw_settings).
+_session_ef_search: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def hnsw_settings(cur, ef_search: int) -> None:
+    """Set ``hnsw.ef_search`` and ``hnsw.iterative_scan`` for the walk that follows.
+
+    pgvector 0.8 iterative scans keep walking the graph until enough rows pass the filters
+    (relaxed order: re-sorted by the caller), instead of silently returning fewer. Inside a
+    transaction the settings are local to it. In autocommit (the executor threads) they are
+    set on the session, once per connection and value: a connection used only for searches
+    keeps them, and the round trip is saved.
+    """
+    in_transaction = connection.in_atomic_block
+    raw = connection.connection
+    if not in_transaction and _session_ef_search.get(raw) == ef_search:
+        return
+    cur.execute(
+        "SELECT set_config('hnsw.ef_search', %s, %s), set_config('hnsw.iterative_scan', 'relaxed_order', %s)",
+        [str(ef_search), in_transaction, in_transaction],
+    )
+    if not in_transaction:
+        _session_ef_search[raw] = ef_search
+
+
+def estimated_rows(where: str, params: list, column: str) -> float:
+    """The planner's estimate of the embedded rows passing ``where`` (from the column
+    statistics ANALYZE keeps: a plan, not a count, so it costs the same for any filter)."""
+    with connection.cursor() as cur:
+        cur.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM memories m WHERE {where} AND m.{column} IS NOT NULL", params)
+        plan = cur.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+def nearest(
+    bucket: Bucket, query_vector, filters: MemoryFilters, config: ranking.RankingConfig, *, context: bool
+) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
+    """Nearest neighbours by cosine similarity, how they were found ("hnsw" or "exact"),
+    and (memory side only) which of them have no context vector."""
+    column = "context_embedding" if context else "embedding"
+    bare = "false" if context else "m.context_embedding IS NULL"
+    stats = bucket_stats.size(bucket)
+    where, params = filters.sql(bucket)
+    # Bound apart from the statement, in binary (binding_cursor), instead of 384 decimals
+    # spelled into the SQL twice: ~0.17 ms less Python per walk alone, 0.15-0.2 ms less CPU
+    # per search in-process at 20k (bench/README.md). The walk's ORDER BY must then cast the
+    # placeholder to vector first: a bare placeholder would be typed halfvec and misread.
+    vector = np.asarray(query_vector, dtype=np.float32)
+    limit = config.candidates
+    # From the per-process cache, which may lag: a small bucket that looks empty is still
+    # searched (exactly, which costs nothing when it really is empty). A large one with no
+    # vector at all in this column (no context vectors when written as unrelated facts) is
+    # not: the exact read would visit every row to find none (~130 ms a search at 605k
+    # memories, bench/README.md). A vector written since is found once the count is renewed
+    # (after STATS_TTL, or once this process has written 5% of the bucket).
+    population = stats["n_context_embedded"] if context else stats["n_embedded"]
+    if population == 0 and stats["n"] >= EXACT_SCAN_BELOW:
+        return [], "none", set()
+    exact_sql = f"""
+        WITH b AS MATERIALIZED (
+            SELECT m.id, m.{column} AS v, {bare} AS bare FROM memories m WHERE {where} AND m.{column} IS NOT NULL
+        )
+        SELECT id, 1 - (v <=> %s::vector) AS similarity, bare FROM b ORDER BY v <=> %s::vector LIMIT %s
+    """
+    exact_params = [*params, vector, vector, limit]
+    with binding_cursor(connection) as cur:
+        if population < EXACT_SCAN_BELOW or (
+            where != MemoryFilters().sql(bucket)[0]
+            and bucket_stats.filtered_rows(bucket, column, where, params, lambda: estimated_rows(where, params, column))
+            < EXACT_SCAN_BELOW
+        ):
+            cur.execute(exact_sql, exact_params)
+            return _neighbours(cur.fetchall(), "exact")
+        # The graph's size, estimated as the table's rows times this bucket's share of rows
+        # with a vector in the column (few have a context vector when most are written as
+        # unrelated facts); never less than this bucket's own vectors.
+        graph = max(population, stats["table_rows"] * population / max(1, stats["n"]))
+        hnsw_settings(cur, max(scaled_ef_search(config.ef_search, graph), limit))
+        cur.execute(
+            f"""
+            SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity, {bare} AS bare FROM memories m
+            WHERE {where} AND m.{column} IS NOT NULL
+            ORDER BY {half_precision_distance("m." + column, "%s::vector")} LIMIT %s
+            """,
+            [vector, *params, vector, limit],
+        )
+        rows = cur.fetchall()
+        if len(rows) < min(limit, population):
+            # Very selective filters can exhaust the index walk; the filtered set is then
+            # small, and an exact scan over it is both cheap and complete.
+            cur.execute(exact_sql, exact_params)
+            return _neighbours(cur.fetchall(), "exact")
+    # relaxed_order: the walk may hand rows back slightly out of order.
+    return _neighbours(sorted(rows, key=lambda r: r[1], reverse=True), "hnsw")
+
+
+def _neighbours(rows, method: str) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
+    return [(r[0], float(r[1])) for r in rows], method, {r[0] for r in rows if r[2]}
+
+
+def _with_stand_ins(
+    context_ranked: list[tuple[uuid.UUID, float]],
+    memory_ranked: list[tuple[uuid.UUID, float]],
+    bare: set[uuid.UUID],
+    limit: int,
+) -> list[tuple[uuid.UUID, float]]:
+    """The context list with every memory of the memory list that has no context vector
+    standing in its own similarity (its context is itself), best first, ``limit`` long."""
+    merged = context_ranked + [(item, score) for item, score in memory_ranked if item in bare]
+    merged.sort(key=lambda r: r[1], reverse=True)
+    return merged[:limit]
+
+
+def vector_signals(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig):
+    """Embed the query, then both nearest-neighbour lists (the context one in another
+    thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is."""
+    query_vector = embedding.embed_query(query)  # checked for NaN / zeros there
+    context_side = None
+    if config.weight("vector_context") > 0:
+        context_side = start_walk(nearest, bucket, query_vector, filters, config, context=True)
+    nothing = ([], "", set())
+    memory_ranked, memory_method, bare = (
+        nearest(bucket, query_vector, filters, config, context=False) if config.weight("vector") > 0 else nothing
+    )
+    context_ranked, context_method, _ = context_side.result() if context_side else nothing
+    # Only where the context list has anything: in a bucket (or filtered set) without context
+    # vectors the stand-ins would merely repeat the memory list and double its weight.
+    if config.context_stand_in and context_ranked and bare:
+        context_ranked = _with_stand_ins(context_ranked, memory_ranked, bare, config.candidates)
+    return (memory_ranked, memory_method), (context_ranked, context_method)

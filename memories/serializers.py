@@ -1,0 +1,57 @@
+"""API input for the memory filters, derived from their one definition (memories/filters.py).
+
+Every field of :class:`~memories.filters.MemoryFilters` with a ``kind`` becomes an optional
+input field of :class:`SearchFiltersIn`, in declaration order, with the limits its ``api``
+metadata gives; a new filter is declared once, there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from rest_framework.serializers import ChoiceField, ListField
+
+from engram_site.fields import StrictBooleanField, StrictCharField, StrictDateTimeField, StrictSerializer
+from memories.filters import MemoryFilters
+
+MAX_TAGS = 50
+MAX_TAG_CHARS = 100
+
+
+class TagsField(ListField):
+    child = StrictCharField(max_length=MAX_TAG_CHARS)
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_length", MAX_TAGS)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        tags = super().to_internal_value(data)
+        return list(dict.fromkeys(tags))  # de-duplicated, order kept
+
+
+# A filter's kind → the input field that reads its value.
+_FIELD_OF_KIND = {
+    "tags": TagsField,
+    "text": StrictCharField,
+    "choice": ChoiceField,
+    "datetime": StrictDateTimeField,
+    "flag": StrictBooleanField,
+}
+
+
+def _filter_fields() -> dict:
+    return {
+        spec.name: _FIELD_OF_KIND[spec.metadata["kind"]](required=False, **spec.metadata["api"])
+        for spec in fields(MemoryFilters)
+        if "kind" in spec.metadata
+    }
+
+
+# Built with type() so that the fields come from the filters' definition; the class name is
+# the OpenAPI component's ("SearchFiltersIn", as memories/apis.py declared it by hand).
+SearchFiltersIn = type(
+    "SearchFiltersIn",
+    (StrictSerializer,),
+    {"__module__": __name__, "__qualname__": "SearchFiltersIn", **_filter_fields()},
+)

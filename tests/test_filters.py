@@ -1,0 +1,144 @@
+"""One filter definition (memories/filters.py): its SQL form (the search's signals) and its
+ORM form (the listings) select the same rows; the API input is derived from it."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from memories import apis
+from memories.filters import MemoryFilters
+from memories.models import Memory
+from memories.serializers import SearchFiltersIn
+from memories.services import MemoryInput, memories_ingest
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def day(n: int) -> datetime:
+    return T0 + timedelta(days=n)
+
+
+@pytest.fixture
+def rows(bucket, other_bucket):
+    """Twelve memories varying every filtered column, and one of another tenant's that
+    matches every filter but the bucket."""
+    items = [
+        MemoryInput(
+            content=f"Note {i} about the garden",
+            agent_id=("chef", "buyer", None)[i % 3],
+            run_id=("r1", "r2")[i % 2],
+            attributed_to=("user", "assistant", None)[i % 3],
+            hint_tags=[["food"], ["food", "morning"], ["places"], []][i % 4],
+            created_at=day(10 * i),
+        )
+        for i in range(12)
+    ]
+    ids = [r.id for r in memories_ingest(bucket=bucket, items=items)]
+    for i, memory_id in enumerate(ids):
+        Memory.objects.filter(pk=memory_id).update(
+            classified_scope=("specific", "general", None)[i % 3],
+            classified_topic=("work", "home")[i % 2] if i % 5 else None,
+            superseded_at=day(10 * i + 15) if i % 4 == 1 else None,
+        )
+    memories_ingest(
+        bucket=other_bucket,
+        items=[
+            MemoryInput(content="Outsider note", agent_id="chef", run_id="r1", hint_tags=["food"], created_at=day(0))
+        ],
+    )
+    return ids
+
+
+FILTERS = [
+    MemoryFilters(),
+    MemoryFilters(agent_id="chef"),
+    MemoryFilters(agent_id="chef", run_id="r2"),
+    MemoryFilters(attributed_to="assistant", classified_scope="general"),
+    MemoryFilters(classified_topic="home"),
+    MemoryFilters(hint_tags=["food"]),
+    MemoryFilters(hint_tags=["food", "morning"], run_id="r2"),
+    MemoryFilters(hint_tags=[]),  # no tags given: no filter
+    MemoryFilters(created_after=day(30), created_before=day(80)),
+    MemoryFilters(created_after=day(30), agent_id="buyer"),
+    MemoryFilters(as_of=day(55)),
+    MemoryFilters(include_superseded=False),
+    MemoryFilters(include_superseded=False, reference_time=day(40)),
+    MemoryFilters(include_superseded=False, as_of=day(100), reference_time=day(40)),
+    MemoryFilters(agent_id="nobody"),
+]
+
+
+def sql_ids(bucket, filters: MemoryFilters) -> set:
+    where, params = filters.sql(bucket)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT m.id FROM memories m WHERE {where}", params)
+        return {row[0] for row in cur.fetchall()}
+
+
+def orm_ids(bucket, filters: MemoryFilters) -> set:
+    return set(Memory.objects.for_bucket(bucket).filter(filters.q()).values_list("id", flat=True))
+
+
+@pytest.mark.parametrize("filters", FILTERS, ids=lambda f: repr(f)[len("MemoryFilters") :])
+def test_the_sql_and_orm_forms_of_a_filter_select_the_same_rows(rows, bucket, filters):
+    assert sql_ids(bucket, filters) == orm_ids(bucket, filters)
+
+
+def test_the_filters_select_what_they_say(rows, bucket):
+    """The comparison above cannot pass by both forms selecting everything (or nothing)."""
+    index = {memory_id: i for i, memory_id in enumerate(rows)}
+
+    def selected(filters):
+        found = sql_ids(bucket, filters)
+        assert found == orm_ids(bucket, filters)
+        return sorted(index[memory_id] for memory_id in found)
+
+    assert selected(MemoryFilters()) == list(range(12))  # not the other tenant's
+    assert selected(MemoryFilters(agent_id="chef", run_id="r2")) == [3, 9]
+    assert selected(MemoryFilters(hint_tags=["food", "morning"])) == [1, 5, 9]
+    assert selected(MemoryFilters(created_after=day(30), created_before=day(80))) == [3, 4, 5, 6, 7]
+    assert selected(MemoryFilters(as_of=day(55))) == [0, 1, 2, 3, 4, 5]
+    # Superseded 15 days after it was written: 1 (day 25), 5 (65), 9 (105).
+    assert selected(MemoryFilters(include_superseded=False)) == [0, 2, 3, 4, 6, 7, 8, 10, 11]
+    later = MemoryFilters(include_superseded=False, reference_time=day(40))  # 5 and 9 were current then
+    assert selected(later) == [i for i in range(12) if i != 1]
+    past = MemoryFilters(include_superseded=False, as_of=day(100), reference_time=day(40))  # as_of decides
+    assert selected(past) == [0, 2, 3, 4, 6, 7, 8, 9, 10]
+
+
+def test_every_pair_of_filters_selects_the_same_rows_in_both_forms(rows, bucket):
+    single = [f for f in FILTERS if f != MemoryFilters()]
+    for a, b in itertools.combinations(single, 2):
+        merged = MemoryFilters(**{**_given(a), **_given(b)})
+        assert sql_ids(bucket, merged) == orm_ids(bucket, merged), merged
+
+
+def _given(filters: MemoryFilters) -> dict:
+    defaults = MemoryFilters()
+    return {name: value for name, value in vars(filters).items() if value != getattr(defaults, name)}
+
+
+def test_the_derived_filter_input_is_the_one_the_search_endpoint_declares():
+    """memories/serializers.py derives SearchFiltersIn from the filters' definition; until
+    memories/apis.py imports it, it must stay field for field the one declared there."""
+    assert repr(SearchFiltersIn()) == repr(apis.SearchFiltersIn())
+    payloads = [
+        {"hint_tags": ["a", "b", "a"], "agent_id": "x", "as_of": "2025-01-01T00:00:00Z"},
+        {"attributed_to": "robot"},
+        {"include_superseded": "yes"},
+        {"agent_id": "x" * 201},
+        {"unknown": 1},
+    ]
+    for payload in payloads:
+        derived, declared = SearchFiltersIn(data=payload), apis.SearchFiltersIn(data=payload)
+        assert derived.is_valid() == declared.is_valid()
+        assert derived.errors == declared.errors
+        if declared.is_valid():
+            assert derived.validated_data == declared.validated_data
+            MemoryFilters(**derived.validated_data)  # every input field is a filter
