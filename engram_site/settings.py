@@ -11,6 +11,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from engram_site import embedded_pg
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -127,22 +129,21 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------
-# DATABASE_URL selects any PostgreSQL with pgvector >= 0.8. Unset, Engram starts
-# (or joins) its embedded PostgreSQL 18 + pgvector in $ENGRAM_HOME/pgdata.
+# DATABASE_URL selects any PostgreSQL with pgvector >= 0.8. Unset, Engram uses its
+# embedded PostgreSQL 18 + pgvector in $ENGRAM_HOME/pgdata: the backend
+# engram_site.embedded_backend starts (or joins) it on a process's first connection and
+# fills in HOST and PORT, so importing these settings starts nothing.
 DATABASE_URL = env_str("DATABASE_URL")
+EMBEDDED_DATABASE = not DATABASE_URL
 if DATABASE_URL:
     _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True)
-    EMBEDDED_DATABASE = None
 else:
-    from engram_site import embedded_pg
-
-    EMBEDDED_DATABASE = embedded_pg.ensure_running(ENGRAM_HOME)
     _db = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": EMBEDDED_DATABASE.name,
-        "USER": EMBEDDED_DATABASE.user,
-        "HOST": EMBEDDED_DATABASE.socket_dir,
-        "PORT": str(EMBEDDED_DATABASE.port),
+        "ENGINE": "engram_site.embedded_backend",
+        "NAME": embedded_pg.DATABASE_NAME,
+        "USER": embedded_pg.DATABASE_USER,
+        "HOST": "",
+        "PORT": "",
         "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 60),
         "CONN_HEALTH_CHECKS": True,
     }
