@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from pathlib import Path
 
 import dj_database_url
@@ -50,7 +49,6 @@ ENGRAM_HOME.mkdir(parents=True, exist_ok=True)
 # cookies and HSTS.
 ENGRAM_ENV = env_str("ENGRAM_ENV", "development")
 PRODUCTION = ENGRAM_ENV == "production"
-TESTING = "pytest" in sys.modules or env_bool("ENGRAM_TESTING")
 
 DEBUG = env_bool("ENGRAM_DEBUG", False)
 
@@ -274,18 +272,19 @@ ENGRAM_MODEL_CACHE = Path(env_str("ENGRAM_MODEL_CACHE") or str(ENGRAM_HOME / "mo
 ENGRAM_LEMMATIZER_ENABLED = True
 # ENGRAM_GRAPH=off turns knowledge-graph extraction off (retrieval then skips the graph signal).
 ENGRAM_GRAPH_ENABLED = env_str("ENGRAM_GRAPH", "on").lower() not in {"off", "0", "false", "no"}
+# The next four default to off in the test suite's settings (engram_site/settings_test.py).
 # Load the embedding model when a web process starts instead of on the first request.
-ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", not TESTING)
+ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", True)
 # Access times are recorded by a background thread per process (False: only on flush()).
-ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", not TESTING)
+ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", True)
 # A memory's last_accessed_at is rewritten at most this often (seconds); see memories/access.py.
 ENGRAM_ACCESS_RESOLUTION = env_int("ENGRAM_ACCESS_RESOLUTION", 3600)
 # Bucket statistics for BM25 (size, document frequencies) are recounted by a background
 # thread when they expire, instead of by the search that finds them expired.
-ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", not TESTING)
+ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", True)
 # A hybrid search runs its vector and graph signals in threads of their own, each with its
-# own database connection, while the request thread runs BM25 (tests see one connection).
-ENGRAM_SEARCH_PARALLEL = env_bool("ENGRAM_SEARCH_PARALLEL", not TESTING)
+# own database connection, while the request thread runs BM25.
+ENGRAM_SEARCH_PARALLEL = env_bool("ENGRAM_SEARCH_PARALLEL", True)
 
 # --- Background work (Celery + django-celery-beat) -------------------------------------
 # The database is the queue of record: a write stores its row, and rows whose derived

@@ -1,12 +1,16 @@
-"""Importing the settings has no side effect on the database."""
+"""Importing the settings has no side effect on the database, and test-only defaults come from
+the test settings (engram_site/settings_test.py), never from sniffing ``sys.modules``."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import subprocess
 import sys
 
 import psutil
+from django.conf import settings
 
 from tests.support import ROOT, base_env
 
@@ -72,3 +76,32 @@ def test_importing_settings_and_entry_points_starts_no_postgres_until_the_first_
     assert result["host"]
     assert (pg_home / "pgdata" / "PG_VERSION").exists()
     assert postgres_processes_of(pg_home) == []
+
+
+def test_the_settings_do_not_look_at_sys_modules():
+    for name in ("settings.py", "settings_test.py"):
+        tree = ast.parse((ROOT / "engram_site" / name).read_text())
+        attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        assert "modules" not in attributes and "TESTING" not in names, name
+
+
+def test_production_defaults_hold_even_with_pytest_imported():
+    env = base_env()
+    for name in TEST_DEFAULTS:
+        env.pop(name, None)
+    code = (
+        "import json, pytest; from engram_site import settings; "
+        f"print(json.dumps([getattr(settings, name) for name in {TEST_DEFAULTS!r}]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True, True, True]
+
+
+def test_the_test_settings_are_in_effect():
+    assert settings.SETTINGS_MODULE == "engram_site.settings_test"
+    for name in TEST_DEFAULTS:
+        if os.environ.get(name) in (None, ""):
+            assert getattr(settings, name) is False, name
