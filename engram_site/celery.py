@@ -3,7 +3,10 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
+from django.conf import settings as django_settings
+
+from engram_site import embedded_pg
 
 from engram_site import warmup
 
@@ -13,6 +16,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 app = Celery("engram")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _hold_embedded_database(**kwargs):
+    """On the embedded database, the worker's main process starts or joins the server before
+    it forks its pool (and beat) and holds it until it exits (engram_site/embedded_pg.py). The
+    forked processes inherit its address and are not holders of their own: they leave with
+    os._exit, without the exit hook that would release them."""
+    if django_settings.EMBEDDED_DATABASE:
+        embedded_pg.join(django_settings.ENGRAM_HOME)
 
 
 @worker_process_init.connect

