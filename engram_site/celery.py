@@ -6,9 +6,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_process_init
 from django.conf import settings as django_settings
 
-from engram_site import embedded_pg
-
-from engram_site import warmup
+from engram_site import embedded_pg, warmup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,7 +31,5 @@ def _load_models_early(**kwargs):
     """Load the embedding model in each new pool process while it waits for work, so the
     first enrichment task does not pay for it (a task that arrives sooner waits on the
     provider's lock, it does not load a second copy)."""
-    from django.conf import settings  # not at the top: this module loads before Django's settings
-
-    if settings.ENGRAM_PRELOAD_MODELS:
+    if django_settings.ENGRAM_PRELOAD_MODELS:
         warmup.warm_up()
