@@ -8,6 +8,6 @@ class MemoriesConfig(AppConfig):
     def ready(self):
         # Imported here, not at the top: app modules load once the app registry is ready.
         from engram_site import warmup
-        from memories import embedding
+        from memories import embedding, tasks  # noqa: F401  (tasks: registers the task hooks queue by name)
 
         warmup.register(embedding.warm_up_when_enabled)

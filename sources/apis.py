@@ -7,7 +7,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.services import audit_record, request_actor
+from audit.services import request_actor
 from engram_site.fields import (
     JSONObjectField,
     StoredDateTimeField,
@@ -38,14 +38,6 @@ def _optional_text(max_length: int = MAX_ID_CHARS):
 
 def _submitted_by(request) -> str:
     return f"token:{request.auth.prefix}"
-
-
-def _audit(request, *, action: str, source, details: dict) -> None:
-    """One audit event per mutation, like the other endpoints."""
-    audit_record(
-        actor=request_actor(request), action=action, tenant=request.auth.tenant, object_type="source",
-        object_ids=[source.pk], details={"bucket_id": str(source.bucket_id), **details},
-    )  # fmt: skip
 
 
 SubmitOut = inline_serializer(
@@ -119,10 +111,8 @@ class DocumentsApi(APIView):
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
         result = services.source_submit_document(
-            bucket=bucket, submitted_by=_submitted_by(request), **data.validated_data
+            bucket=bucket, submitted_by=_submitted_by(request), actor=request_actor(request), **data.validated_data
         )
-        _audit(request, action="source.submit", source=result.source,
-               details={"kind": "document", "deduplicated": result.deduplicated})  # fmt: skip
         return _accepted(result)
 
 
@@ -180,10 +170,12 @@ class ConversationsApi(APIView):
         values = dict(data.validated_data)
         messages = [services.MessageInput(**m) for m in values.pop("messages")]
         result = services.source_submit_conversation(
-            bucket=bucket, messages=messages, submitted_by=_submitted_by(request), **values
+            bucket=bucket,
+            messages=messages,
+            submitted_by=_submitted_by(request),
+            actor=request_actor(request),
+            **values,
         )
-        _audit(request, action="source.submit", source=result.source,
-               details={"kind": "conversation", "deduplicated": result.deduplicated})  # fmt: skip
         return _accepted(result)
 
 
@@ -301,9 +293,7 @@ class SourceDetailApi(APIView):
     @extend_schema(operation_id="sources_destroy", responses={200: DeleteOut, **errors(404)})
     def delete(self, request, source_id):
         source = self._source(request, source_id)
-        report = services.source_delete(source=source)
-        details = {"memories_deleted": report.deleted_memories[:100], "memories_kept": report.kept_memories}
-        _audit(request, action="source.delete", source=source, details=details)
+        report = services.source_delete(source=source, actor=request_actor(request))
         return Response(
             {"id": source.pk, "memories_deleted": len(report.deleted_memories), "memories_kept": report.kept_memories}
         )

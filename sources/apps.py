@@ -8,6 +8,6 @@ class SourcesConfig(AppConfig):
     def ready(self):
         # Imported here, not at the top: models can only load once apps are ready.
         from memories import provenance
-        from sources import receivers, selectors  # noqa: F401  (receivers connect to memories.signals)
+        from sources import receivers, selectors, tasks  # noqa: F401  (connect receivers; register tasks)
 
         provenance.register_source_lookup(selectors.memory_source)

@@ -25,6 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from audit.services import Actor, audit_record
 from engram_site.exceptions import NotFound
 from maintenance.jobs import lock_key
 from memories import hooks
@@ -33,7 +34,7 @@ from memories.services import MemoryInput, constraint_name, hold_bucket, memorie
 from sources import distill
 from sources.chunking import chunk_document
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceKind, SourceStatus
-from tenants.models import Bucket
+from tenants.models import Bucket, Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ def _submit(
     text: str | None = None,
     messages: list | None = None,
     submitted_by: str = "",
+    actor: Actor | None = None,
 ) -> SubmitResult:
     digest = content_hash(kind, hashed)
     with transaction.atomic():
@@ -143,6 +145,7 @@ def _submit(
                 existing.refresh_from_db(fields=["status", "attempts", "heartbeat_at"])
                 transaction.on_commit(lambda: _enqueue(existing.pk))
             logger.info("source %s re-submitted (deduplicated) by %s", existing.pk, submitted_by or "?")
+            _audit_submit(actor, existing, kind=kind, deduplicated=True)
             return SubmitResult(existing, deduplicated=True)
         rows = chunks(source)
         SourceChunk.objects.bulk_create(rows, batch_size=1000)
@@ -153,8 +156,18 @@ def _submit(
         source.refresh_from_db(fields=["created_at"])
         if rows:
             transaction.on_commit(lambda: _enqueue(source.pk))
+        _audit_submit(actor, source, kind=kind, deduplicated=False)
     logger.info("source %s (%s, %d chunks) submitted by %s", source.pk, kind, len(rows), submitted_by or "?")
     return SubmitResult(source, deduplicated=False)
+
+
+def _audit_submit(actor: Actor | None, source: Source, *, kind: str, deduplicated: bool) -> None:
+    if actor is not None:
+        audit_record(
+            actor=actor, action="source.submit", tenant=Tenant(pk=source.tenant_id), object_type="source",
+            object_ids=[source.pk],
+            details={"bucket_id": str(source.bucket_id), "kind": kind, "deduplicated": deduplicated},
+        )  # fmt: skip
 
 
 def source_submit_document(
@@ -169,6 +182,7 @@ def source_submit_document(
     run_id: str | None = None,
     source_actor_id: str | None = None,
     submitted_by: str = "",
+    actor: Actor | None = None,
 ) -> SubmitResult:
     """Store a document (text or Markdown) and its chunks, and queue its distillation.
 
@@ -194,7 +208,7 @@ def source_submit_document(
 
     return _submit(
         bucket=bucket, kind=SourceKind.DOCUMENT, title=title, hashed={"title": title, "text": text, **options},
-        metadata=metadata, options=options, chunks=chunks, text=text, submitted_by=submitted_by,
+        metadata=metadata, options=options, chunks=chunks, text=text, submitted_by=submitted_by, actor=actor,
     )  # fmt: skip
 
 
@@ -210,6 +224,7 @@ def source_submit_conversation(
     run_id: str | None = None,
     source_actor_id: str | None = None,
     submitted_by: str = "",
+    actor: Actor | None = None,
 ) -> SubmitResult:
     """Store a conversation, one chunk per message, and queue its distillation.
 
@@ -249,7 +264,7 @@ def source_submit_conversation(
 
     return _submit(
         bucket=bucket, kind=SourceKind.CONVERSATION, title=title, hashed={"title": title, "messages": raw, **options},
-        metadata=metadata, options=options, chunks=chunks, messages=raw, submitted_by=submitted_by,
+        metadata=metadata, options=options, chunks=chunks, messages=raw, submitted_by=submitted_by, actor=actor,
     )  # fmt: skip
 
 
@@ -577,7 +592,7 @@ class DeleteReport:
 
 
 @transaction.atomic
-def source_delete(*, source: Source) -> DeleteReport:
+def source_delete(*, source: Source, actor: Actor | None = None) -> DeleteReport:
     """Delete a source, its chunks, its links, and the memories it created — in one transaction.
 
     Memories that existed before (the source's statements deduplicated onto them) stay. A
@@ -603,6 +618,13 @@ def source_delete(*, source: Source) -> DeleteReport:
         memory_delete(memory=memory)
         report.deleted_memories.append(str(memory.pk))
     Source.objects.filter(pk=source.pk).delete()  # chunks and links go with it (ON DELETE CASCADE)
+    if actor is not None:
+        audit_record(
+            actor=actor, action="source.delete", tenant=Tenant(pk=source.tenant_id), object_type="source",
+            object_ids=[source.pk],
+            details={"bucket_id": str(source.bucket_id), "memories_deleted": report.deleted_memories[:100],
+                     "memories_kept": report.kept_memories},
+        )  # fmt: skip
     logger.info("source %s deleted with %d memories", source.pk, len(report.deleted_memories))
     return report
 

@@ -121,3 +121,14 @@ def test_no_project_import_is_hidden_inside_a_function():
             continue
         hidden += [f"{relative}:{line}: {name}" for line, name in _function_imports(path)]
     assert hidden == [], "imports of project modules inside functions:\n" + "\n".join(hidden)
+
+
+def test_tasks_queued_by_name_are_registered():
+    # memories.hooks and sources.services name their own app's tasks instead of importing them
+    # (the task modules import those modules): a renamed task must fail here, not in production.
+    from engram_site.celery import app
+    from memories import hooks
+    from sources import services as source_services
+
+    for name in (hooks.ENRICH_TASK, source_services.PROCESS_TASK):
+        assert name in app.tasks, name

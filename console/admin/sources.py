@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from audit.services import Actor
 from console.scoping import TenantScopedAdmin
 from sources import services
 from sources.models import Source, SourceStatus
@@ -42,10 +43,10 @@ class SourceAdmin(TenantScopedAdmin):
         services.sources_retry(source_ids=ids)
         messages.success(request, f"Queued {len(ids)} source(s) for processing; the sweep retries them otherwise.")
 
-    # Deleting goes through the service: the memories the source created go with it.
+    # Deleting goes through the service: the memories the source created go with it, audited.
     def delete_model(self, request, obj):
-        services.source_delete(source=obj)
+        services.source_delete(source=obj, actor=Actor.operator(request.user, request))
 
     def delete_queryset(self, request, queryset):
         for source in queryset:
-            services.source_delete(source=source)
+            services.source_delete(source=source, actor=Actor.operator(request.user, request))
