@@ -24,7 +24,12 @@ class IssuedToken:
     secret: str  # shown once, never stored
 
 
-def tenant_create(*, name: str, slug: str | None = None, settings: dict | None = None) -> Tenant:
+@transaction.atomic
+def tenant_create(
+    *, name: str, slug: str | None = None, settings: dict | None = None, actor: Actor | None = None
+) -> Tenant:
+    """Create a tenant (a free slug derived from ``slug`` or ``name``); audited as ``tenant.create``
+    (with an ``actor``) in the same transaction."""
     name = (name or "").strip()
     if not name:
         raise DomainError("Tenant name must not be empty.")
@@ -33,7 +38,10 @@ def tenant_create(*, name: str, slug: str | None = None, settings: dict | None =
     while Tenant.objects.filter(slug=candidate).exists():
         n += 1
         candidate = f"{base}-{n}"
-    return Tenant.objects.create(name=name, slug=candidate, settings=settings or {})
+    tenant = Tenant.objects.create(name=name, slug=candidate, settings=settings or {})
+    if actor is not None:
+        audit_record(actor=actor, action="tenant.create", tenant=tenant, object_type="tenant", object_ids=[tenant.pk])
+    return tenant
 
 
 def parse_scopes(value: str | list[str]) -> list[str]:
@@ -53,14 +61,28 @@ def token_issue(
     scopes: list[str],
     bucket: Bucket | None = None,
     expires_at: datetime | None = None,
+    actor: Actor | None = None,
 ) -> IssuedToken:
-    """Create a token and return it with its secret. Only a hash of the secret is stored."""
+    """Create a token and return it with its secret. Only a hash of the secret is stored.
+    Audited as ``token.create`` (with an ``actor``) in the same transaction."""
     if bucket is not None and bucket.tenant_id != tenant.pk:
         raise DomainError("The bucket belongs to another tenant.")
     if expires_at is not None and expires_at <= timezone.now():
         raise DomainError("expires_at must be in the future.")
     secret = ApiToken.generate_secret()
-    token = ApiToken.objects.create(
+    with transaction.atomic():
+        token = _token_create(tenant, name, secret, scopes, bucket, expires_at)
+        if actor is not None:
+            audit_record(
+                actor=actor, action="token.create", tenant=tenant, object_type="token", object_ids=[token.pk],
+                details={"name": token.name, "prefix": token.prefix, "scopes": token.scopes,
+                         "bucket_id": str(token.bucket_id) if token.bucket_id else None},
+            )  # fmt: skip
+    return IssuedToken(token=token, secret=secret)
+
+
+def _token_create(tenant, name, secret, scopes, bucket, expires_at) -> ApiToken:
+    return ApiToken.objects.create(
         tenant=tenant,
         name=(name or "token").strip()[:200],
         prefix=secret[:12],
@@ -69,7 +91,6 @@ def token_issue(
         bucket=bucket,
         expires_at=expires_at,
     )
-    return IssuedToken(token=token, secret=secret)
 
 
 def token_revoke(*, token: ApiToken) -> ApiToken:
@@ -77,6 +98,30 @@ def token_revoke(*, token: ApiToken) -> ApiToken:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
     return token
+
+
+@transaction.atomic
+def tokens_revoke(*, tokens: list[ApiToken], actor: Actor) -> list[ApiToken]:
+    """Revoke ``tokens``; audited as one ``token.revoke`` event per tenant, in the same transaction."""
+    revoked = [token_revoke(token=token) for token in tokens]
+    _audit_per_tenant(revoked, actor=actor, action="token.revoke")
+    return revoked
+
+
+@transaction.atomic
+def tokens_delete(*, tokens: list[ApiToken], actor: Actor) -> None:
+    """Delete ``tokens``; audited as one ``token.delete`` event per tenant, in the same transaction."""
+    _audit_per_tenant(tokens, actor=actor, action="token.delete")
+    ApiToken.objects.filter(pk__in=[t.pk for t in tokens]).delete()
+
+
+def _audit_per_tenant(tokens: list[ApiToken], *, actor: Actor, action: str) -> None:
+    for tenant_id in {t.tenant_id for t in tokens}:
+        mine = [t for t in tokens if t.tenant_id == tenant_id]
+        audit_record(
+            actor=actor, action=action, tenant=mine[0].tenant, object_type="token", object_ids=[t.pk for t in mine],
+            details={"prefixes": [t.prefix for t in mine]},
+        )  # fmt: skip
 
 
 def _clean_bucket_name(name: str) -> str:

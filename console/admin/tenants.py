@@ -91,20 +91,20 @@ class BucketAdmin(TenantScopedAdmin):
 
     def save_model(self, request, obj, form, change):
         if change:
-            bucket = services.bucket_update(
-                bucket=obj, name=form.cleaned_data.get("name"), description=form.cleaned_data.get("description")
+            services.bucket_update(
+                bucket=obj,
+                name=form.cleaned_data.get("name"),
+                description=form.cleaned_data.get("description"),
+                actor=_actor(request),
             )
         else:
             bucket = services.bucket_create(
                 tenant=form.cleaned_data["tenant"],
                 name=form.cleaned_data["name"],
                 description=form.cleaned_data.get("description") or "",
+                actor=_actor(request),
             )
             obj.pk = bucket.pk
-        audit_record(
-            actor=_actor(request), action="bucket.update" if change else "bucket.create", tenant=bucket.tenant,
-            object_type="bucket", object_ids=[bucket.pk], details={"name": bucket.name, "fields": form.changed_data},
-        )  # fmt: skip
 
     def delete_model(self, request, obj):
         self.delete_queryset(request, Bucket.objects.filter(pk=obj.pk))
@@ -196,14 +196,9 @@ class ApiTokenAdmin(TenantScopedAdmin):
             scopes=form.cleaned_data["scopes"],
             bucket=form.cleaned_data.get("bucket"),
             expires_at=form.cleaned_data.get("expires_at"),
+            actor=_actor(request),
         )
         obj.pk = issued.token.pk
-        audit_record(
-            actor=_actor(request), action="token.create", tenant=issued.token.tenant, object_type="token",
-            object_ids=[issued.token.pk],
-            details={"name": issued.token.name, "prefix": issued.token.prefix, "scopes": issued.token.scopes,
-                     "bucket_id": str(issued.token.bucket_id) if issued.token.bucket_id else None},
-        )  # fmt: skip
         # Shown exactly once: the message is consumed when the next page renders.
         messages.warning(request, f"Token secret (copy it now, it will not be shown again): {issued.secret}")
 
@@ -214,15 +209,7 @@ class ApiTokenAdmin(TenantScopedAdmin):
         self.delete_queryset(request, ApiToken.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request, queryset):
-        with transaction.atomic():
-            tokens = list(queryset.select_related("tenant"))
-            for tenant_id in {t.tenant_id for t in tokens}:
-                mine = [t for t in tokens if t.tenant_id == tenant_id]
-                audit_record(
-                    actor=_actor(request), action="token.delete", tenant=mine[0].tenant, object_type="token",
-                    object_ids=[t.pk for t in mine], details={"prefixes": [t.prefix for t in mine]},
-                )  # fmt: skip
-            queryset.filter(pk__in=[t.pk for t in tokens]).delete()
+        services.tokens_delete(tokens=list(queryset.select_related("tenant")), actor=_actor(request))
 
     @admin.action(description="Revoke selected tokens…", permissions=["delete"])
     def revoke(self, request, queryset):
@@ -243,17 +230,7 @@ class ApiTokenAdmin(TenantScopedAdmin):
                     + (f"{t.last_used_at:%Y-%m-%d %H:%M} UTC" if t.last_used_at else "never")
                 ),
             )
-        with transaction.atomic():
-            revoked = []
-            for token in queryset:
-                services.token_revoke(token=token)
-                revoked.append(token)
-            for tenant_id in {t.tenant_id for t in revoked}:
-                mine = [t for t in revoked if t.tenant_id == tenant_id]
-                audit_record(
-                    actor=_actor(request), action="token.revoke", tenant=mine[0].tenant, object_type="token",
-                    object_ids=[t.pk for t in mine], details={"prefixes": [t.prefix for t in mine]},
-                )  # fmt: skip
+        revoked = services.tokens_revoke(tokens=list(queryset), actor=_actor(request))
         self.message_user(request, f"Revoked {len(revoked)} token(s).", messages.SUCCESS)
         return None
 

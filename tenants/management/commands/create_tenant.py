@@ -7,7 +7,7 @@ output, alone, so scripts can capture it with ``| tail -n 1``.
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from audit.services import Actor, audit_record
+from audit.services import Actor
 from engram_site.exceptions import DomainError
 from tenants import services
 
@@ -24,18 +24,12 @@ class Command(BaseCommand):
     def handle(self, *args, name, token_name, scopes, bucket, **options):
         try:
             with transaction.atomic():
-                tenant = services.tenant_create(name=name)
-                created_bucket = services.bucket_create(tenant=tenant, name=bucket) if bucket else None
-                issued = services.token_issue(tenant=tenant, name=token_name, scopes=services.parse_scopes(scopes))
                 actor = Actor.system("manage.py create_tenant")
-                token = issued.token
-                audit_record(
-                    actor=actor, action="tenant.create", tenant=tenant, object_type="tenant", object_ids=[tenant.pk]
+                tenant = services.tenant_create(name=name, actor=actor)
+                created_bucket = services.bucket_create(tenant=tenant, name=bucket) if bucket else None
+                issued = services.token_issue(
+                    tenant=tenant, name=token_name, scopes=services.parse_scopes(scopes), actor=actor
                 )
-                audit_record(
-                    actor=actor, action="token.create", tenant=tenant, object_type="token", object_ids=[token.pk],
-                    details={"name": token.name, "prefix": token.prefix, "scopes": token.scopes},
-                )  # fmt: skip
         except DomainError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"Tenant: {tenant.name} (slug {tenant.slug}, id {tenant.pk})")
