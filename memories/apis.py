@@ -26,13 +26,12 @@ from engram_site.parsers import json_depth_exceeds
 from memories import provenance, ranking, retrieval, selectors, services
 from memories.links import RESERVED_PREFIX, link_kinds
 from memories.models import Attribution, Scope
+from memories.serializers import MAX_TAG_CHARS, MAX_TAGS, SearchFiltersIn, TagsField
 from tenants.models import Scope as TokenScope
 from tenants.selectors import bucket_get
 
 MAX_CONTENT_CHARS = 20_000
 MAX_BATCH = 1_000
-MAX_TAGS = 50
-MAX_TAG_CHARS = 100
 MAX_ID_CHARS = 200
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 32
@@ -79,18 +78,6 @@ class MetadataField(JSONObjectField):
         if any(str(key).startswith(RESERVED_PREFIX) for key in data):
             self.fail("reserved")
         return data
-
-
-class TagsField(serializers.ListField):
-    child = StrictCharField(max_length=MAX_TAG_CHARS)
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("max_length", MAX_TAGS)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        tags = super().to_internal_value(data)
-        return list(dict.fromkeys(tags))  # de-duplicated, order kept
 
 
 def _optional_text(max_length: int = MAX_ID_CHARS):
@@ -305,23 +292,6 @@ class MemoryDetailApi(APIView):
         memory = self._memory(request, memory_id)
         services.memory_delete(memory=memory, actor=request_actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class SearchFiltersIn(StrictSerializer):
-    hint_tags = TagsField(required=False)
-    agent_id = StrictCharField(max_length=MAX_ID_CHARS, required=False)
-    run_id = StrictCharField(max_length=MAX_ID_CHARS, required=False)
-    attributed_to = serializers.ChoiceField(choices=Attribution.choices, required=False)
-    classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False)
-    classified_topic = StrictCharField(max_length=100, required=False)
-    created_after = StrictDateTimeField(required=False)
-    created_before = StrictDateTimeField(required=False)
-    include_superseded = StrictBooleanField(
-        required=False, help_text="include memories a newer fact has superseded (demoted; default true)"
-    )
-    as_of = StrictDateTimeField(
-        required=False, help_text="search memory as it stood at this time (newer memories and facts are ignored)"
-    )
 
 
 class SearchHitOut(serializers.Serializer):
