@@ -6,9 +6,9 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.apps import apps
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 from sources import services
@@ -318,10 +318,7 @@ def test_the_largest_accepted_conversation_is_accepted(api, bucket):
     assert Source.objects.get().chunks_total == MAX_MESSAGES
 
 
-@pytest.mark.skipif(not apps.is_installed("audit"), reason="the audit app is not installed")
 def test_submissions_and_deletes_are_audited(api, bucket):
-    from audit.models import AuditEvent
-
     source_id = api.post(documents_url(bucket), DOC, format="json").json()["id"]
     api.post(documents_url(bucket), DOC, format="json")  # a re-submission is audited too
     api.delete(f"/api/v1/sources/{source_id}")
