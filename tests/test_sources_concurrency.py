@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import re
 import threading
+import time
+import uuid
+from datetime import datetime
 
 import pytest
 from django.db import connection
 
 from audit.services import Actor
 from memories.models import Memory
-from sources import services
-from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory
+from sources import services, tasks
+from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceStatus
 from sources.services import MessageInput
 from tenants import services as tenant_services
 from tenants.models import Bucket
+from tests.support import base_env, celery_worker, test_database_url, use_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,8 +68,9 @@ def test_concurrent_identical_submissions_make_one_source(bucket):
     assert Source.objects.count() == 1 and SourceChunk.objects.count() == len(MESSAGES)
 
 
-def test_two_workers_on_one_source_do_each_chunk_once(bucket, monkeypatch):
-    monkeypatch.setattr(services, "BATCH_CHUNKS", 4)  # many small batches: the workers interleave
+def test_two_concurrent_runs_on_one_source_do_each_chunk_once(bucket, monkeypatch):
+    # Two threads of this process; the test below runs the same race in two worker processes.
+    monkeypatch.setattr(services, "BATCH_CHUNKS", 4)  # many small batches: the runs interleave
     source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
     work = lambda: services.source_process(source_id=source.pk)  # noqa: E731
     reports = in_threads(work, work)
@@ -75,6 +83,84 @@ def test_two_workers_on_one_source_do_each_chunk_once(bucket, monkeypatch):
     assert Memory.objects.for_bucket(bucket).count() == len(MESSAGES)
     assert SourceChunkMemory.objects.filter(source_id=source.pk).count() == len(MESSAGES)
     assert source.memories_created == len(MESSAGES) and source.memories_deduplicated == 0
+
+
+# A worker's log line when a task it ran returns: "[2026-11-25 22:40:01,123: INFO/ForkPoolWorker-1]
+# Task sources.process_source[<id>] succeeded in 1.2s: {'source_id': ..., 'chunks': 12, ...}".
+_STARTED = re.compile(r"^\[([\d-]+ [\d:,]+): \w+/[\w-]+\] Task sources\.process_source\[([\w-]+)\] received", re.M)
+_DONE = re.compile(
+    r"^\[([\d-]+ [\d:,]+): \w+/[\w-]+\] Task sources\.process_source\[([\w-]+)\] succeeded in [\d.e-]+s: (\{.*\})$",
+    re.M,
+)
+
+
+def _runs(log: str) -> dict[str, tuple[datetime, datetime, dict]]:
+    """The process_source tasks a worker ran: task id -> (received, returned, its report)."""
+
+    def parse(stamp: str) -> datetime:
+        return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+
+    received = {task: parse(stamp) for stamp, task in _STARTED.findall(log)}
+    return {task: (received[task], parse(end), ast.literal_eval(report)) for end, task, report in _DONE.findall(log)}
+
+
+@pytest.mark.slow
+def test_two_workers_on_one_source_do_each_chunk_once(bucket, tmp_path):
+    """Two Celery worker processes (the embedded filesystem broker, in a folder of this test)
+    are each handed the same source at once — a lost-looking hint queued again, the sweep
+    racing the hint — and take turns on it batch by batch: every chunk is distilled into
+    memories by exactly one of them, and the counters add up."""
+    queue = f"engram-test-{uuid.uuid4().hex[:12]}"
+    broker_dir = tmp_path / "broker"
+    env = base_env(
+        DATABASE_URL=test_database_url(),
+        ENGRAM_QUEUE=queue,
+        ENGRAM_BROKER_DIR=str(broker_dir),
+        CELERY_BROKER_URL="",
+        REDIS_URL="",
+        ENGRAM_TEST_BATCH_CHUNKS="4",  # see tests/scripts/sources_worker_app.py
+        ENGRAM_TEST_DISTILL_DELAY="0.05",
+    )
+    # The submission's own hint goes to the session's broker, which no worker here reads.
+    source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
+    app = "tests.scripts.sources_worker_app"
+    with contextlib.ExitStack() as stack:
+        # Prefetch is one message a worker (CELERY_WORKER_PREFETCH_MULTIPLIER, acks_late): the
+        # first to poll takes one hint, the other worker the second.
+        workers = [
+            stack.enter_context(celery_worker(env, log=tmp_path / f"worker-{i}.log", queue=queue, app=app))
+            for i in range(2)
+        ]
+        with use_broker("filesystem://", broker_dir=broker_dir, queue=queue):
+            hints = {tasks.process_source.delay(str(source.pk)).id for _ in range(2)}
+        deadline = time.time() + 180
+        while sum(len(_runs(w.output())) for w in workers) < 2:
+            dead = [w for w in workers if not w.alive()]
+            assert not dead and time.time() < deadline, "\n".join(w.output()[-3000:] for w in workers)
+            time.sleep(0.2)
+    runs = [_runs(w.output()) for w in workers]
+
+    # Each worker ran one of the two hints, and they ran at the same time.
+    assert [len(r) for r in runs] == [1, 1] and {task for r in runs for task in r} == hints
+    (start_0, end_0, report_0), (start_1, end_1, report_1) = (next(iter(r.values())) for r in runs)
+    assert start_0 < end_1 and start_1 < end_0, "the workers did not overlap"
+    reports = [report_0, report_1]
+    assert {r["status"] for r in reports} <= {"done", "busy"} and "done" in {r["status"] for r in reports}
+    assert not any(r["error"] for r in reports)
+    # Each chunk was committed by one of them: their tallies add up to the source, no more.
+    assert sum(r["chunks"] for r in reports) == len(MESSAGES)
+    assert sum(r["created"] for r in reports) == len(MESSAGES)
+    assert sum(r["deduplicated"] for r in reports) == 0
+
+    source.refresh_from_db()
+    assert source.status == SourceStatus.DONE and source.chunks_done == len(MESSAGES)
+    assert source.memories_created == len(MESSAGES) and source.memories_deduplicated == 0
+    assert set(SourceChunk.objects.filter(source=source).values_list("status", flat=True)) == {ChunkStatus.DONE}
+    assert Memory.objects.for_bucket(bucket).count() == len(MESSAGES)
+    links = SourceChunkMemory.objects.filter(source_id=source.pk)
+    assert links.count() == len(MESSAGES)
+    assert sorted(links.values_list("chunk__ordinal", flat=True)) == list(range(len(MESSAGES)))
+    assert links.values("memory_id").distinct().count() == len(MESSAGES)
 
 
 def test_deleting_while_a_worker_processes_leaves_nothing_behind(bucket):
