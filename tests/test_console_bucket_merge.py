@@ -302,9 +302,13 @@ def test_api_the_outsider_cannot_merge_our_bucket(outsider_api, bucket, other_bu
 
 
 def test_api_merge_needs_the_admin_scope(tenant, bucket, second):
+    [lisbon] = write(bucket, "I live in Lisbon.")
     writer = make_client(tenant, scopes=("read", "write"))
-    response = writer.post(merge_url(bucket), {"target_bucket_id": str(second.pk), "dry_run": True}, format="json")
-    assert response.status_code == 403
+    for body in ({"dry_run": True}, {"remove_source": True}):
+        response = writer.post(merge_url(bucket), {"target_bucket_id": str(second.pk), **body}, format="json")
+        assert response.status_code == 403, body
+    assert Memory.objects.get(pk=lisbon).bucket_id == bucket.pk and Bucket.objects.filter(pk=bucket.pk).exists()
+    assert not Memory.objects.for_bucket(second).exists()
 
 
 def test_api_a_bucket_restricted_token_cannot_reach_another_bucket(tenant, bucket, second):
@@ -315,12 +319,14 @@ def test_api_a_bucket_restricted_token_cannot_reach_another_bucket(tenant, bucke
 
 
 def test_api_merge_into_itself_or_nowhere_is_refused(admin_api, bucket):
+    [lisbon] = write(bucket, "I live in Lisbon.")
     same = admin_api.post(merge_url(bucket), {"target_bucket_id": str(bucket.pk)}, format="json")
     assert same.status_code == 400 and same.json()["code"] == "same_bucket"
     missing = admin_api.post(merge_url(bucket), {}, format="json")
     assert missing.status_code == 400 and "target_bucket_id" in missing.json()["errors"]
     bogus = admin_api.post(merge_url(bucket), {"target_bucket_id": "not-a-uuid"}, format="json")
     assert bogus.status_code == 404
+    assert Memory.objects.get(pk=lisbon).bucket_id == bucket.pk and Bucket.objects.filter(pk=bucket.pk).exists()
 
 
 def test_documents_follow_and_their_provenance_points_at_the_survivor(bucket, second):
