@@ -221,10 +221,19 @@ class Worker:
 
 
 @contextlib.contextmanager
-def celery_worker(env: dict[str, str], *, log: Path, beat: bool = False, queue: str = "engram", concurrency: int = 1):
-    """Start ``celery worker`` (prefork) and wait until it is ready; stop it afterwards."""
+def celery_worker(
+    env: dict[str, str],
+    *,
+    log: Path,
+    beat: bool = False,
+    queue: str = "engram",
+    concurrency: int = 1,
+    app: str = "engram_site",
+):
+    """Start ``celery worker`` (prefork) and wait until it is ready; stop it afterwards.
+    ``app``: the module holding the Celery app (a test's wrapper around engram_site's)."""
     cmd = [
-        sys.executable, "-m", "celery", "-A", "engram_site", "worker",
+        sys.executable, "-m", "celery", "-A", app, "worker",
         "--concurrency", str(concurrency), "--queues", queue, "--loglevel", "info",
         "--without-mingle", "--without-gossip", "--hostname", f"test-{os.getpid()}-{time.time_ns()}@%h",
     ]  # fmt: skip

@@ -17,6 +17,7 @@ from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 from memories.services import buckets as memory_buckets
 from memories.services.links import links_add
+from sources.models import Source, SourceChunk, SourceChunkMemory
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket
 from tests.conftest import make_client
@@ -303,9 +304,13 @@ def test_api_the_outsider_cannot_merge_our_bucket(outsider_api, bucket, other_bu
 
 
 def test_api_merge_needs_the_admin_scope(tenant, bucket, second):
+    [lisbon] = write(bucket, "I live in Lisbon.")
     writer = make_client(tenant, scopes=("read", "write"))
-    response = writer.post(merge_url(bucket), {"target_bucket_id": str(second.pk), "dry_run": True}, format="json")
-    assert response.status_code == 403
+    for body in ({"dry_run": True}, {"remove_source": True}):
+        response = writer.post(merge_url(bucket), {"target_bucket_id": str(second.pk), **body}, format="json")
+        assert response.status_code == 403, body
+    assert Memory.objects.get(pk=lisbon).bucket_id == bucket.pk and Bucket.objects.filter(pk=bucket.pk).exists()
+    assert not Memory.objects.for_bucket(second).exists()
 
 
 def test_api_a_bucket_restricted_token_cannot_reach_another_bucket(tenant, bucket, second):
@@ -316,40 +321,35 @@ def test_api_a_bucket_restricted_token_cannot_reach_another_bucket(tenant, bucke
 
 
 def test_api_merge_into_itself_or_nowhere_is_refused(admin_api, bucket):
+    [lisbon] = write(bucket, "I live in Lisbon.")
     same = admin_api.post(merge_url(bucket), {"target_bucket_id": str(bucket.pk)}, format="json")
     assert same.status_code == 400 and same.json()["code"] == "same_bucket"
     missing = admin_api.post(merge_url(bucket), {}, format="json")
     assert missing.status_code == 400 and "target_bucket_id" in missing.json()["errors"]
     bogus = admin_api.post(merge_url(bucket), {"target_bucket_id": "not-a-uuid"}, format="json")
     assert bogus.status_code == 404
+    assert Memory.objects.get(pk=lisbon).bucket_id == bucket.pk and Bucket.objects.filter(pk=bucket.pk).exists()
 
 
 def test_documents_follow_and_their_provenance_points_at_the_survivor(bucket, second):
-    """The sources app's rows (when installed) move with the memories; an identical document
-    already in the target is kept once; chunk links of an absorbed memory name its survivor."""
-    from django.apps import apps
-
-    if not apps.is_installed("sources"):
-        pytest.skip("the sources app is not installed")
-    source_model = apps.get_model("sources", "Source")
-    chunk_model = apps.get_model("sources", "SourceChunk")
-    link_model = apps.get_model("sources", "SourceChunkMemory")
+    """The sources app's rows move with the memories; an identical document already in the
+    target is kept once; chunk links of an absorbed memory name its survivor."""
     tea_src, lisbon = write(bucket, "I prefer TEA!", "I live in Lisbon.")
     [tea_tgt] = write(second, "I prefer tea.")
 
     def document(b, digest):
-        return source_model.objects.create(tenant_id=b.tenant_id, bucket_id=b.pk, kind="document", content_hash=digest)
+        return Source.objects.create(tenant_id=b.tenant_id, bucket_id=b.pk, kind="document", content_hash=digest)
 
     mine, same = document(bucket, "a" * 64), document(bucket, "b" * 64)
     theirs = document(second, "b" * 64)
-    chunk = chunk_model.objects.create(source=mine, ordinal=0, text="I prefer TEA! I live in Lisbon.")
+    chunk = SourceChunk.objects.create(source=mine, ordinal=0, text="I prefer TEA! I live in Lisbon.")
     for position, memory_id in enumerate([tea_src, lisbon]):
-        link_model.objects.create(source=mine, chunk=chunk, memory_id=memory_id, created=True, position=position)
+        SourceChunkMemory.objects.create(source=mine, chunk=chunk, memory_id=memory_id, created=True, position=position)
 
     plan = memory_buckets.bucket_merge_preview(source=bucket, target=second)
     assert (plan.sources, plan.sources_to_dedup) == (2, 1)
     memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
 
-    assert source_model.objects.get(pk=mine.pk).bucket_id == second.pk
-    assert not source_model.objects.filter(pk=same.pk).exists() and source_model.objects.filter(pk=theirs.pk).exists()
-    assert set(link_model.objects.filter(chunk=chunk).values_list("memory_id", flat=True)) == {tea_tgt, lisbon}
+    assert Source.objects.get(pk=mine.pk).bucket_id == second.pk
+    assert not Source.objects.filter(pk=same.pk).exists() and Source.objects.filter(pk=theirs.pk).exists()
+    assert set(SourceChunkMemory.objects.filter(chunk=chunk).values_list("memory_id", flat=True)) == {tea_tgt, lisbon}

@@ -6,12 +6,17 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.apps import apps
+from django.db import connection
 from django.utils import timezone
 
+from graph.services import graph_extract_memories
 from memories import access, embedding
-from memories.models import Memory
+from memories.models import Memory, MemoryAccess
 from memories.retrieval import keyword, rows, stats, vector
+from memories.services import MemoryInput, memories_ingest
 from memories.services import access as access_times
+from tenants import services as tenant_services
 
 pytestmark = pytest.mark.django_db
 
@@ -279,14 +284,127 @@ def test_applying_access_times_skips_rows_another_transaction_holds_instead_of_w
     assert access_times.apply_pending()["applied"] == 1
 
 
-@pytest.mark.parametrize(
-    "query", ["&|!():*<->'\\", "' OR 1=1 --", "a & b | !c", "'", "\\", "😀😀", "東京", "x" * 4000, "a:* & b:*"]
+# Queries that mean something to SQL, to tsquery, to LIKE or to a regex, or are merely odd text.
+# Each holds the placeholder {w}, which the test replaces with a word of one memory.
+HOSTILE = {
+    "sql injection": "{w}' OR 1=1 --",
+    "sql statement": "{w}'; DROP TABLE memories; --",
+    "tsquery operators": "!{w}:* & ({w} | x) <-> !!'\\",
+    "tsquery glued": "{w}&|!():*<->'\\",
+    "tsquery prefix": "{w}:* | a:*",
+    "backslashes": "\\{w}\\ \\\\ \\'",
+    "quotes": "\"{w}\" '{w}' `{w}` ‘{w}’ ''{w}''",
+    "like wildcards": "%{w}% _{w}_ %_",
+    "dollar quoting": "$${w}$$ $tag$",
+    "regex": "{w}.* [a-z]+ ^$ (?i)",
+    # The API refuses NUL and the other C0 controls (tests/test_hostile_input.py); these it takes.
+    "control characters": "{w}\t\r\n\u0085\u009b\u200b\u200d\u202e\ufeff\u2028 end",
+    "unicode": "東京 {w} Ünïcödé café שלום",
+    "emoji": "🥜 {w} 😀👩🏽\u200d💻🇵🇹",
+    "very long word": "{w} " + "x" * 3_900,
+    "stopwords around": "the of and {w} to is",
+}
+# Queries that share no word with any memory (and name no entity).
+NOTHING_IN_COMMON = {
+    "sql injection": "' OR 1=1 --",
+    "tsquery operators": "&|!():*<->'\\",
+    "tsquery prefix": "a:* & b:* | c:*",
+    "lone backslash": "\\",
+    "lone quote": "'",
+    "only stopwords": "the of and a to is",
+    "only punctuation": "?!.,;:-_()[]{}",
+    "like wildcards": "%_%",
+    "emoji": "😀😀",
+    "CJK": "東京",
+    "control characters": "\t\u200b\u202e\ufeff",
+    "very long word": "x" * 4_000,
+}
+MODES = ("keyword", "vector", "hybrid", "graph")
+
+
+@pytest.fixture
+def searched(api, bucket, other_tenant):
+    """The corpus (with its graph), a canary beside it and a canary in another tenant's bucket,
+    and a snapshot of the database to compare with after the searches."""
+    ids = write(api, bucket, *CORPUS, "Canary: the vault code is 4711.")
+    graph_extract_memories(memory_ids=ids)
+    outside = tenant_services.bucket_create(tenant=other_tenant, name="outside")
+    memories_ingest(bucket=outside, items=[MemoryInput(content="Anna's canary: the other vault code is 1234.")])
+    return ids, database_snapshot()
+
+
+def database_snapshot() -> tuple[dict[str, int], str]:
+    """The row count of every table, and a digest of every memory row, whole (embeddings included).
+    The search's own access bookkeeping (memory_access, written in the background) is left out."""
+    counts = {m._meta.db_table: m.objects.count() for m in apps.get_models() if m is not MemoryAccess}
+    with connection.cursor() as cur:
+        cur.execute("SELECT md5(string_agg(m::text, '|' ORDER BY m.id)) FROM memories m")
+        return counts, cur.fetchone()[0]
+
+
+def search_any(api, bucket, query: str, mode: str) -> dict:
+    """A search that must answer 200 with a well-formed body: hits of this bucket, each once, best first."""
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, "mode": mode}, format="json")
+    assert response.status_code == 200, (mode, response.status_code, response.content[:500])
+    body = response.json()
+    assert body["mode_used"] == mode and isinstance(body["warnings"], list) and isinstance(body["total_tokens"], int)
+    hits = body["results"]
+    assert isinstance(hits, list) and len(hits) <= 10
+    ids = [hit["id"] for hit in hits]
+    assert len(set(ids)) == len(ids)
+    in_bucket = {str(i) for i in Memory.objects.for_bucket(bucket).filter(pk__in=ids).values_list("id", flat=True)}
+    assert set(ids) == in_bucket, "a hit from outside the bucket"
+    scores = [hit["score"] for hit in hits]
+    assert all(isinstance(score, float | int) and 0 <= score < float("inf") for score in scores), (mode, scores)
+    assert scores == sorted(scores, reverse=True), (mode, scores)
+    assert all(isinstance(hit["content"], str) and hit["content"] for hit in hits)
+    return body
+
+
+@pytest.mark.parametrize("template", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_queries_never_fail(api, bucket, searched, template):
+    """A hostile query is text to every signal: it answers 200 in every mode, finds the memory
+    it names a word of (so the word reached the keyword, vector and graph signals rather than
+    being dropped with the odd characters around it), and changes nothing in the database."""
+    ids, before = searched
+    anna = ids[2]  # "My sister Anna works as a nurse in Boston." ("anna" is its own lemma)
+    query = template.replace("{w}", "Anna")
+    found = {mode: [hit["id"] for hit in search_any(api, bucket, query, mode)["results"]] for mode in MODES}
+    # Only the memory holding the word matches it: an injected OR or prefix would match them all.
+    assert found["keyword"] == [anna]
+    assert found["vector"][0] == anna and found["hybrid"][0] == anna
+    assert found["graph"] and found["graph"][0] == anna  # Anna, the entity: her memories
+    assert database_snapshot() == before
+    assert Memory.objects.get(pk=ids[-1]).content == "Canary: the vault code is 4711."
+
+
+@pytest.mark.parametrize("query", list(NOTHING_IN_COMMON.values()), ids=list(NOTHING_IN_COMMON))
+def test_hostile_queries_that_share_no_word_with_any_memory_match_none_by_keyword(api, bucket, searched, query):
+    ids, before = searched
+    for mode in MODES:
+        hits = search_any(api, bucket, query, mode)["results"]
+        if mode in ("keyword", "graph"):
+            # Nothing holds these words or names these entities: a query turned into "match
+            # anything" (an injected OR, a bare prefix, an emptied tsquery) would return memories.
+            assert hits == [], mode
+        else:  # the nearest neighbours of whatever the text means: the bucket's memories
+            assert {hit["id"] for hit in hits} == set(ids), mode
+    assert database_snapshot() == before
+
+
+# spaCy's tokenizer leaves characters it does not split off (a backslash, "$$", "&|!():*<->")
+# attached to a word; the lemma table has no entry for "peanuts\", so the lookup falls back to
+# the text and the query term is the unlemmatised "peanuts", while the memory was indexed as
+# "peanut". "peanuts&" or "peanuts!" alone are split and lemmatised ("Anna" above is its own lemma).
+@pytest.mark.xfail(
+    strict=True,
+    reason="lemmatizer._token_terms: a word glued to symbols the tokenizer keeps attached is not lemmatised "
+    "('peanuts\\' -> 'peanuts', the memory's term is 'peanut'), so keyword search misses the memory",
 )
-def test_hostile_queries_never_fail(api, bucket, query):
-    write(api, bucket, *CORPUS)
-    for mode in ("keyword", "hybrid"):
-        response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, "mode": mode}, format="json")
-        assert response.status_code == 200
+@pytest.mark.parametrize("query", ["peanuts&|!():*<->'\\", "\\peanuts\\", "$$peanuts$$"])
+def test_a_plural_glued_to_symbols_is_lemmatised_like_the_memory_it_names(api, bucket, query):
+    ids = write(api, bucket, *CORPUS)
+    assert [hit["id"] for hit in search(api, bucket, query, mode="keyword")["results"]] == [ids[4]]
 
 
 @pytest.mark.parametrize(
@@ -384,19 +502,13 @@ def test_empty_bucket_returns_no_results(api, bucket):
 
 
 def test_read_scope_can_search_write_scope_cannot(client_factory, tenant, bucket, api):
-    write(api, bucket, *CORPUS)
-    assert (
-        client_factory(tenant, scopes=["read"])
-        .post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "coffee"}, format="json")
-        .status_code
-        == 200
-    )
-    assert (
-        client_factory(tenant, scopes=["write"])
-        .post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "coffee"}, format="json")
-        .status_code
-        == 403
-    )
+    ids = write(api, bucket, *CORPUS)
+    reader = client_factory(tenant, scopes=["read"])
+    hits = search(reader, bucket, "coffee", mode="keyword")["results"]
+    assert [hit["id"] for hit in hits][:1] == [ids[1]]  # it really searched
+    writer = client_factory(tenant, scopes=["write"])
+    refused = writer.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "coffee"}, format="json")
+    assert refused.status_code == 403 and "results" not in refused.json()
 
 
 def test_outsider_cannot_search_a_bucket(api, outsider_api, other_bucket, bucket):

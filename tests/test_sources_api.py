@@ -6,9 +6,9 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.apps import apps
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 from sources import services
@@ -203,12 +203,17 @@ def test_scopes_write_to_submit_and_delete_read_to_read(tenant, bucket):
     writer = make_client(tenant, scopes=("write",))
     assert reader.post(documents_url(bucket), DOC, format="json").status_code == 403
     assert reader.post(conversations_url(bucket), CONV, format="json").status_code == 403
+    assert not Source.objects.exists()  # the refused submissions stored nothing
     source_id = writer.post(documents_url(bucket), DOC, format="json").json()["id"]
     assert writer.get(f"/api/v1/sources/{source_id}").status_code == 403
     assert writer.get(f"/api/v1/buckets/{bucket.pk}/sources").status_code == 403
-    assert reader.get(f"/api/v1/sources/{source_id}").status_code == 200
+    read = reader.get(f"/api/v1/sources/{source_id}")
+    assert read.status_code == 200 and read.json()["id"] == source_id and read.json()["title"] == DOC["title"]
+    assert [s["id"] for s in reader.get(f"/api/v1/buckets/{bucket.pk}/sources").json()["results"]] == [source_id]
     assert reader.delete(f"/api/v1/sources/{source_id}").status_code == 403
+    assert Source.objects.filter(pk=source_id).exists()
     assert writer.delete(f"/api/v1/sources/{source_id}").status_code == 200
+    assert not Source.objects.filter(pk=source_id).exists()
 
 
 def test_outsider_gets_404_on_every_endpoint_and_changes_nothing(api, outsider_api, bucket):
@@ -229,11 +234,13 @@ def test_a_bucket_restricted_token_sees_only_its_bucket(tenant, api, bucket):
     other = bucket_create(tenant=tenant, name="other")
     restricted = make_client(tenant, bucket=other)
     source_id = api.post(documents_url(bucket), DOC, format="json").json()["id"]
-    assert restricted.post(documents_url(bucket), DOC, format="json").status_code == 404
+    assert restricted.post(documents_url(bucket), {**DOC, "text": "Another trip."}, format="json").status_code == 404
     assert restricted.get(f"/api/v1/buckets/{bucket.pk}/sources").status_code == 404
     assert restricted.get(f"/api/v1/sources/{source_id}").status_code == 404
     assert restricted.delete(f"/api/v1/sources/{source_id}").status_code == 404
-    assert restricted.post(documents_url(other), DOC, format="json").status_code == 202
+    assert list(Source.objects.values_list("id", flat=True)) == [uuid.UUID(source_id)]  # nothing added or removed
+    accepted = restricted.post(documents_url(other), DOC, format="json")
+    assert accepted.status_code == 202 and Source.objects.get(pk=accepted.json()["id"]).bucket_id == other.pk
 
 
 @pytest.mark.parametrize("source_id", ["not-a-uuid", str(uuid.uuid4())])
@@ -318,10 +325,7 @@ def test_the_largest_accepted_conversation_is_accepted(api, bucket):
     assert Source.objects.get().chunks_total == MAX_MESSAGES
 
 
-@pytest.mark.skipif(not apps.is_installed("audit"), reason="the audit app is not installed")
 def test_submissions_and_deletes_are_audited(api, bucket):
-    from audit.models import AuditEvent
-
     source_id = api.post(documents_url(bucket), DOC, format="json").json()["id"]
     api.post(documents_url(bucket), DOC, format="json")  # a re-submission is audited too
     api.delete(f"/api/v1/sources/{source_id}")

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import re
 import threading
+import time
+import uuid
+from datetime import datetime
 
 import pytest
 from django.db import connection
@@ -10,10 +16,11 @@ from django.db import connection
 from audit.services import Actor
 from memories.models import Memory
 from memories.services import buckets as memory_buckets
-from sources import services
-from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory
+from sources import services, tasks
+from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceStatus
 from sources.services import MessageInput
 from tenants.models import Bucket
+from tests.support import base_env, celery_worker, test_database_url, use_broker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,8 +68,9 @@ def test_concurrent_identical_submissions_make_one_source(bucket):
     assert Source.objects.count() == 1 and SourceChunk.objects.count() == len(MESSAGES)
 
 
-def test_two_workers_on_one_source_do_each_chunk_once(bucket, monkeypatch):
-    monkeypatch.setattr(services, "BATCH_CHUNKS", 4)  # many small batches: the workers interleave
+def test_two_concurrent_runs_on_one_source_do_each_chunk_once(bucket, monkeypatch):
+    # Two threads of this process; the test below runs the same race in two worker processes.
+    monkeypatch.setattr(services, "BATCH_CHUNKS", 4)  # many small batches: the runs interleave
     source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
     work = lambda: services.source_process(source_id=source.pk)  # noqa: E731
     reports = in_threads(work, work)
@@ -77,7 +85,131 @@ def test_two_workers_on_one_source_do_each_chunk_once(bucket, monkeypatch):
     assert source.memories_created == len(MESSAGES) and source.memories_deduplicated == 0
 
 
-def test_deleting_while_a_worker_processes_leaves_nothing_behind(bucket):
+# A worker's log record when a task it ran returns: "[2026-11-25 22:40:01,123: INFO/ForkPoolWorker-1]
+# Task sources.process_source[<id>] succeeded in 1.2s: {'source_id': ..., 'chunks': 12, ...}" (the
+# report runs over several lines when its error holds line breaks).
+_RECORD = re.compile(r"^\[(\d{4}-[\d-]+ [\d:,]+): \w+/[\w-]+\] (.*?)(?=^\[\d{4}-|\Z)", re.M | re.S)
+_STARTED = re.compile(r"Task sources\.process_source\[([\w-]+)\] received")
+_DONE = re.compile(r"Task sources\.process_source\[([\w-]+)\] succeeded in [\d.e-]+s: (\{.*\})", re.S)
+
+
+def _runs(log: str) -> dict[str, tuple[datetime, datetime, dict]]:
+    """The process_source tasks a worker ran: task id -> (received, returned, its report)."""
+    received, runs = {}, {}
+    for stamp, message in _RECORD.findall(log):
+        moment = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+        if started := _STARTED.match(message):
+            received[started.group(1)] = moment
+        elif done := _DONE.match(message):
+            # Celery's saferepr leaves line breaks inside strings as they are.
+            report = ast.literal_eval(done.group(2).replace("\n", "\\n"))
+            runs[done.group(1)] = (received[done.group(1)], moment, report)
+    return runs
+
+
+WORKER_APP = "tests.scripts.sources_worker_app"  # engram_site's app, small batches, a slow distiller
+
+
+class Broker:
+    """The embedded filesystem broker, in a folder and on a queue of this test only."""
+
+    def __init__(self, tmp_path):
+        self.queue = f"engram-test-{uuid.uuid4().hex[:12]}"
+        self.dir = tmp_path / "broker"
+
+    def worker_env(self) -> dict[str, str]:
+        return base_env(
+            DATABASE_URL=test_database_url(),
+            ENGRAM_QUEUE=self.queue,
+            ENGRAM_BROKER_DIR=str(self.dir),
+            CELERY_BROKER_URL="",
+            REDIS_URL="",
+            ENGRAM_TEST_BATCH_CHUNKS="4",  # see tests/scripts/sources_worker_app.py
+            ENGRAM_TEST_DISTILL_DELAY="0.05",
+        )
+
+    def hint(self, source) -> str:
+        """Queue a process_source hint, as a submission's commit or the sweep does; its task id."""
+        with use_broker("filesystem://", broker_dir=self.dir, queue=self.queue):
+            return tasks.process_source.delay(str(source.pk)).id
+
+
+@pytest.mark.slow
+def test_two_workers_on_one_source_do_each_chunk_once(bucket, tmp_path):
+    """Two Celery worker processes (the embedded filesystem broker, in a folder of this test)
+    are each handed the same source at once — a lost-looking hint queued again, the sweep
+    racing the hint — and take turns on it batch by batch: every chunk is distilled into
+    memories by exactly one of them, and the counters add up."""
+    broker = Broker(tmp_path)
+    # The submission's own hint goes to the session's broker, which no worker here reads.
+    source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
+    with contextlib.ExitStack() as stack:
+        # Prefetch is one message a worker (CELERY_WORKER_PREFETCH_MULTIPLIER, acks_late): the
+        # first to poll takes one hint, the other worker the second.
+        workers = [
+            stack.enter_context(
+                celery_worker(broker.worker_env(), log=tmp_path / f"worker-{i}.log", queue=broker.queue, app=WORKER_APP)
+            )
+            for i in range(2)
+        ]
+        hints = {broker.hint(source), broker.hint(source)}
+        deadline = time.time() + 180
+        while sum(len(_runs(w.output())) for w in workers) < 2:
+            dead = [w for w in workers if not w.alive()]
+            assert not dead and time.time() < deadline, "\n".join(w.output()[-3000:] for w in workers)
+            time.sleep(0.2)
+    runs = [_runs(w.output()) for w in workers]
+
+    # Each worker ran one of the two hints, and they ran at the same time.
+    assert [len(r) for r in runs] == [1, 1] and {task for r in runs for task in r} == hints
+    (start_0, end_0, report_0), (start_1, end_1, report_1) = (next(iter(r.values())) for r in runs)
+    assert start_0 < end_1 and start_1 < end_0, "the workers did not overlap"
+    reports = [report_0, report_1]
+    assert {r["status"] for r in reports} <= {"done", "busy"} and "done" in {r["status"] for r in reports}
+    assert not any(r["error"] for r in reports)
+    # Each chunk was committed by one of them: their tallies add up to the source, no more.
+    assert sum(r["chunks"] for r in reports) == len(MESSAGES)
+    assert sum(r["created"] for r in reports) == len(MESSAGES)
+    assert sum(r["deduplicated"] for r in reports) == 0
+
+    source.refresh_from_db()
+    assert source.status == SourceStatus.DONE and source.chunks_done == len(MESSAGES)
+    assert source.memories_created == len(MESSAGES) and source.memories_deduplicated == 0
+    assert set(SourceChunk.objects.filter(source=source).values_list("status", flat=True)) == {ChunkStatus.DONE}
+    assert Memory.objects.for_bucket(bucket).count() == len(MESSAGES)
+    links = SourceChunkMemory.objects.filter(source_id=source.pk)
+    assert links.count() == len(MESSAGES)
+    assert sorted(links.values_list("chunk__ordinal", flat=True)) == list(range(len(MESSAGES)))
+    assert links.values("memory_id").distinct().count() == len(MESSAGES)
+
+
+@pytest.mark.slow
+def test_deleting_while_a_worker_processes_leaves_nothing_behind(bucket, tmp_path):
+    """A worker process is midway through a source when it is deleted: the delete takes every
+    memory the worker committed, and the worker commits nothing after it."""
+    broker = Broker(tmp_path)
+    source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
+    with celery_worker(broker.worker_env(), log=tmp_path / "worker.log", queue=broker.queue, app=WORKER_APP) as worker:
+        hint = broker.hint(source)
+        deadline = time.time() + 120
+        while not Source.objects.filter(pk=source.pk, chunks_done__gt=0).exists():
+            assert worker.alive() and time.time() < deadline, worker.output()[-3000:]
+            time.sleep(0.02)
+        report = services.source_delete(source=Source.objects.get(pk=source.pk))
+        while hint not in _runs(worker.output()):
+            assert worker.alive() and time.time() < deadline, worker.output()[-3000:]
+            time.sleep(0.2)
+    _received, _returned, run = _runs(worker.output())[hint]
+    # Deleted midway: the worker had committed some chunks, not all, and stopped at the delete.
+    assert 0 < run["chunks"] < len(MESSAGES), run
+    assert run["status"] in {"done", "busy"} and not run["error"]
+    assert not Source.objects.exists() and not SourceChunk.objects.exists() and not SourceChunkMemory.objects.exists()
+    assert Memory.objects.for_bucket(bucket).count() == 0
+    assert len(report.deleted_memories) == run["created"]  # all the worker wrote, and nothing after
+
+
+def test_deleting_while_a_concurrent_run_processes_leaves_nothing_behind(bucket):
+    # Two threads of this process; the test above runs the same race against a worker process.
     source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
     status, report = in_threads(
         lambda: services.source_process(source_id=source.pk).status,
