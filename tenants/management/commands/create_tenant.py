@@ -26,7 +26,7 @@ class Command(BaseCommand):
             with transaction.atomic():
                 actor = Actor.system("manage.py create_tenant")
                 tenant = services.tenant_create(name=name, actor=actor)
-                created_bucket = services.bucket_create(tenant=tenant, name=bucket) if bucket else None
+                created_bucket = services.bucket_create(tenant=tenant, name=bucket, actor=actor) if bucket else None
                 issued = services.token_issue(
                     tenant=tenant, name=token_name, scopes=services.parse_scopes(scopes), actor=actor
                 )
