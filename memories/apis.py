@@ -26,7 +26,7 @@ from engram_site.parsers import json_depth_exceeds
 from memories import provenance, ranking, retrieval, selectors, services
 from memories.links import RESERVED_PREFIX, link_kinds
 from memories.models import Attribution, Scope
-from memories.serializers import MAX_TAG_CHARS, MAX_TAGS, SearchFiltersIn, TagsField
+from memories.serializers import SearchFiltersIn, TagsField, list_filter_fields
 from tenants.models import Scope as TokenScope
 from tenants.selectors import bucket_get
 
@@ -198,22 +198,21 @@ class BucketMemoriesApi(APIView):
             status=status.HTTP_201_CREATED,
         )
 
-    class ListParams(StrictSerializer):
-        cursor = cursor_field()
-        page_size = page_size_field()
-        hint_tags = StrictCharField(
-            required=False, max_length=MAX_TAGS * (MAX_TAG_CHARS + 1), help_text="comma-separated; all must be present"
-        )
-        agent_id = StrictCharField(required=False, max_length=MAX_ID_CHARS)
-        run_id = StrictCharField(required=False, max_length=MAX_ID_CHARS)
-        attributed_to = serializers.ChoiceField(choices=Attribution.choices, required=False)
-        classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False)
-        classified_topic = StrictCharField(required=False, max_length=100)
-        created_after = StrictDateTimeField(required=False)
-        created_before = StrictDateTimeField(required=False)
-        pending = serializers.BooleanField(
-            required=False, help_text="true: only rows awaiting enrichment; false: only enriched rows"
-        )
+    # The filters come from their one definition (memories/filters.py, memories/serializers.py).
+    ListParams = type(
+        "ListParams",
+        (StrictSerializer,),
+        {
+            "__module__": __name__,
+            "__qualname__": "BucketMemoriesApi.ListParams",
+            "cursor": cursor_field(),
+            "page_size": page_size_field(),
+            **list_filter_fields(),
+            "pending": serializers.BooleanField(
+                required=False, help_text="true: only rows awaiting enrichment; false: only enriched rows"
+            ),
+        },
+    )
 
     @extend_schema(
         operation_id="memories_list",

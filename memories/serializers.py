@@ -55,3 +55,28 @@ SearchFiltersIn = type(
     (StrictSerializer,),
     {"__module__": __name__, "__qualname__": "SearchFiltersIn", **_filter_fields()},
 )
+
+# The filters the memory list takes as query parameters (the search's own, supersession and
+# as_of, are not list filters).
+LIST_FILTERS = (
+    "hint_tags", "agent_id", "run_id", "attributed_to", "classified_scope", "classified_topic", "created_after",
+    "created_before",
+)  # fmt: skip
+
+
+def list_filter_fields() -> dict:
+    """The memory list's filter query parameters, from the same definition: a query string
+    carries tags comma-separated, every other filter as the search reads it."""
+    out = {}
+    for spec in fields(MemoryFilters):
+        if spec.name not in LIST_FILTERS:
+            continue
+        if spec.metadata["kind"] == "tags":
+            out[spec.name] = StrictCharField(
+                required=False,
+                max_length=MAX_TAGS * (MAX_TAG_CHARS + 1),
+                help_text="comma-separated; all must be present",
+            )
+        else:
+            out[spec.name] = _FIELD_OF_KIND[spec.metadata["kind"]](required=False, **spec.metadata["api"])
+    return out

@@ -6,8 +6,9 @@ import uuid
 
 import pytest
 
-from memories.apis import MAX_BATCH, MAX_CONTENT_CHARS, MAX_TAGS
+from memories.apis import MAX_BATCH, MAX_CONTENT_CHARS
 from memories.models import Memory
+from memories.serializers import MAX_TAGS
 
 pytestmark = pytest.mark.django_db
 
