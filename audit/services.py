@@ -6,7 +6,7 @@ same transaction as the change, so one never commits without the other)."""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from audit.models import ActorKind, AuditEvent
@@ -91,3 +91,17 @@ def audit_record(
         request_id=actor.request_id,
         ip_address=actor.ip_address,
     )
+
+
+def audit_record_per_tenant(
+    *, actor: Actor, action: str, object_type: str, rows: Sequence, details: Callable[[list], dict]
+) -> None:
+    """One event per tenant for a change to several rows (an operator's selection may span
+    tenants): each tenant's event lists its own rows' ids, with ``details(its rows)``. The rows
+    are model instances with ``pk``, ``tenant_id`` and ``tenant``."""
+    for tenant_id in dict.fromkeys(row.tenant_id for row in rows):
+        mine = [row for row in rows if row.tenant_id == tenant_id]
+        audit_record(
+            actor=actor, action=action, tenant=mine[0].tenant, object_type=object_type,
+            object_ids=[row.pk for row in mine], details=details(mine),
+        )  # fmt: skip

@@ -24,6 +24,7 @@ from engram_site.openapi import BODY, cursor_page, errors
 from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
 from engram_site.parsers import json_depth_exceeds
 from memories import provenance, ranking, retrieval, selectors, services
+from memories.filters import MemoryFilters
 from memories.links import RESERVED_PREFIX, link_kinds
 from memories.models import Attribution, Scope
 from memories.serializers import SearchFiltersIn, TagsField, list_filter_fields
@@ -229,7 +230,7 @@ class BucketMemoriesApi(APIView):
         values.pop("page_size", None)
         if "hint_tags" in values:
             values["hint_tags"] = [t.strip() for t in values["hint_tags"].split(",") if t.strip()]
-        memories = selectors.memory_list(bucket=bucket, filters=retrieval.SearchFilters(**values), pending=pending)
+        memories = selectors.memory_list(bucket=bucket, filters=MemoryFilters(**values), pending=pending)
         paginator = CreatedCursorPagination()
         page = paginator.paginate_queryset(memories, request, view=self)
         return paginator.get_paginated_response(MemoryOut(page, many=True).data)
@@ -379,7 +380,7 @@ class SearchApi(APIView):
             mode=data["mode"],
             limit=data.get("limit"),
             token_budget=data.get("token_budget"),
-            filters=retrieval.SearchFilters(**data.get("filters", {})),
+            filters=MemoryFilters(**data.get("filters", {})),
             explain=data["explain"],
             ranking_overrides=data.get("ranking"),
             now=data.get("now"),

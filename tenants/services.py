@@ -11,7 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
-from audit.services import Actor, audit_record
+from audit.services import Actor, audit_record, audit_record_per_tenant
 from engram_site.exceptions import Conflict, DomainError
 from tenants.models import ApiToken, Bucket, OperatorMembership, Scope, Tenant, hash_token
 
@@ -71,7 +71,15 @@ def token_issue(
         raise DomainError("expires_at must be in the future.")
     secret = ApiToken.generate_secret()
     with transaction.atomic():
-        token = _token_create(tenant, name, secret, scopes, bucket, expires_at)
+        token = ApiToken.objects.create(
+            tenant=tenant,
+            name=(name or "token").strip()[:200],
+            prefix=secret[:12],
+            token_hash=hash_token(secret),
+            scopes=parse_scopes(scopes),
+            bucket=bucket,
+            expires_at=expires_at,
+        )
         if actor is not None:
             audit_record(
                 actor=actor, action="token.create", tenant=tenant, object_type="token", object_ids=[token.pk],
@@ -81,18 +89,6 @@ def token_issue(
     return IssuedToken(token=token, secret=secret)
 
 
-def _token_create(tenant, name, secret, scopes, bucket, expires_at) -> ApiToken:
-    return ApiToken.objects.create(
-        tenant=tenant,
-        name=(name or "token").strip()[:200],
-        prefix=secret[:12],
-        token_hash=hash_token(secret),
-        scopes=parse_scopes(scopes),
-        bucket=bucket,
-        expires_at=expires_at,
-    )
-
-
 def token_revoke(*, token: ApiToken) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
@@ -100,28 +96,27 @@ def token_revoke(*, token: ApiToken) -> ApiToken:
     return token
 
 
+def _token_prefixes(tokens: list[ApiToken]) -> dict:
+    return {"prefixes": [t.prefix for t in tokens]}
+
+
 @transaction.atomic
 def tokens_revoke(*, tokens: list[ApiToken], actor: Actor) -> list[ApiToken]:
     """Revoke ``tokens``; audited as one ``token.revoke`` event per tenant, in the same transaction."""
     revoked = [token_revoke(token=token) for token in tokens]
-    _audit_per_tenant(revoked, actor=actor, action="token.revoke")
+    audit_record_per_tenant(
+        actor=actor, action="token.revoke", object_type="token", rows=revoked, details=_token_prefixes
+    )
     return revoked
 
 
 @transaction.atomic
 def tokens_delete(*, tokens: list[ApiToken], actor: Actor) -> None:
     """Delete ``tokens``; audited as one ``token.delete`` event per tenant, in the same transaction."""
-    _audit_per_tenant(tokens, actor=actor, action="token.delete")
+    audit_record_per_tenant(
+        actor=actor, action="token.delete", object_type="token", rows=tokens, details=_token_prefixes
+    )
     ApiToken.objects.filter(pk__in=[t.pk for t in tokens]).delete()
-
-
-def _audit_per_tenant(tokens: list[ApiToken], *, actor: Actor, action: str) -> None:
-    for tenant_id in {t.tenant_id for t in tokens}:
-        mine = [t for t in tokens if t.tenant_id == tenant_id]
-        audit_record(
-            actor=actor, action=action, tenant=mine[0].tenant, object_type="token", object_ids=[t.pk for t in mine],
-            details={"prefixes": [t.prefix for t in mine]},
-        )  # fmt: skip
 
 
 def _clean_bucket_name(name: str) -> str:

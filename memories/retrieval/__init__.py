@@ -31,9 +31,6 @@ from memories.retrieval.search import (
 from memories.retrieval.stats import bucket_stats
 from memories.retrieval.vector import EF_GROWS_FROM, EXACT_SCAN_BELOW, scaled_ef_search
 
-# The name callers have used for the filters (memories/apis.py, bench/).
-SearchFilters = MemoryFilters
-
 __all__ = [
     "BUDGET_DEFAULT_LIMIT",
     "EF_GROWS_FROM",
@@ -43,7 +40,6 @@ __all__ = [
     "GraphSignal",
     "Hit",
     "MemoryFilters",
-    "SearchFilters",
     "SearchResult",
     "asks_when",
     "bucket_stats",

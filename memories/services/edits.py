@@ -10,7 +10,7 @@ import logging
 
 from django.db import IntegrityError, transaction
 
-from audit.services import Actor, audit_record
+from audit.services import Actor, audit_record, audit_record_per_tenant
 from engram_site.exceptions import Conflict, NotFound
 from memories import signals
 from memories.links import RESERVED_PREFIX
@@ -123,11 +123,11 @@ def memories_delete(*, memories: list[Memory], actor: Actor) -> None:
     per tenant with the first contents, in the same transaction."""
     for memory in memories:
         memory_delete(memory=memory)
-    for tenant_id in {m.tenant_id for m in memories}:
-        mine = [m for m in memories if m.tenant_id == tenant_id]
-        audit_record(
-            actor=actor, action="memory.delete", tenant=mine[0].tenant, object_type="memory",
-            object_ids=[m.pk for m in mine],
-            details={"bucket_ids": sorted({str(m.bucket_id) for m in mine}),
-                     "contents": [m.content[:200] for m in mine[:20]]},
-        )  # fmt: skip
+    audit_record_per_tenant(actor=actor, action="memory.delete", object_type="memory", rows=memories, details=_deleted)
+
+
+def _deleted(memories: list[Memory]) -> dict:
+    return {
+        "bucket_ids": sorted({str(m.bucket_id) for m in memories}),
+        "contents": [m.content[:200] for m in memories[:20]],
+    }
