@@ -42,13 +42,12 @@ def memory_writes(source: str) -> list[tuple[int, str]]:
     found = []
     tree = ast.parse(source)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL_WRITE.search(node.value):
-            found.append((node.lineno, "SQL: " + SQL_WRITE.search(node.value).group(0)))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and (sql := SQL_WRITE.search(node.value)):
+            found.append((node.lineno, "SQL: " + sql.group(0)))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ORM_WRITES:
             root = _root_name(node.func.value)
-            if root == "Memory" or (root and re.fullmatch(r"_?(memory|memories|survivors?|absorbed|rows?)", root)):
-                if root != "Memory" and root in {"rows", "row"}:
-                    continue  # generic names: only counted when they hang off the model
+            # Generic names (rows, items) only count when the chain starts from the model.
+            if root == "Memory" or (root and re.fullmatch(r"_?(memory|memories|survivors?|absorbed)", root)):
                 found.append((node.lineno, f"ORM: {root}….{node.func.attr}()"))
     return found
 
