@@ -90,6 +90,17 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class StrictFloatField(serializers.FloatField):
+    """A FloatField for JSON bodies: a JSON number (1 or 0.5), not "0.5", true or NaN."""
+
+    default_error_messages = {"not_a_number": "Must be a number."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("not_a_number")
+        return super().to_internal_value(data)
+
+
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class JSONObjectField(serializers.JSONField):
     """A JSON object, and nothing else (a plain JSONField takes any value, and documents so)."""

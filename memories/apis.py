@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_serializer, inline_serializer
+from django.utils import timezone
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,6 +19,7 @@ from engram_site.fields import (
     StrictCharField,
     StrictDateTimeField,
     StrictIntegerField,
+    StrictFloatField,
     StrictSerializer,
     character_error,
 )
@@ -37,6 +40,36 @@ MAX_ID_CHARS = 200
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 32
 MAX_QUERY_CHARS = 4_000
+MAX_TTL_SECONDS = 100 * 365 * 86400
+
+
+def _importance_field():
+    return StrictFloatField(
+        min_value=0.0, max_value=1.0, required=False, allow_null=True,
+        help_text="how much the memory matters, 0 to 1 (a bounded ranking boost; null: not said)",
+    )  # fmt: skip
+
+
+def _expires_at_field():
+    return StoredDateTimeField(
+        required=False, allow_null=True, help_text="after this time the memory leaves searches and lists (null: never)"
+    )
+
+
+def _ttl_field():
+    return StrictIntegerField(
+        min_value=1, max_value=MAX_TTL_SECONDS, required=False,
+        help_text="expires this many seconds from now (instead of expires_at)",
+    )  # fmt: skip
+
+
+def _resolve_ttl(data: dict) -> dict:
+    """``ttl_seconds`` becomes ``expires_at``; both at once is an error."""
+    if "ttl_seconds" in data:
+        if "expires_at" in data:
+            raise serializers.ValidationError({"ttl_seconds": ["Give expires_at or ttl_seconds, not both."]})
+        data["expires_at"] = timezone.now() + timedelta(seconds=data.pop("ttl_seconds"))
+    return data
 
 
 def _json_strings(value):
@@ -95,6 +128,12 @@ class MemoryIn(StrictSerializer):
     hint_tags = TagsField(required=False, allow_null=True)
     metadata = MetadataField(required=False, allow_null=True)
     created_at = StoredDateTimeField(required=False, allow_null=True)
+    importance = _importance_field()
+    expires_at = _expires_at_field()
+    ttl_seconds = _ttl_field()
+
+    def validate(self, attrs):
+        return _resolve_ttl(dict(attrs))
 
 
 class MemoryBatchIn(StrictSerializer):
@@ -125,6 +164,8 @@ class MemoryOut(serializers.Serializer):
     linked_memory_ids = serializers.JSONField(allow_null=True)
     superseded_at = serializers.DateTimeField(allow_null=True)
     superseded_by = serializers.UUIDField(allow_null=True)
+    importance = serializers.FloatField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
     context = serializers.CharField(source="context_text", allow_null=True)
     links = serializers.SerializerMethodField(help_text="kinds of the links in linked_memory_ids")
     enrichment = serializers.SerializerMethodField()
@@ -248,6 +289,12 @@ class MemoryUpdateIn(StrictSerializer):
     created_at = StoredDateTimeField(required=False)
     classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False, allow_null=True)
     classified_topic = _optional_text(100)
+    importance = _importance_field()
+    expires_at = _expires_at_field()
+    ttl_seconds = _ttl_field()
+
+    def validate(self, attrs):
+        return _resolve_ttl(dict(attrs))
 
 
 class MemoryDetailOut(MemoryOut):

@@ -6,6 +6,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVectorField
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Case, Func, Q, Value, When
 from django.db.models.functions import Cast, Coalesce, Concat
@@ -181,6 +182,14 @@ class Memory(models.Model):
     sequence_id = models.UUIDField(null=True, blank=True)
     sequence_index = models.IntegerField(null=True, blank=True)
 
+    # --- A memory's life (docs/LIFECYCLE.md) -------------------------------------------
+    # How much it matters, in [0, 1], as a client or an operator said (NULL: not said). A
+    # bounded boost in ranking (memories.ranking.importance_boost); nothing changes when unset.
+    importance = models.FloatField(null=True, blank=True)
+    # After this moment the memory is out of searches and lists (unless asked for), and the
+    # purge job deletes it once the bucket's retention window has passed too.
+    expires_at = models.DateTimeField(null=True, blank=True)
+
     objects = MemoryQuerySet.as_manager()
 
     class Meta:
@@ -244,6 +253,8 @@ class Memory(models.Model):
                 name="idx_memories_sequence",
                 condition=Q(sequence_id__isnull=False),
             ),
+            # The purge job and the expiry filter's few expiring rows.
+            models.Index(fields=["expires_at"], name="idx_memories_expires", condition=Q(expires_at__isnull=False)),
             # The enrichment sweep: rows whose embedding, lemmas or context vector are missing.
             models.Index(
                 fields=["created_at"],
@@ -257,6 +268,10 @@ class Memory(models.Model):
                 fields=["tenant", "bucket", "text_hash"],
                 name="idx_memories_hash_unique",
                 condition=Q(text_hash__isnull=False),
+            ),
+            models.CheckConstraint(
+                condition=Q(importance__isnull=True) | Q(importance__gte=0.0, importance__lte=1.0),
+                name="memories_importance_range",
             ),
         ]
 
@@ -290,3 +305,87 @@ class MemoryAccess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_id} at {self.accessed_at}"
+
+
+class VersionKind(models.TextChoices):
+    EDITED = "edited", "edited"
+    SUPERSEDED = "superseded", "superseded"
+    MERGED = "merged", "merged into another"
+    RECLASSIFIED = "reclassified", "reclassified"
+    DELETED = "deleted", "deleted"
+    RESTORED = "restored", "restored"
+
+
+class MemoryVersion(models.Model):
+    """One change of a memory: which fields changed, their values before it, who changed it and
+    when. Written by the write gateway in the change's own transaction (memories/services/history.py).
+
+    ``memory_id`` has no foreign key: the history of a deleted memory outlives its row until the
+    purge job (or an erasure) removes both. Tenant and bucket cascade in the database
+    (migration 0010).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    memory_id = models.UUIDField()
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    kind = models.CharField(max_length=20, choices=VersionKind.choices)
+    # {field: value before the change}, JSON-encoded (vectors are never kept).
+    previous = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    # What else the change needs to be read: the survivor of a merge, the superseding memory.
+    details = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    actor_kind = models.CharField(max_length=20)
+    actor_id = models.CharField(max_length=64, blank=True, default="")
+    actor_label = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_default=TransactionNow())
+
+    class Meta:
+        db_table = "memory_versions"
+        indexes = [
+            models.Index(fields=["memory_id", "id"], name="idx_versions_memory"),
+            models.Index(fields=["tenant", "bucket"], name="idx_versions_bucket"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_id} {self.kind} at {self.created_at}"
+
+
+class DeletedMemory(models.Model):
+    """A deleted memory, restorable until its bucket's retention window has passed.
+
+    Deleting moves the row here (every stored column but the vectors' indexes and the generated
+    search vectors), so searches, lists and the graph lose it at once without testing a flag
+    on every query; restoring puts it back under the same id (memories/services/lifecycle.py).
+    """
+
+    id = models.UUIDField(primary_key=True)  # the memory's own id
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    deleted_at = models.DateTimeField(db_default=TransactionNow())
+    # "deleted" (by a client or an operator) or "merged" (absorbed by another memory).
+    reason = models.CharField(max_length=20, default="deleted")
+    content = models.TextField()
+    # The row's columns, JSON-encoded (memories/services/lifecycle.snapshot).
+    row = models.JSONField(encoder=DjangoJSONEncoder)
+
+    objects = BucketScopedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "memories_deleted"
+        verbose_name = "deleted memory"
+        verbose_name_plural = "deleted memories"
+        indexes = [
+            models.Index(fields=["tenant", "bucket", "deleted_at"], name="idx_deleted_bucket"),
+            models.Index(fields=["deleted_at"], name="idx_deleted_at"),
+        ]
+
+    def __str__(self) -> str:
+        return self.content[:80]

@@ -10,6 +10,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -56,6 +57,10 @@ class Tenant(models.Model):
         return bool(self.setting("classification_enabled"))
 
 
+DEFAULT_RETENTION_DAYS = 30
+MAX_RETENTION_DAYS = 3650
+
+
 class BucketQuerySet(TenantScopedQuerySet):
     pass
 
@@ -73,6 +78,14 @@ class Bucket(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
+    # How long a deleted memory stays restorable, and an expired one visible with
+    # include_expired, before the purge job removes it.
+    retention_days = models.PositiveIntegerField(
+        default=DEFAULT_RETENTION_DAYS,
+        db_default=DEFAULT_RETENTION_DAYS,
+        validators=[MaxValueValidator(MAX_RETENTION_DAYS)],
+        help_text="Days a deleted memory can be restored (and an expired one still listed) before it is purged.",
+    )
 
     objects = BucketQuerySet.as_manager()
 

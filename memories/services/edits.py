@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 EDITABLE_FIELDS = (
     "content", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags", "metadata",
-    "created_at", "classified_scope", "classified_topic",
+    "created_at", "classified_scope", "classified_topic", "importance", "expires_at",
 )  # fmt: skip
 
 

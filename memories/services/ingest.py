@@ -55,6 +55,8 @@ class MemoryInput:
     hint_tags: list[str] | None = None
     metadata: dict | None = None
     created_at: datetime | None = None
+    importance: float | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -273,14 +275,15 @@ def _assign_context(bucket: Bucket, rows: list[Row], *, sequence: bool) -> None:
 _INSERT_COLUMNS = [
     "id", "tenant_id", "bucket_id", "content", "embedding", "metadata", "token_count", "hint_root", "hint_tags",
     "created_at", "text_lemmatized", "text_hash", "attributed_to", "agent_id", "run_id", "source_actor_id",
-    "context_text", "context_lemmatized", "context_embedding", "sequence_id", "sequence_index",
+    "context_text", "context_lemmatized", "context_embedding", "sequence_id", "sequence_index", "importance",
+    "expires_at",
 ]  # fmt: skip
 # Every placeholder is cast: the parameters are bound on the server (binding_cursor), where a
 # column of a multi-row VALUES list that is NULL in every row would otherwise be typed text.
 _PLACEHOLDERS = (
     "(%s::uuid, %s::uuid, %s::uuid, %s::text, %s::vector, %s::jsonb, %s::integer, %s::text, %s::text[], "
     "%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::vector, "
-    "%s::uuid, %s::integer)"
+    "%s::uuid, %s::integer, %s::double precision, %s::timestamptz)"
 )
 
 
@@ -295,6 +298,7 @@ def _insert(bucket: Bucket, rows: list[Row]) -> dict[str, uuid.UUID]:
             r.token_count, r.item.hint_root, r.item.hint_tags, r.created_at, r.text_lemmatized, r.text_hash,
             r.item.attributed_to, r.item.agent_id, r.item.run_id, r.item.source_actor_id,
             r.context_text, r.context_lemmatized, r.context_embedding, r.sequence_id, r.sequence_index,
+            r.item.importance, r.item.expires_at,
         ]  # fmt: skip
     sql = (
         f"INSERT INTO memories ({', '.join(_INSERT_COLUMNS)}) VALUES "
