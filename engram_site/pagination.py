@@ -88,3 +88,9 @@ class CreatedCursorPagination(pagination.CursorPagination):
             if not valid:
                 raise serializers.ValidationError({"cursor": ["Invalid cursor."]})
         return pagination.Cursor(offset=offset, reverse=reverse, position=position)
+
+
+class DeletedCursorPagination(CreatedCursorPagination):
+    """Most recently deleted first, by (deleted_at, id)."""
+
+    ordering = ("-deleted_at", "-id")

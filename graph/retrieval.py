@@ -312,8 +312,8 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
 
     where, params = filters.sql(bucket)
     # Mentions and edges are of this bucket already: the memories table is only read when
-    # filters narrow the bucket.
-    narrowed = where != type(filters)().sql(bucket)[0]
+    # filters narrow the bucket (leaving expired memories out is narrowing it).
+    narrowed = where != type(filters)(include_expired=True).sql(bucket)[0]
     join = f"JOIN memories m ON m.id = s.memory_id WHERE {where}" if narrowed else ""
     edge_ids = list(edge_memories)
     with connection.cursor() as cur:

@@ -75,6 +75,13 @@ DEFAULT_SCHEDULES = [
         expire_seconds=300,
     ),
     DefaultSchedule(
+        name="engram: purge memories",
+        task="maintenance.purge_memories",
+        description="Delete for good the memories deleted, or expired, longer ago than their bucket's retention days.",
+        crontab="37 * * * *",
+        expire_seconds=3600,
+    ),
+    DefaultSchedule(
         name="engram: reindex HNSW",
         task="maintenance.reindex_hnsw",
         description="REINDEX CONCURRENTLY the embedding indexes (HNSW quality drifts as rows are added).",

@@ -637,7 +637,7 @@ def duplicate_merge(*, candidate: DuplicateCandidate, keep: str, actor: Actor) -
         gone = Memory.objects.filter(pk=removed).values("content", "created_at", "hint_tags", "attributed_to").first()
         locked.status, locked.reviewed_at = DuplicateStatus.MERGED, timezone.now()
         locked.save(update_fields=["status", "reviewed_at"])
-        memories_absorb(mapping={removed: kept})
+        memories_absorb(mapping={removed: kept}, actor=actor)
         audit_record(
             actor=actor,
             action="duplicate.merge",

@@ -16,6 +16,7 @@ from django.db import InterfaceError, OperationalError
 
 from maintenance import jobs, services
 from memories import access
+from memories.services.lifecycle import memories_purge
 
 # Connection trouble is worth a few retries with backoff; anything else is a bug or
 # a bad row, recorded in the job run and left for the next scheduled run.
@@ -92,6 +93,11 @@ def reindex_hnsw() -> dict:
 @shared_task(name="maintenance.apply_access_times", **SCHEDULED)
 def apply_access_times() -> dict:
     return jobs.run_job("apply_access_times", access.apply_pending, keep_idle=False).as_dict()
+
+
+@shared_task(name="maintenance.purge_memories", **SCHEDULED)
+def purge_memories() -> dict:
+    return jobs.run_job("purge_memories", memories_purge, lock=True).as_dict()
 
 
 @shared_task(name="maintenance.prune_job_runs", **SCHEDULED)

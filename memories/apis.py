@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_serializer, inline_serializer
 from django.utils import timezone
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,8 +18,8 @@ from engram_site.fields import (
     StrictBooleanField,
     StrictCharField,
     StrictDateTimeField,
-    StrictIntegerField,
     StrictFloatField,
+    StrictIntegerField,
     StrictSerializer,
     character_error,
 )

@@ -9,14 +9,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.services import request_actor
-from engram_site.fields import StrictBooleanField, StrictCharField, StrictSerializer
+from engram_site.fields import StrictBooleanField, StrictCharField, StrictIntegerField, StrictSerializer
 from engram_site.openapi import BODY, errors
 from memories import selectors
 from memories.services import buckets
 from tenants import selectors as tenant_selectors
 from tenants import services as tenant_services
 from tenants.apis import BucketOutput
-from tenants.models import Scope
+from tenants.models import MAX_RETENTION_DAYS, Scope
 from tenants.services import BUCKET_NAME_MAX
 
 
@@ -32,6 +32,7 @@ class BucketDetailApi(APIView):
     class UpdateInput(StrictSerializer):
         name = StrictCharField(max_length=BUCKET_NAME_MAX, required=False)
         description = StrictCharField(required=False, allow_blank=True, max_length=10_000)
+        retention_days = StrictIntegerField(min_value=0, max_value=MAX_RETENTION_DAYS, required=False)
 
     def _bucket(self, request, bucket_id):
         return tenant_selectors.bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
+from django.db.models.functions import Now
 
 from memories.models import Attribution, Scope
 
@@ -47,6 +48,14 @@ class MemoryFilters:
     classified_topic: str | None = _filter("classified_topic", "exact", "text", max_length=MAX_TOPIC_CHARS)
     created_after: datetime | None = _filter("created_at", "gte", "datetime")
     created_before: datetime | None = _filter("created_at", "lt", "datetime")
+    importance_min: float | None = _filter(
+        "importance", "gte", "fraction", help_text="only memories whose importance is at least this (0 to 1)"
+    )
+    # Expiry: memories past their expires_at are left out unless asked for.
+    include_expired: bool = field(
+        default=False,
+        metadata={"kind": "flag", "api": {"help_text": "include memories past their expires_at (default false)"}},
+    )
     # Supersession (graph app): include historical memories (demoted) or not, and
     # evaluate memory as it stood at a past time.
     include_superseded: bool = field(
@@ -94,6 +103,10 @@ class MemoryFilters:
             else:
                 clauses.append(f"({alias}.superseded_at IS NULL OR {alias}.superseded_at > %s)")
                 params.append(moment)
+        if not self.include_expired:
+            # Expired now, whatever time a search evaluates dates at (and no parameter, so the
+            # statement is the same from one search to the next: retrieval.stats caches by it).
+            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > now())")
         return " AND ".join(clauses), params
 
     def q(self) -> Q:
@@ -105,4 +118,6 @@ class MemoryFilters:
             moment = self._superseded_moment()
             current = Q(superseded_at__isnull=True)
             condition &= current if moment is None else current | Q(superseded_at__gt=moment)
+        if not self.include_expired:
+            condition &= Q(expires_at__isnull=True) | Q(expires_at__gt=Now())
         return condition

@@ -92,6 +92,10 @@ class RankingConfig:
     # Memories written by trusted source actors (source_actor_id in trusted_actors).
     trust_boost: float = 0.0
     trusted_actors: tuple[str, ...] = ()
+    # Importance a client or an operator gave a memory (0 to 1): score *= 1 + importance_boost x
+    # importance. A memory without importance is not touched, so rankings of buckets that never
+    # set it are exactly what they were (docs/RETRIEVAL.md).
+    importance_boost: float = 0.5
     # Superseded (historical) memories are demoted, not hidden.
     superseded_weight: float = 0.5
     # pgvector HNSW search breadth (recall vs. latency; see bench/results/).
@@ -126,6 +130,7 @@ _NUMERIC_BOUNDS = {
     "session_weight": (0.0, 1.0),
     "keyword_coverage_floor": (0.0, 1.0),
     "trust_boost": (0.0, 2.0),
+    "importance_boost": (0.0, 2.0),
     "superseded_weight": (0.0, 1.0),
     "ef_search": (10, EF_SEARCH_MAX),
 }

@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from engram_site.exceptions import NotFound
 from memories import access
 from memories.filters import MemoryFilters
-from memories.models import PENDING_ENRICHMENT, Memory
+from memories.models import PENDING_ENRICHMENT, DeletedMemory, Memory, MemoryVersion
 from tenants.models import ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
 
@@ -38,3 +38,33 @@ def memory_list(*, bucket: Bucket, filters: MemoryFilters, pending: bool | None 
 def memory_count(*, bucket: Bucket) -> int:
     """How many memories ``bucket`` holds (idx_memories_tenant_bucket)."""
     return Memory.objects.for_bucket(bucket).count()
+
+
+def deleted_memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None) -> DeletedMemory:
+    """The tenant's deleted (still restorable) memory, or NotFound, as :func:`memory_get`."""
+    pk = parse_uuid(memory_id)
+    deleted = None
+    if pk is not None:
+        deleted = token_scoped(DeletedMemory.objects.filter(pk=pk), tenant=tenant, token=token).first()
+    if deleted is None:
+        raise NotFound("No deleted memory with this id: never deleted, restored already, or purged.")
+    return deleted
+
+
+def deleted_memory_list(*, bucket: Bucket) -> QuerySet[DeletedMemory]:
+    return DeletedMemory.objects.for_bucket(bucket)
+
+
+def memory_history(*, tenant: Tenant, memory_id, token: ApiToken | None = None) -> tuple[str, QuerySet]:
+    """(``"live"`` or ``"deleted"``, the memory's versions oldest first), or NotFound when the
+    tenant has no such memory, live or restorable (a purged or erased one has no history left)."""
+    pk = parse_uuid(memory_id)
+    state = None
+    if pk is not None:
+        if token_scoped(Memory.objects.filter(pk=pk), tenant=tenant, token=token).exists():
+            state = "live"
+        elif token_scoped(DeletedMemory.objects.filter(pk=pk), tenant=tenant, token=token).exists():
+            state = "deleted"
+    if state is None:
+        raise NotFound("Memory not found.")
+    return state, MemoryVersion.objects.filter(memory_id=pk, tenant_id=tenant.pk).order_by("id")

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from rest_framework.serializers import ChoiceField, ListField
+from rest_framework.serializers import BooleanField, ChoiceField, FloatField, ListField
 
-from engram_site.fields import StrictBooleanField, StrictCharField, StrictDateTimeField, StrictSerializer
+from engram_site.fields import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictDateTimeField,
+    StrictFloatField,
+    StrictSerializer,
+)
 from memories.filters import MemoryFilters
 
 MAX_TAGS = 50
@@ -37,6 +43,13 @@ _FIELD_OF_KIND = {
     "choice": ChoiceField,
     "datetime": StrictDateTimeField,
     "flag": StrictBooleanField,
+    "fraction": lambda **kwargs: StrictFloatField(min_value=0.0, max_value=1.0, **kwargs),
+}
+# Query parameters are strings: the list reads them with DRF's plain fields.
+_QUERY_FIELD_OF_KIND = {
+    **_FIELD_OF_KIND,
+    "flag": BooleanField,
+    "fraction": lambda **kwargs: FloatField(min_value=0.0, max_value=1.0, **kwargs),
 }
 
 
@@ -60,7 +73,7 @@ SearchFiltersIn = type(
 # as_of, are not list filters).
 LIST_FILTERS = (
     "hint_tags", "agent_id", "run_id", "attributed_to", "classified_scope", "classified_topic", "created_after",
-    "created_before",
+    "created_before", "importance_min", "include_expired",
 )  # fmt: skip
 
 
@@ -78,5 +91,5 @@ def list_filter_fields() -> dict:
                 help_text="comma-separated; all must be present",
             )
         else:
-            out[spec.name] = _FIELD_OF_KIND[spec.metadata["kind"]](required=False, **spec.metadata["api"])
+            out[spec.name] = _QUERY_FIELD_OF_KIND[spec.metadata["kind"]](required=False, **spec.metadata["api"])
     return out

@@ -22,6 +22,9 @@ class BucketOutput(serializers.Serializer):
     name = serializers.CharField()
     description = serializers.CharField()
     created_at = serializers.DateTimeField()
+    retention_days = serializers.IntegerField(
+        help_text="days a deleted memory stays restorable (and an expired one listable) before it is purged"
+    )
 
 
 class BucketListApi(APIView):

@@ -147,11 +147,19 @@ def bucket_create(*, tenant: Tenant, name: str, description: str = "", actor: Ac
 
 
 def bucket_update(
-    *, bucket: Bucket, name: str | None = None, description: str | None = None, actor: Actor | None = None
+    *,
+    bucket: Bucket,
+    name: str | None = None,
+    description: str | None = None,
+    retention_days: int | None = None,
+    actor: Actor | None = None,
 ) -> Bucket:
-    """Rename or redescribe a bucket; audited as ``bucket.update`` (with an ``actor``) in the same
-    transaction."""
+    """Rename, redescribe or set the retention window of a bucket; audited as ``bucket.update``
+    (with an ``actor``) in the same transaction."""
     fields = []
+    if retention_days is not None:
+        bucket.retention_days = retention_days
+        fields.append("retention_days")
     if name is not None:
         bucket.name = _clean_bucket_name(name)
         fields.append("name")

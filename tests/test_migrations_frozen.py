@@ -23,6 +23,7 @@ SCHEDULE_MIGRATIONS = (
     "0003_graph_schedule",
     "0004_sources_schedule",
     "0005_access_times_schedule",
+    "0006_purge_schedule",
 )
 
 
@@ -124,5 +125,6 @@ def test_schedule_migrations_rerun_keep_edits_and_reverse_only_their_own_rows():
     assert sorted(PeriodicTask.objects.filter(name__startswith="engram: ").values_list("name", flat=True)) == [
         "engram: apply access times",
         "engram: graph extraction sweep",
+        "engram: purge memories",
         "engram: sources sweep",
     ]

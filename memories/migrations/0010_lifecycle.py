@@ -2,103 +2,149 @@
 
 import django.core.serializers.json
 import django.db.models.deletion
-import engram_site.db
 from django.db import migrations, models
+
+import engram_site.db
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('memories', '0009_sequence_position'),
-        ('tenants', '0003_bucket_retention_days'),
+        ("memories", "0009_sequence_position"),
+        ("tenants", "0003_bucket_retention_days"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DeletedMemory',
+            name="DeletedMemory",
             fields=[
-                ('id', models.UUIDField(primary_key=True, serialize=False)),
-                ('deleted_at', models.DateTimeField(db_default=engram_site.db.TransactionNow())),
-                ('reason', models.CharField(default='deleted', max_length=20)),
-                ('content', models.TextField()),
-                ('row', models.JSONField(encoder=django.core.serializers.json.DjangoJSONEncoder)),
+                ("id", models.UUIDField(primary_key=True, serialize=False)),
+                ("deleted_at", models.DateTimeField(db_default=engram_site.db.TransactionNow())),
+                ("reason", models.CharField(default="deleted", max_length=20)),
+                ("content", models.TextField()),
+                ("row", models.JSONField(encoder=django.core.serializers.json.DjangoJSONEncoder)),
             ],
             options={
-                'verbose_name': 'deleted memory',
-                'verbose_name_plural': 'deleted memories',
-                'db_table': 'memories_deleted',
+                "verbose_name": "deleted memory",
+                "verbose_name_plural": "deleted memories",
+                "db_table": "memories_deleted",
             },
         ),
         migrations.CreateModel(
-            name='MemoryVersion',
+            name="MemoryVersion",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('memory_id', models.UUIDField()),
-                ('kind', models.CharField(choices=[('edited', 'edited'), ('superseded', 'superseded'), ('merged', 'merged into another'), ('reclassified', 'reclassified'), ('deleted', 'deleted'), ('restored', 'restored')], max_length=20)),
-                ('previous', models.JSONField(default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder)),
-                ('details', models.JSONField(default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder)),
-                ('actor_kind', models.CharField(max_length=20)),
-                ('actor_id', models.CharField(blank=True, default='', max_length=64)),
-                ('actor_label', models.CharField(blank=True, default='', max_length=200)),
-                ('created_at', models.DateTimeField(db_default=engram_site.db.TransactionNow())),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("memory_id", models.UUIDField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("edited", "edited"),
+                            ("superseded", "superseded"),
+                            ("merged", "merged into another"),
+                            ("reclassified", "reclassified"),
+                            ("deleted", "deleted"),
+                            ("restored", "restored"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("previous", models.JSONField(default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder)),
+                ("details", models.JSONField(default=dict, encoder=django.core.serializers.json.DjangoJSONEncoder)),
+                ("actor_kind", models.CharField(max_length=20)),
+                ("actor_id", models.CharField(blank=True, default="", max_length=64)),
+                ("actor_label", models.CharField(blank=True, default="", max_length=200)),
+                ("created_at", models.DateTimeField(db_default=engram_site.db.TransactionNow())),
             ],
             options={
-                'db_table': 'memory_versions',
+                "db_table": "memory_versions",
             },
         ),
         migrations.AddField(
-            model_name='memory',
-            name='expires_at',
+            model_name="memory",
+            name="expires_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='memory',
-            name='importance',
+            model_name="memory",
+            name="importance",
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.AddIndex(
-            model_name='memory',
-            index=models.Index(condition=models.Q(('expires_at__isnull', False)), fields=['expires_at'], name='idx_memories_expires'),
+            model_name="memory",
+            index=models.Index(
+                condition=models.Q(("expires_at__isnull", False)), fields=["expires_at"], name="idx_memories_expires"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='memory',
-            constraint=models.CheckConstraint(condition=models.Q(('importance__isnull', True), models.Q(('importance__gte', 0.0), ('importance__lte', 1.0)), _connector='OR'), name='memories_importance_range'),
+            model_name="memory",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("importance__isnull", True),
+                    models.Q(("importance__gte", 0.0), ("importance__lte", 1.0)),
+                    _connector="OR",
+                ),
+                name="memories_importance_range",
+            ),
         ),
         migrations.AddField(
-            model_name='deletedmemory',
-            name='bucket',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='tenants.bucket'),
+            model_name="deletedmemory",
+            name="bucket",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.DO_NOTHING,
+                related_name="+",
+                to="tenants.bucket",
+            ),
         ),
         migrations.AddField(
-            model_name='deletedmemory',
-            name='tenant',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='tenants.tenant'),
+            model_name="deletedmemory",
+            name="tenant",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.DO_NOTHING,
+                related_name="+",
+                to="tenants.tenant",
+            ),
         ),
         migrations.AddField(
-            model_name='memoryversion',
-            name='bucket',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='tenants.bucket'),
+            model_name="memoryversion",
+            name="bucket",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.DO_NOTHING,
+                related_name="+",
+                to="tenants.bucket",
+            ),
         ),
         migrations.AddField(
-            model_name='memoryversion',
-            name='tenant',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='tenants.tenant'),
+            model_name="memoryversion",
+            name="tenant",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.DO_NOTHING,
+                related_name="+",
+                to="tenants.tenant",
+            ),
         ),
         migrations.AddIndex(
-            model_name='deletedmemory',
-            index=models.Index(fields=['tenant', 'bucket', 'deleted_at'], name='idx_deleted_bucket'),
+            model_name="deletedmemory",
+            index=models.Index(fields=["tenant", "bucket", "deleted_at"], name="idx_deleted_bucket"),
         ),
         migrations.AddIndex(
-            model_name='deletedmemory',
-            index=models.Index(fields=['deleted_at'], name='idx_deleted_at'),
+            model_name="deletedmemory",
+            index=models.Index(fields=["deleted_at"], name="idx_deleted_at"),
         ),
         migrations.AddIndex(
-            model_name='memoryversion',
-            index=models.Index(fields=['memory_id', 'id'], name='idx_versions_memory'),
+            model_name="memoryversion",
+            index=models.Index(fields=["memory_id", "id"], name="idx_versions_memory"),
         ),
         migrations.AddIndex(
-            model_name='memoryversion',
-            index=models.Index(fields=['tenant', 'bucket'], name='idx_versions_bucket'),
+            model_name="memoryversion",
+            index=models.Index(fields=["tenant", "bucket"], name="idx_versions_bucket"),
         ),
         migrations.RunSQL(
             sql=[

@@ -46,6 +46,7 @@ def boost_bounds(config: ranking.RankingConfig, cues: QueryCues) -> tuple[float,
         * (1.0 + config.speaker_boost if cues.people else 1.0)
         * (1.0 + config.date_cue_boost if cues.when else 1.0)
         * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
+        * (1.0 + config.importance_boost)
     )
     min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight)
     return min_boost, max_boost
@@ -68,6 +69,8 @@ def row_boosts(
         boosts["date_cue"] = 1.0 + config.date_cue_boost
     if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
         boosts["trust"] = 1.0 + config.trust_boost
+    if row["importance"]:
+        boosts["importance"] = 1.0 + config.importance_boost * row["importance"]
     row["superseded"] = row["superseded_at"] is not None and row["superseded_at"] <= (as_of or now)
     if row["superseded"]:
         boosts["superseded"] = config.superseded_weight

@@ -5,6 +5,8 @@ One module per kind of change:
 
 - :mod:`~memories.services.ingest` — new memories (dedup, derived columns, sequence context);
 - :mod:`~memories.services.edits` — a memory's edit and delete, audited in the same transaction;
+- :mod:`~memories.services.history` — the version each change of a memory records;
+- :mod:`~memories.services.lifecycle` — deleted memories kept restorable, restoring, the purge job;
 - :mod:`~memories.services.enrichment` — derived columns a write could not compute;
 - :mod:`~memories.services.merge` — one memory absorbing another, a bucket's rows moving;
 - :mod:`~memories.services.buckets` — merging and deleting buckets (their memories and what
@@ -36,6 +38,7 @@ from memories.services.ingest import (
     memories_ingest,
     run_sequence_id,
 )
+from memories.services.lifecycle import PurgeReport, memories_purge, memory_restore
 
 __all__ = [
     "CONTEXT_PREDECESSORS",
@@ -52,6 +55,9 @@ __all__ = [
     "memories_enrich_pending",
     "memories_ingest",
     "memories_delete",
+    "memories_purge",
+    "memory_restore",
+    "PurgeReport",
     "memory_delete",
     "memory_update",
     "pending_enrichment_count",

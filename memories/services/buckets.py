@@ -178,7 +178,7 @@ def bucket_merge(*, source: Bucket, target: Bucket, remove_source: bool, actor) 
         plan = bucket_merge_preview(source=source, target=target)
         merging = _answers(signals.bucket_merging, source=source, target=target)
         mapping = _collisions(source, target)
-        memories_absorb(mapping=mapping)
+        memories_absorb(mapping=mapping, actor=actor)
         oldest = Memory.objects.for_bucket(source).aggregate(oldest=Min("created_at"))["oldest"]
         moved = memories_move_bucket(source=source, target=target)
         ApiToken.objects.filter(tenant_id=source.tenant_id, bucket_id=source.pk).update(bucket_id=target.pk)

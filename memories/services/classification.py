@@ -10,6 +10,9 @@ from collections.abc import Sequence
 
 from django.db import connection
 
+from memories.models import VersionKind
+from memories.services.history import ENGRAM
+
 
 def memories_label(
     *,
@@ -28,6 +31,8 @@ def memories_label(
     """
     if not ids:
         return 0
+    if force:
+        return _relabel_recorded(ids=ids, scopes=scopes, topics=topics, by=by)
     guard = "" if force else "AND (m.classified_scope IS NULL OR m.classified_topic IS NULL)"
     scope_sql = "v.scope" if force else "coalesce(m.classified_scope, v.scope)"
     topic_sql = "v.topic" if force else "coalesce(m.classified_topic, v.topic)"
@@ -42,3 +47,37 @@ def memories_label(
             [list(ids), list(scopes), list(topics), list(by)],
         )
         return cur.rowcount
+
+
+def _relabel_recorded(*, ids, scopes, topics, by) -> int:
+    """Forced labels: every row whose set label changes gets a ``reclassified`` version
+    (a label filled where there was none is not a reclassification)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[]) AS v(id, scope, topic, by)),
+            old AS (
+                SELECT m.id, m.tenant_id, m.bucket_id, m.classified_scope, m.classified_topic
+                FROM memories m JOIN v ON v.id = m.id FOR UPDATE OF m
+            ),
+            changed AS (
+                UPDATE memories m SET classified_scope = v.scope, classified_topic = v.topic,
+                       metadata = coalesce(m.metadata, '{}'::jsonb) || jsonb_build_object('classified_by', v.by)
+                FROM v WHERE m.id = v.id RETURNING m.id
+            ),
+            versions AS (
+                INSERT INTO memory_versions (memory_id, tenant_id, bucket_id, kind, previous, details, actor_kind,
+                                             actor_id, actor_label, created_at)
+                SELECT old.id, old.tenant_id, old.bucket_id, %s,
+                       jsonb_build_object('classified_scope', old.classified_scope,
+                                          'classified_topic', old.classified_topic),
+                       jsonb_build_object('by', v.by), %s, '', %s, now()
+                FROM old JOIN v ON v.id = old.id
+                WHERE (old.classified_scope IS NOT NULL OR old.classified_topic IS NOT NULL)
+                  AND (old.classified_scope IS DISTINCT FROM v.scope OR old.classified_topic IS DISTINCT FROM v.topic)
+            )
+            SELECT count(*) FROM changed
+            """,
+            [list(ids), list(scopes), list(topics), list(by), VersionKind.RECLASSIFIED, str(ENGRAM.kind), ENGRAM.label],
+        )
+        return cur.fetchone()[0]

@@ -14,12 +14,17 @@ from audit.services import Actor, audit_record, audit_record_per_tenant
 from engram_site.exceptions import Conflict, NotFound
 from memories import signals
 from memories.links import RESERVED_PREFIX
-from memories.models import Memory
+from memories.models import Memory, VersionKind
 from memories.services.events import note_writes, send_safely
+from memories.services.history import version_record
 from memories.services.ingest import MemoryInput, Row, count_tokens, embed_rows, lemmatize_rows
+from memories.services.lifecycle import DeleteReason, memories_trash
 from memories.text import text_hash
 
 logger = logging.getLogger(__name__)
+
+# An edit of only these is a reclassification in the memory's history.
+RECLASSIFYING = {"classified_scope", "classified_topic"}
 
 EDITABLE_FIELDS = (
     "content", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags", "metadata",
@@ -45,6 +50,7 @@ def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> M
         # Keys Engram maintains (links) survive a client replacing its metadata.
         reserved = {k: v for k, v in (memory.metadata or {}).items() if k.startswith(RESERVED_PREFIX)}
         changes["metadata"] = {**(changes["metadata"] or {}), **reserved} if reserved else changes["metadata"]
+    previous = {name: getattr(memory, name) for name, value in changes.items() if getattr(memory, name) != value}
     for name, value in changes.items():
         setattr(memory, name, value)
     update_fields = list(changes)
@@ -85,6 +91,9 @@ def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> M
             extra={"existing_id": str(other) if other else None},
         ) from None
     memory.refresh_from_db()
+    if previous:
+        kind = VersionKind.RECLASSIFIED if set(previous) <= RECLASSIFYING else VersionKind.EDITED
+        version_record(memory=memory, kind=kind, previous=previous, actor=actor)
     if actor is not None:
         audit_record(
             actor=actor, action="memory.update", tenant=memory.tenant, object_type="memory",
@@ -98,23 +107,36 @@ def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> M
 
 
 @transaction.atomic
-def memory_delete(*, memory: Memory, actor: Actor | None = None) -> None:
-    """Delete a memory; what hangs off it in the database (graph edges, mentions)
-    goes with it, and the graph reopens any fact it had closed. With an ``actor`` the
-    delete is audited (``memory.delete``) in the same transaction."""
-    bucket_id, memory_id = memory.bucket_id, memory.pk
-    states = [state for _receiver, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id,
-                                                                         memory_id=memory_id)]  # fmt: skip
-    Memory.objects.filter(pk=memory_id).delete()
+def memory_delete(*, memory: Memory, actor: Actor | None = None) -> bool:
+    """Delete a memory: it moves to ``memories_deleted``, restorable for its bucket's retention
+    window (memories.services.lifecycle); what hangs off it in the database (graph edges,
+    mentions) goes, and the graph reopens any fact it had closed. A ``deleted`` version is
+    recorded; with an ``actor`` the delete is audited (``memory.delete``), all in one transaction.
+    Returns False, changing nothing, when the memory is gone already."""
+    if not _delete(memory, actor):
+        return False
     if actor is not None:
         audit_record(
             actor=actor, action="memory.delete", tenant=memory.tenant, object_type="memory",
-            object_ids=[memory_id], details={"bucket_id": str(bucket_id)},
+            object_ids=[memory.pk], details={"bucket_id": str(memory.bucket_id)},
         )  # fmt: skip
+    return True
+
+
+def _delete(memory: Memory, actor: Actor | None) -> bool:
+    bucket_id, memory_id = memory.bucket_id, memory.pk
+    if not Memory.objects.select_for_update().filter(pk=memory_id).exists():
+        return False  # deleted meanwhile
+    states = [state for _receiver, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id,
+                                                                         memory_id=memory_id)]  # fmt: skip
+    memories_trash(ids=[memory_id], reason=DeleteReason.DELETED)
+    version_record(memory=memory, kind=VersionKind.DELETED, previous={}, actor=actor)
+    Memory.objects.filter(pk=memory_id).delete()
     note_writes(bucket_id, 1)
     transaction.on_commit(
         lambda: send_safely(signals.memory_deleted, bucket_id=bucket_id, memory_id=memory_id, states=states)
     )
+    return True
 
 
 @transaction.atomic
@@ -122,7 +144,7 @@ def memories_delete(*, memories: list[Memory], actor: Actor) -> None:
     """Delete several memories (an operator's selection), audited as one ``memory.delete`` event
     per tenant with the first contents, in the same transaction."""
     for memory in memories:
-        memory_delete(memory=memory)
+        _delete(memory, actor)
     audit_record_per_tenant(actor=actor, action="memory.delete", object_type="memory", rows=memories, details=_deleted)
 
 

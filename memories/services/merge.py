@@ -17,11 +17,14 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
+from audit.services import Actor
 from engram_site.exceptions import DomainError, NotFound
 from memories import signals
 from memories.links import LINKS_KEY, RESERVED_PREFIX
-from memories.models import Memory
+from memories.models import Memory, VersionKind
 from memories.services.events import forget_stats
+from memories.services.history import Change, versions_record
+from memories.services.lifecycle import DeleteReason, memories_trash
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
@@ -32,6 +35,8 @@ BATCH = 5000
 FILLED_IF_EMPTY = (
     "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "classified_scope", "classified_topic",
 )  # fmt: skip
+# Every column a merge may change on the survivor.
+MERGED_FIELDS = ("hint_tags", "metadata", "linked_memory_ids", "last_accessed_at", *FILLED_IF_EMPTY)
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,7 @@ def _repoint_supersession(mapping: dict[uuid.UUID, uuid.UUID], *, tenant_ids: se
         )
 
 
-def memories_absorb(*, mapping: dict) -> AbsorbReport:
+def memories_absorb(*, mapping: dict, actor: Actor | None = None) -> AbsorbReport:
     """Merge each memory of ``mapping``'s keys into the memory it maps to, then delete it.
 
     The survivor keeps its content, embedding and time, and gains the absorbed row's
@@ -147,6 +152,8 @@ def memories_absorb(*, mapping: dict) -> AbsorbReport:
     Other memories' links and ``superseded_by`` that named an absorbed row name its
     survivor; receivers of ``signals.memories_absorbing`` move their rows. Both rows
     of a pair must belong to one tenant. Runs in one transaction (the caller's, if any).
+    Each absorbed row is kept in ``memories_deleted`` (restorable) and both rows' histories
+    record the merge, by ``actor``.
     """
     mapping = {_as_uuid(k): _as_uuid(v) for k, v in mapping.items()}
     if not mapping:
@@ -171,22 +178,37 @@ def memories_absorb(*, mapping: dict) -> AbsorbReport:
         for absorbed, survivor in mapping.items():
             if rows[absorbed].tenant_id != rows[survivor].tenant_id:
                 raise DomainError("Memories of different tenants cannot be merged.")
-        survivors = []
+        survivors, survivor_changes = [], []
         for survivor_id in sorted(survivor_ids):
             survivor = rows[survivor_id]
-            for absorbed_id in sorted(i for i, s in mapping.items() if s == survivor_id):
+            before = {name: getattr(survivor, name) for name in MERGED_FIELDS}
+            absorbed_here = sorted(i for i, s in mapping.items() if s == survivor_id)
+            for absorbed_id in absorbed_here:
                 _absorb_into(survivor, rows[absorbed_id], mapping)
             survivors.append(survivor)
-        Memory.objects.bulk_update(
-            survivors, ["hint_tags", "metadata", "linked_memory_ids", "last_accessed_at", *FILLED_IF_EMPTY],
-            batch_size=500,
-        )  # fmt: skip
+            previous = {name: value for name, value in before.items() if getattr(survivor, name) != value}
+            if previous:
+                survivor_changes.append(
+                    Change(survivor.pk, survivor.tenant_id, survivor.bucket_id, previous, {"absorbed": absorbed_here})
+                )
+        Memory.objects.bulk_update(survivors, list(MERGED_FIELDS), batch_size=500)
         tenant_ids = {m.tenant_id for m in rows.values()}
         bucket_ids = {m.bucket_id for m in rows.values()}
         relinked = _relink_others(mapping, tenant_ids=tenant_ids, exclude=absorbed_ids | survivor_ids)
         _repoint_supersession(mapping, tenant_ids=tenant_ids, bucket_ids=bucket_ids)
         # Graph mentions and edges, review candidates, source provenance: their apps move them (or raise).
         signals.memories_absorbing.send(Memory, mapping=mapping)
+        # The history: each absorbed row went into its survivor (and stays restorable until the
+        # purge job); each survivor took the fields that changed.
+        versions_record(
+            kind=VersionKind.MERGED,
+            changes=[
+                Change(i, rows[i].tenant_id, rows[i].bucket_id, {}, {"into": mapping[i]}) for i in sorted(absorbed_ids)
+            ],
+            actor=actor,
+        )
+        versions_record(kind=VersionKind.EDITED, changes=survivor_changes, actor=actor)
+        memories_trash(ids=sorted(absorbed_ids), reason=DeleteReason.MERGED)
         # What still hangs on the absorbed rows (graph_processed) goes with them (ON DELETE CASCADE).
         with connection.cursor() as cur:
             cur.execute("DELETE FROM memories WHERE id = ANY(%s)", [list(absorbed_ids)])
@@ -209,6 +231,13 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
             [target.pk, source.tenant_id, source.pk],
         )
         ids = [row[0] for row in cur.fetchall()]
+        # Their histories and the bucket's deleted memories go along (a removed source bucket
+        # would take them with it).
+        for table in ("memory_versions", "memories_deleted"):
+            cur.execute(
+                f"UPDATE {table} SET bucket_id = %s WHERE tenant_id = %s AND bucket_id = %s",
+                [target.pk, source.tenant_id, source.pk],
+            )
     bucket_ids = {source.pk, target.pk}  # now: the source may be deleted before the commit
     transaction.on_commit(lambda: forget_stats(bucket_ids))
     return ids

@@ -9,7 +9,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from memories.models import Memory
+from memories.models import Memory, VersionKind
+from memories.services.history import Change, versions_record
 from memories.services.links import links_add, links_remove
 from tenants.models import Bucket
 
@@ -22,7 +23,16 @@ def memory_supersede(
     The successor's ``supersedes`` link follows: removed from ``previous_by`` (the successor
     recorded until now) when that changes, added to ``by``.
     """
-    Memory.objects.filter(pk=memory_id).update(superseded_at=at, superseded_by=by)
+    before = (
+        Memory.objects.filter(pk=memory_id).values("tenant_id", "bucket_id", "superseded_at", "superseded_by").first()
+    )
+    if before is None:
+        return
+    if (before["superseded_at"], before["superseded_by"]) != (at, by):
+        Memory.objects.filter(pk=memory_id).update(superseded_at=at, superseded_by=by)
+        previous = {"superseded_at": before["superseded_at"], "superseded_by": before["superseded_by"]}
+        change = Change(memory_id, before["tenant_id"], before["bucket_id"], previous, {"by": by})
+        versions_record(kind=VersionKind.SUPERSEDED, changes=[change])
     if previous_by and previous_by != by:
         links_remove(memory_id=previous_by, target=memory_id, kind="supersedes")
     if by:
@@ -32,8 +42,13 @@ def memory_supersede(
 def supersessions_clear(*, bucket: Bucket) -> int:
     """Undo every supersession of ``bucket`` (a graph rebuild starts from none); returns how many."""
     superseded = Memory.objects.for_bucket(bucket).filter(superseded_by__isnull=False)
-    pairs = list(superseded.values_list("id", "superseded_by"))
-    for old_id, by in pairs:
+    rows = list(superseded.values_list("id", "superseded_at", "superseded_by"))
+    for old_id, _at, by in rows:
         links_remove(memory_id=by, target=old_id, kind="supersedes")
     superseded.update(superseded_at=None, superseded_by=None)
-    return len(pairs)
+    changes = [
+        Change(old_id, bucket.tenant_id, bucket.pk, {"superseded_at": at, "superseded_by": by}, {"by": None})
+        for old_id, at, by in rows
+    ]
+    versions_record(kind=VersionKind.SUPERSEDED, changes=changes)
+    return len(rows)

@@ -5,15 +5,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0002_operator_memberships'),
+        ("tenants", "0002_operator_memberships"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='bucket',
-            name='retention_days',
-            field=models.PositiveIntegerField(db_default=30, default=30, help_text='Days a deleted memory can be restored (and an expired one still listed) before it is purged.', validators=[django.core.validators.MaxValueValidator(3650)]),
+            model_name="bucket",
+            name="retention_days",
+            field=models.PositiveIntegerField(
+                db_default=30,
+                default=30,
+                help_text="Days a deleted memory can be restored (and an expired one still listed) before it is purged.",
+                validators=[django.core.validators.MaxValueValidator(3650)],
+            ),
         ),
     ]

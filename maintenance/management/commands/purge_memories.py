@@ -1,0 +1,16 @@
+"""Delete for good what is past its retention window (what the hourly schedule runs)."""
+
+from maintenance.management.base import JobCommand
+from memories.services.lifecycle import memories_purge
+
+
+class Command(JobCommand):
+    help = (
+        "Delete for good the memories deleted, or expired, longer ago than their bucket's retention_days, "
+        "with their history. Batched, resumable, safe to run concurrently."
+    )
+    job_name = "purge_memories"
+    bucket_option = False
+
+    def job(self, **options):
+        return memories_purge, {}
