@@ -78,7 +78,7 @@ DEFAULT_SCHEDULES = [
         name="engram: purge memories",
         task="maintenance.purge_memories",
         description="Delete for good the memories deleted, or expired, longer ago than their bucket's retention days.",
-        crontab="37 * * * *",
+        crontab="52 * * * *",
         expire_seconds=3600,
     ),
     DefaultSchedule(

@@ -358,6 +358,7 @@ class SearchHitOut(serializers.Serializer):
     token_count = serializers.IntegerField(allow_null=True)
     superseded = serializers.BooleanField()
     superseded_by = serializers.UUIDField(allow_null=True)
+    importance = serializers.FloatField(allow_null=True)
     explain = serializers.JSONField(required=False)
 
 
@@ -381,6 +382,7 @@ def _hit_json(hit: retrieval.Hit, explain: bool) -> dict:
         item[name] = row[name]
     item["superseded"] = bool(row["superseded"])
     item["superseded_by"] = str(row["superseded_by"]) if row["superseded_by"] is not None else None
+    item["importance"] = row["importance"]
     if explain:
         item["explain"] = hit.explain
     return item

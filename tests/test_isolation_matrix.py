@@ -49,7 +49,8 @@ from django_celery_beat.models import (
 from audit.services import Actor, audit_record
 from graph.models import Edge, Entity, Mention
 from maintenance.models import DuplicateCandidate, JobRun, JobStatus
-from memories.services import MemoryInput, memories_ingest
+from memories.models import DeletedMemory
+from memories.services import MemoryInput, memories_ingest, memory_delete
 from sources.services import source_submit_document
 from tenants import services
 from tenants.models import OperatorMembership, Scope
@@ -112,6 +113,8 @@ def world(tenant, other_tenant) -> World:
     contents = [f"{A_MARK} Marta keeps the lighthouse in Porto.", f"{A_MARK} Marta keeps a lighthouse near Porto."]
     m1, m2 = _memories(a1, *contents)
     _memories(a2, f"{A_MARK} The second bucket remembers the tide tables.")
+    [gone] = _memories(a1, f"{A_MARK} Marta once kept a boat.")
+    memory_delete(memory=_memory(gone))
     entity, edge = _graph(a1, m1, A_MARK)
     source = source_submit_document(bucket=a1, title=f"{A_MARK} notes", text=f"{A_MARK} Marta likes tea.").source
     token = services.token_issue(tenant=tenant, name=f"{A_MARK}-token", scopes=["read"]).token
@@ -133,6 +136,7 @@ def world(tenant, other_tenant) -> World:
         "solar": SolarSchedule.objects.create(event="sunrise", latitude=38.7, longitude=-9.1),
         "clocked": ClockedSchedule.objects.create(clocked_time=now),
         "periodic_task": PeriodicTask.objects.create(name=f"{A_MARK} task", task="maintenance.noop", interval=interval),
+        "deleted": DeletedMemory.objects.get(pk=gone),
     }  # fmt: skip
 
     # Tenant B: its own rows (so its lists are not trivially empty) and its operator, who
@@ -158,7 +162,7 @@ def world(tenant, other_tenant) -> World:
 def _memory(pk):
     from memories.models import Memory
 
-    return Memory.objects.only("id").get(pk=pk)
+    return Memory.objects.only("id", "bucket_id").get(pk=pk)
 
 
 # --- the database, before and after ------------------------------------------------------------------
@@ -277,6 +281,9 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
         "PATCH": [Call({"memory_id": "memory"}, lambda ids: {"content": "overwritten", "hint_tags": ["x"]})],
         "DELETE": [Call({"memory_id": "memory"})],
     },
+    "memory-history": {"GET": [Call({"memory_id": "memory"}), Call({"memory_id": "deleted"})]},
+    "memory-restore": {"POST": [Call({"memory_id": "deleted"})]},
+    "bucket-deleted": {"GET": [Call({"bucket_id": "bucket"})]},
     "bucket-entities": {
         "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"q": "marta"})]
     },

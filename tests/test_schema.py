@@ -52,6 +52,9 @@ MEMORY_EXTRA_COLUMNS: dict[str, tuple[str, bool, str | None]] = {
     # Sequence position (memories 0009): retrieval's neighbour lift and expansion.
     "sequence_id": ("uuid", True, None),
     "sequence_index": ("integer", True, None),
+    # A memory's life (memories 0010): the importance boost and filter, expiry.
+    "importance": ("double precision", True, None),
+    "expires_at": ("timestamp with time zone", True, None),
 }
 
 GENERATED = {
@@ -115,6 +118,9 @@ MEMORY_EXTRA_INDEXES = {
     "idx_memories_sequence": (
         "CREATE INDEX idx_memories_sequence ON public.memories USING btree "
         "(tenant_id, bucket_id, sequence_id, sequence_index) WHERE (sequence_id IS NOT NULL)"
+    ),
+    "idx_memories_expires": (
+        "CREATE INDEX idx_memories_expires ON public.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL)"
     ),
     "idx_memories_enrich_pending": (
         "CREATE INDEX idx_memories_enrich_pending ON public.memories USING btree (created_at) "

@@ -12,7 +12,7 @@ SCHEDULES = [
         "maintenance.purge_memories",
         "Delete for good the memories deleted, or expired, longer ago than their bucket's retention days.",
         None,
-        "37 * * * *",
+        "52 * * * *",
         3600,
     ),
 ]
