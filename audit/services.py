@@ -6,6 +6,7 @@ same transaction as the change, so one never commits without the other)."""
 from __future__ import annotations
 
 import ipaddress
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,11 @@ from audit.models import ActorKind, AuditEvent
 
 # An event keeps the first ids of a bulk change and the total count.
 OBJECT_IDS_MAX = 100
+# What an erased text becomes in the details that quoted it (audit_scrub).
+ERASED = "[erased]"
+# Details quote a text whole or cut to its first characters (an operator's memory delete keeps
+# 200, a duplicate merge 2,000): a quote this long or longer that begins an erased text is one.
+QUOTE_MIN = 32
 REQUEST_ID_HEADERS = ("HTTP_X_REQUEST_ID", "HTTP_X_CORRELATION_ID")
 
 
@@ -105,3 +111,42 @@ def audit_record_per_tenant(
             actor=actor, action=action, tenant=mine[0].tenant, object_type=object_type,
             object_ids=[row.pk for row in mine], details=details(mine),
         )  # fmt: skip
+
+
+def audit_scrub(*, tenant, object_ids: Iterable, texts: Iterable[str]) -> int:
+    """Replace ``texts`` wherever the details of ``tenant``'s events about ``object_ids`` quote
+    them — whole, or cut to their first :data:`QUOTE_MIN` or more characters — with
+    :data:`ERASED`. The events stay (what was done, to which ids, by whom); what the erased
+    rows said goes. Returns the number of events changed. For an erasure, inside its transaction."""
+    ids = [str(i) for i in object_ids]
+    quotes = sorted({t for t in texts if t})
+    if not ids or not quotes:
+        return 0
+    changed = 0
+    # No index serves object_ids: the tenant's events are read through audit_tenant_time.
+    events = AuditEvent.objects.for_tenant(tenant).filter(object_ids__has_any_keys=ids).only("id", "details")
+    for event in events.iterator(chunk_size=500):
+        details = _scrubbed(event.details, quotes)
+        if details != event.details:
+            AuditEvent.objects.filter(pk=event.pk).update(details=details)
+            changed += 1
+    return changed
+
+
+def _scrubbed(value, quotes: list[str]):
+    if isinstance(value, str):
+        return ERASED if _quotes(value, quotes) else value
+    if isinstance(value, list):
+        return [_scrubbed(v, quotes) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, quotes) for k, v in value.items()}
+    return value
+
+
+def _quotes(text: str, quotes: list[str]) -> bool:
+    """Whether ``text`` is one of ``quotes`` (sorted), or the start of one and QUOTE_MIN long."""
+    # Every quote that starts with ``text`` sorts at or right after where ``text`` would go.
+    i = bisect_left(quotes, text)
+    if i == len(quotes):
+        return False
+    return quotes[i] == text or (len(text) >= QUOTE_MIN and quotes[i].startswith(text))

@@ -8,6 +8,7 @@ from django.dispatch import receiver
 from graph.models import Edge
 from graph.services import (
     graph_absorb_memories,
+    graph_erase_memories,
     graph_forget_memory,
     graph_merge_buckets,
     graph_merge_preview,
@@ -79,3 +80,9 @@ def merge_graphs(sender, *, source, target, **kwargs) -> dict:
 @receiver(signals.bucket_merged)
 def recompute_timelines(sender, *, target, memory_ids, **kwargs):
     graph_recompute(bucket=target, memory_ids=memory_ids)
+
+
+@receiver(signals.memories_erasing)
+def erase_graph_rows(sender, *, tenant, memory_ids, **kwargs) -> dict:
+    # Inside the erasure's transaction: an error here rolls the erasure back.
+    return graph_erase_memories(tenant=tenant, memory_ids=memory_ids)

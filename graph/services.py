@@ -20,7 +20,7 @@ from django.db.models import Q
 
 from graph import extract as extraction
 from graph import nlp
-from graph.models import Edge, Entity, Mention
+from graph.models import Edge, Entity, Mention, Processed
 from graph.selectors import entities_by_first_name
 from memories.models import Memory
 from memories.services.supersession import memory_supersede, supersessions_clear
@@ -468,6 +468,57 @@ def graph_forget_memory(*, bucket: Bucket, memory_id: uuid.UUID, timelines: set)
         # Memories it superseded are current again unless something else closes them.
         affected |= set(Memory.objects.for_bucket(bucket).filter(superseded_by=memory_id).values_list("id", flat=True))
         _recompute_supersession(bucket, affected)
+
+
+# --- erasure (memories.services.erasure, through graph/receivers.py) -----------------------------------
+
+
+def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict:
+    """Delete the graph rows of erased memories, in the erasure's transaction, before the rows go.
+
+    Their mentions and edges go, and every entity they named that nothing else names now — no
+    mention left, no edge as subject or object — goes too: an entity's name may be the person
+    being forgotten. The timelines their edges were on, and the supersession of the memories
+    left on them (or superseded by an erased one), are recomputed, as after a delete.
+    """
+    ids = list(memory_ids)
+    edges = Edge.objects.filter(tenant_id=tenant.pk, source_memory_id__in=ids)
+    mentions = Mention.objects.filter(tenant_id=tenant.pk, memory_id__in=ids)
+    # No index serves superseded_by: an erasure reads the tenant's rows once (idx_memories_tenant).
+    superseded = Memory.objects.for_tenant(tenant).filter(superseded_by__in=ids).exclude(pk__in=ids)
+    bucket_ids = (
+        set(edges.values_list("bucket_id", flat=True).distinct())
+        | set(mentions.values_list("bucket_id", flat=True).distinct())
+        | set(superseded.values_list("bucket_id", flat=True).distinct())
+    )
+    buckets = list(Bucket.objects.filter(tenant_id=tenant.pk, pk__in=bucket_ids).order_by("pk"))
+    for bucket in buckets:  # in one order, so two erasures cannot deadlock
+        _bucket_lock(bucket)
+    timelines: dict[uuid.UUID, set] = {}
+    named = set(mentions.values_list("entity_id", flat=True))
+    for bucket_id, subject_id, object_id, key in edges.values_list(
+        "bucket_id", "subject_id", "object_entity_id", "functional_key"
+    ):
+        named |= {subject_id, object_id} - {None}
+        if key is not None:
+            timelines.setdefault(bucket_id, set()).add((subject_id, key))
+    counts = {"graph_edges": edges.delete()[0], "graph_mentions": mentions.delete()[0]}
+    Processed.objects.filter(memory_id__in=ids).delete()
+    orphans = (
+        Entity.objects.for_tenant(tenant)
+        .filter(pk__in=named)
+        .exclude(pk__in=Mention.objects.filter(entity_id__in=named).values("entity_id"))
+        .exclude(pk__in=Edge.objects.filter(subject_id__in=named).values("subject_id"))
+        .exclude(pk__in=Edge.objects.filter(object_entity_id__in=named).values("object_entity_id"))
+    )
+    counts["graph_entities"] = orphans.delete()[0]
+    erased = set(ids)
+    for bucket in buckets:
+        _refresh_mention_counts(bucket, named)
+        affected = _recompute_timelines(bucket, timelines.get(bucket.pk, set()))
+        affected |= set(superseded.filter(bucket_id=bucket.pk).values_list("id", flat=True))
+        _recompute_supersession(bucket, affected - erased)
+    return counts
 
 
 # --- merges: memories absorbed into others, buckets merged ---------------------------------------------

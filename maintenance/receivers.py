@@ -8,7 +8,7 @@ from django.dispatch import receiver
 
 from maintenance import tasks
 from maintenance.models import DuplicateCandidate
-from maintenance.services import duplicate_candidates_repoint, maintenance_bucket_merge
+from maintenance.services import duplicate_candidates_erase, duplicate_candidates_repoint, maintenance_bucket_merge
 from memories import signals
 
 
@@ -37,3 +37,9 @@ def plan_candidates_merge(sender, *, source, target, **kwargs) -> dict:
 def move_candidates_and_cursors(sender, *, source, target, oldest_moved, **kwargs):
     # Inside the merge's transaction: an error here rolls the merge back.
     maintenance_bucket_merge(source=source, target=target, oldest_moved=oldest_moved)
+
+
+@receiver(signals.memories_erasing)
+def erase_candidates(sender, *, tenant, memory_ids, **kwargs) -> dict:
+    # Inside the erasure's transaction: an error here rolls the erasure back.
+    return {"duplicate_candidates": duplicate_candidates_erase(tenant=tenant, memory_ids=memory_ids)}

@@ -591,6 +591,15 @@ def duplicate_candidates_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
     return changed
 
 
+def duplicate_candidates_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> int:
+    """Delete the review candidates of erased memories (``memories_erasing``), reviewed or not;
+    returns how many. Their foreign keys would cascade too: deleting them here counts them."""
+    ids = list(memory_ids)
+    # memory_a leads dupcand_pair_unique, memory_b has dupcand_memory_b.
+    pairs = DuplicateCandidate.objects.for_tenant(tenant).filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
+    return pairs.delete()[0]
+
+
 def _repoint_candidates(ids: list[int], mapping: dict[uuid.UUID, uuid.UUID]) -> int:
     changed = 0
     for candidate in DuplicateCandidate.objects.filter(pk__in=ids).order_by("pk").select_for_update():

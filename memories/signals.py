@@ -28,3 +28,14 @@ bucket_merging = Signal()
 # memory is in the target. Receivers move the rest (review candidates, documents) and
 # recompute what depends on the memories (graph timelines). An exception rolls it all back.
 bucket_merged = Signal()
+
+# --- erasure (memories.services.erasure.memories_erase), sent inside the erasure's transaction -----
+# tenant, bucket_id (None: every bucket), bucket_ids (those holding matching memories), fields
+# ({agent_id, run_id, attributed_to, source_actor_id: value}, all to match): before the erasure
+# chooses its memories. Receivers take the locks that keep their own writers of such memories
+# out until it commits (the sources app: processing of the documents and conversations it deletes).
+erasure_locking = Signal()
+# tenant, bucket_id, memory_ids (live and deleted), fields: before the erased rows are deleted.
+# Receivers delete what they keep about those memories or what names the erased values, and
+# return a dict of counts for the report. An exception rolls the whole erasure back.
+memories_erasing = Signal()

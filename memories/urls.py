@@ -1,6 +1,6 @@
 from django.urls import path
 
-from memories import apis, bucket_apis, lifecycle_apis
+from memories import apis, bucket_apis, erasure_apis, lifecycle_apis
 
 urlpatterns = [
     path("buckets/<str:bucket_id>", bucket_apis.BucketDetailApi.as_view(), name="bucket-detail"),
@@ -11,4 +11,5 @@ urlpatterns = [
     path("memories/<str:memory_id>", apis.MemoryDetailApi.as_view(), name="memory-detail"),
     path("memories/<str:memory_id>/history", lifecycle_apis.MemoryHistoryApi.as_view(), name="memory-history"),
     path("memories/<str:memory_id>/restore", lifecycle_apis.MemoryRestoreApi.as_view(), name="memory-restore"),
+    path("erasure", erasure_apis.ErasureApi.as_view(), name="erasure"),
 ]

@@ -7,7 +7,7 @@ from django.dispatch import receiver
 
 from memories import signals
 from sources.models import SourceChunkMemory
-from sources.services import sources_merge_plan, sources_move_bucket
+from sources.services import sources_erase, sources_erasure_lock, sources_merge_plan, sources_move_bucket
 
 
 @receiver(signals.memories_absorbing)
@@ -42,3 +42,14 @@ def plan_sources_merge(sender, *, source, target, **kwargs) -> dict:
 def move_sources(sender, *, source, target, **kwargs):
     # Inside the merge's transaction: an error here rolls the merge back.
     sources_move_bucket(source=source, target=target)
+
+
+@receiver(signals.erasure_locking)
+def lock_sources_for_erasure(sender, *, tenant, bucket_id, bucket_ids, fields, **kwargs):
+    sources_erasure_lock(tenant=tenant, bucket_id=bucket_id, bucket_ids=bucket_ids, fields=fields)
+
+
+@receiver(signals.memories_erasing)
+def erase_sources(sender, *, tenant, bucket_id, memory_ids, fields, **kwargs) -> dict:
+    # Inside the erasure's transaction: an error here rolls the erasure back.
+    return sources_erase(tenant=tenant, bucket_id=bucket_id, memory_ids=memory_ids, fields=fields)

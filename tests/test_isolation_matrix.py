@@ -298,6 +298,13 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     },
     "bucket-sources": {"GET": [Call({"bucket_id": "bucket"})]},
     "source-detail": {"GET": [Call({"source_id": "source"})], "DELETE": [Call({"source_id": "source"})]},
+    # Without a bucket an erasure is the caller's own tenant's (tests/test_erasure.py checks it).
+    "erasure": {
+        "POST": [
+            Call(data=lambda ids: {"agent_id": "x", "bucket_id": ids["bucket"]}, targets=("bucket",)),
+            Call(data=lambda ids: {"agent_id": "x", "bucket_id": ids["bucket"], "dry_run": True}, targets=("bucket",)),
+        ]
+    },
 }
 
 # Model admins: app_model -> the world object they are probed with. Their routes

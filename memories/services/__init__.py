@@ -11,6 +11,8 @@ One module per kind of change:
 - :mod:`~memories.services.merge` — one memory absorbing another, a bucket's rows moving;
 - :mod:`~memories.services.buckets` — merging and deleting buckets (their memories and what
   the apps above hang on them, through signals);
+- :mod:`~memories.services.erasure` — erasing every memory of a person's identifier, with what
+  is kept about them (the apps above through signals);
 - :mod:`~memories.services.links`, :mod:`~memories.services.topics`,
   :mod:`~memories.services.classification`, :mod:`~memories.services.supersession`,
   :mod:`~memories.services.access` — the columns other apps and jobs maintain.
@@ -27,6 +29,7 @@ from memories.services.enrichment import (
     memories_enrich_pending,
     pending_enrichment_count,
 )
+from memories.services.erasure import ERASURE_FIELDS, ErasureReport, memories_erase
 from memories.services.ingest import (
     CONTEXT_PREDECESSORS,
     IngestResult,
@@ -44,7 +47,9 @@ __all__ = [
     "CONTEXT_PREDECESSORS",
     "EDITABLE_FIELDS",
     "ENRICHMENT_KINDS",
+    "ERASURE_FIELDS",
     "EnrichmentReport",
+    "ErasureReport",
     "IngestResult",
     "MemoryInput",
     "constraint_name",
@@ -53,6 +58,7 @@ __all__ = [
     "join_context",
     "memories_enrich_all_pending",
     "memories_enrich_pending",
+    "memories_erase",
     "memories_ingest",
     "memories_delete",
     "memories_purge",
