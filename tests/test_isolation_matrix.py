@@ -49,7 +49,8 @@ from django_celery_beat.models import (
 from audit.services import Actor, audit_record
 from graph.models import Edge, Entity, Mention
 from maintenance.models import DuplicateCandidate, JobRun, JobStatus
-from memories.services import MemoryInput, memories_ingest
+from memories.models import DeletedMemory, Memory
+from memories.services import MemoryInput, memories_ingest, memory_delete
 from sources.services import source_submit_document
 from tenants import services
 from tenants.models import OperatorMembership, Scope
@@ -110,7 +111,8 @@ def world(tenant, other_tenant) -> World:
     a2 = services.bucket_create(tenant=tenant, name=f"{A_MARK}-two")
     b1 = services.bucket_create(tenant=other_tenant, name=f"{B_MARK}-one")
     contents = [f"{A_MARK} Marta keeps the lighthouse in Porto.", f"{A_MARK} Marta keeps a lighthouse near Porto."]
-    m1, m2 = _memories(a1, *contents)
+    m1, m2, m3 = _memories(a1, *contents, f"{A_MARK} Marta once kept a diary, now deleted.")
+    memory_delete(memory=Memory.objects.get(pk=m3))
     _memories(a2, f"{A_MARK} The second bucket remembers the tide tables.")
     entity, edge = _graph(a1, m1, A_MARK)
     source = source_submit_document(bucket=a1, title=f"{A_MARK} notes", text=f"{A_MARK} Marta likes tea.").source
@@ -125,7 +127,8 @@ def world(tenant, other_tenant) -> World:
     now = timezone.now()
     objects = {
         "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
-        "entity": entity, "edge": edge, "source": source, "candidate": _candidate(a1, m1, m2), "token": token,
+        "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
+        "candidate": _candidate(a1, m1, m2), "token": token,
         "event": event, "membership": membership, "user_a": user_a, "group": group,
         "jobrun": JobRun.objects.create(name=f"{A_MARK}_job", status=JobStatus.FAILED, started_at=now, error=A_MARK),
         "interval": interval,
@@ -156,8 +159,6 @@ def world(tenant, other_tenant) -> World:
 
 
 def _memory(pk):
-    from memories.models import Memory
-
     return Memory.objects.only("id").get(pk=pk)
 
 
@@ -290,6 +291,9 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
         "POST": [Call({"bucket_id": "bucket"}, lambda ids: {"messages": [{"role": "user", "content": "A fact."}]})]
     },
     "bucket-sources": {"GET": [Call({"bucket_id": "bucket"})]},
+    "bucket-deleted": {"GET": [Call({"bucket_id": "bucket"})]},
+    "memory-history": {"GET": [Call({"memory_id": "memory"}), Call({"memory_id": "deleted"})]},
+    "memory-restore": {"POST": [Call({"memory_id": "deleted"})]},
     "source-detail": {"GET": [Call({"source_id": "source"})], "DELETE": [Call({"source_id": "source"})]},
 }
 
