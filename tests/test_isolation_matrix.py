@@ -305,6 +305,7 @@ ADMIN_MODELS = {
     "tenants_apitoken": "token",
     "tenants_operatormembership": "membership",
     "memories_memory": "memory",
+    "memories_deletedmemory": "deleted",
     "maintenance_duplicatecandidate": "candidate",
     "maintenance_jobrun": "jobrun",
     "audit_auditevent": "event",
@@ -408,6 +409,11 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
         Call({"bucket_id": "bucket"}, lambda ids: {"memories": [ids["memory"]]}, "POST", targets=("memory",)),
         Call({"bucket_id": "own_bucket"}, lambda ids: {"memories": [ids["memory"]]}, "POST", targets=("memory",)),
     ],
+    "admin:memories_memory_pin": [
+        Call({"object_id": "memory"}, lambda ids: {"action": "pin"}, "POST"),
+        Call({"object_id": "memory"}, lambda ids: {"action": "unpin"}, "POST"),
+    ],
+    "admin:memories_deletedmemory_restore": [Call({"object_id": "deleted"}, method="POST")],
     "admin:console_playground": [
         Call(
             data=lambda ids, m=m: {"bucket": ids["bucket"], "query": "lighthouse", "mode": m, "limit": 5},
