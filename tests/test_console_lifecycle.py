@@ -1,5 +1,6 @@
 """A memory's life in the console: its history on its page, importance and expiry, pinning,
-the deleted memories (restore, conflicts) — for a tenant operator, and never across tenants."""
+the deleted memories (restore, conflicts), a bucket's retention window — for a tenant operator,
+and never across tenants."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from memories.models import DeletedMemory, Memory, MemoryVersion
 from memories.services import MemoryInput, memories_ingest, memory_delete, memory_update
 from memories.services.merge import memories_absorb
 from tenants import services
-from tenants.models import OperatorMembership
+from tenants.models import Bucket, OperatorMembership
 from tests.conftest import make_client
 
 pytestmark = pytest.mark.django_db
@@ -270,3 +271,22 @@ def test_stored_markup_is_escaped_on_every_lifecycle_page(operator, bucket):
         assert "<script>window.__engram_xss" not in body and "<b>bold</b>" not in body, url
     body = operator.get(f"{MEMORIES}{second}/change/").content.decode()
     assert "&lt;script&gt;window.__engram_xss = 1;&lt;/script&gt;" in body
+
+
+# --- a bucket's retention window --------------------------------------------------------------
+
+
+def test_a_buckets_retention_days_is_shown_and_edited_through_the_bucket_service(operator, bucket):
+    url = f"/admin/tenants/bucket/{bucket.pk}/change/"
+    page = operator.get(url)
+    assert page.context["adminform"].form["retention_days"].value() == 30
+    data = {"name": bucket.name, "description": bucket.description, "retention_days": 7}
+    assert operator.post(url, data).status_code == 302
+    assert Bucket.objects.get(pk=bucket.pk).retention_days == 7
+    event = AuditEvent.objects.filter(action="bucket.update").latest("id")
+    assert event.details == {"fields": ["retention_days"]} and event.actor_label == "acme-operator"
+    refused = operator.post(url, {**data, "retention_days": 100_000})
+    assert refused.status_code == 200 and "retention_days" in refused.context["adminform"].form.errors
+    assert Bucket.objects.get(pk=bucket.pk).retention_days == 7
+    assert "retention_days" not in operator.get("/admin/tenants/bucket/add/").context["adminform"].form.fields
+    assert '<td class="field-retention_days">7</td>' in operator.get("/admin/tenants/bucket/").content.decode()
