@@ -24,8 +24,8 @@ from audit.models import AuditEvent
 from maintenance.models import DuplicateCandidate
 from maintenance.services import near_duplicates_find_for
 from memories import access
-from memories.models import Memory, MemoryAccess
-from memories.services import MemoryInput, memories_ingest
+from memories.models import DeletedMemory, Memory, MemoryAccess
+from memories.services import MemoryInput, memories_ingest, memory_update
 from memories.services import buckets as memory_buckets
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket, Tenant
@@ -324,3 +324,44 @@ def test_topics_and_health_pages(console, operator):
     console.shot("health")
     assert "Acme" in console.text("#health-tenants")
     assert "idx_memories_embedding_hnsw" in console.text("#health-indexes")
+
+
+def test_a_memorys_history_pin_delete_and_restore(console, operator):
+    tenant = tenant_services.tenant_create(name="Acme")
+    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    [memory_id] = write(bucket, "<script>window.__engramXss = 1;</script> The spare key is under the mat.")
+    memory_update(memory=Memory.objects.get(pk=memory_id), content="The spare key is under the mat.")
+
+    def unharmed():
+        # Stored markup is shown as text, never run.
+        assert console.driver.execute_script("return window.__engramXss === undefined;")
+
+    console.login(operator)
+    console.open(f"/admin/memories/memory/{memory_id}/change/")
+    console.shot("memory-page")
+    unharmed()
+    assert "<script>window.__engramXss" in console.text("#version-1")
+    console.click("#pin-memory")
+    console.shot("pinned")
+    unharmed()
+    assert Memory.objects.get(pk=memory_id).importance == 1.0
+    assert "operator" in console.text("#version-2") and "importance" in console.text("#version-2")
+
+    console.open(f"/admin/memories/memory/{memory_id}/delete/")
+    console.click("#content form input[type=submit]")
+    assert DeletedMemory.objects.filter(pk=memory_id).exists()
+    console.open("/admin/memories/deletedmemory/")
+    console.shot("deleted-memories")
+    assert "The spare key is under the mat." in console.text("#result_list")
+    console.click(f"#result_list a[href$='/{memory_id}/change/']")
+    console.shot("deleted-memory-page")
+    unharmed()
+    assert "deleted" in console.text("#version-3")
+    console.click("#restore-memory")
+    console.shot("restored")
+    unharmed()
+    assert Memory.objects.filter(pk=memory_id).exists() and not DeletedMemory.objects.filter(pk=memory_id).exists()
+    assert "restored" in console.text("#version-4") and "Restored" in console.text(".messagelist")
+    console.driver.execute_script("document.getElementById('memory-history').scrollIntoView({behavior: 'instant'});")
+    console.shot("restored-history")
+    assert AuditEvent.objects.filter(action="memory.restore", actor_label="operator").exists()

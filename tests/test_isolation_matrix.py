@@ -49,7 +49,11 @@ from django_celery_beat.models import (
 from audit.services import Actor, audit_record
 from graph.models import Edge, Entity, Mention
 from maintenance.models import DuplicateCandidate, JobRun, JobStatus
+<<<<<<< HEAD
 from memories.models import DeletedMemory
+=======
+from memories.models import DeletedMemory, Memory
+>>>>>>> wt-c
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from sources.services import source_submit_document
 from tenants import services
@@ -111,7 +115,8 @@ def world(tenant, other_tenant) -> World:
     a2 = services.bucket_create(tenant=tenant, name=f"{A_MARK}-two")
     b1 = services.bucket_create(tenant=other_tenant, name=f"{B_MARK}-one")
     contents = [f"{A_MARK} Marta keeps the lighthouse in Porto.", f"{A_MARK} Marta keeps a lighthouse near Porto."]
-    m1, m2 = _memories(a1, *contents)
+    m1, m2, m3 = _memories(a1, *contents, f"{A_MARK} Marta once kept a diary, now deleted.")
+    memory_delete(memory=Memory.objects.get(pk=m3))
     _memories(a2, f"{A_MARK} The second bucket remembers the tide tables.")
     [gone] = _memories(a1, f"{A_MARK} Marta once kept a boat.")
     memory_delete(memory=_memory(gone))
@@ -128,7 +133,8 @@ def world(tenant, other_tenant) -> World:
     now = timezone.now()
     objects = {
         "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
-        "entity": entity, "edge": edge, "source": source, "candidate": _candidate(a1, m1, m2), "token": token,
+        "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
+        "candidate": _candidate(a1, m1, m2), "token": token,
         "event": event, "membership": membership, "user_a": user_a, "group": group,
         "jobrun": JobRun.objects.create(name=f"{A_MARK}_job", status=JobStatus.FAILED, started_at=now, error=A_MARK),
         "interval": interval,
@@ -160,9 +166,13 @@ def world(tenant, other_tenant) -> World:
 
 
 def _memory(pk):
+<<<<<<< HEAD
     from memories.models import Memory
 
     return Memory.objects.only("id", "bucket_id").get(pk=pk)
+=======
+    return Memory.objects.only("id").get(pk=pk)
+>>>>>>> wt-c
 
 
 # --- the database, before and after ------------------------------------------------------------------
@@ -297,6 +307,9 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
         "POST": [Call({"bucket_id": "bucket"}, lambda ids: {"messages": [{"role": "user", "content": "A fact."}]})]
     },
     "bucket-sources": {"GET": [Call({"bucket_id": "bucket"})]},
+    "bucket-deleted": {"GET": [Call({"bucket_id": "bucket"})]},
+    "memory-history": {"GET": [Call({"memory_id": "memory"}), Call({"memory_id": "deleted"})]},
+    "memory-restore": {"POST": [Call({"memory_id": "deleted"})]},
     "source-detail": {"GET": [Call({"source_id": "source"})], "DELETE": [Call({"source_id": "source"})]},
     # Without a bucket an erasure is the caller's own tenant's (tests/test_erasure.py checks it).
     "erasure": {
@@ -315,6 +328,7 @@ ADMIN_MODELS = {
     "tenants_apitoken": "token",
     "tenants_operatormembership": "membership",
     "memories_memory": "memory",
+    "memories_deletedmemory": "deleted",
     "maintenance_duplicatecandidate": "candidate",
     "maintenance_jobrun": "jobrun",
     "audit_auditevent": "event",
@@ -418,6 +432,11 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
         Call({"bucket_id": "bucket"}, lambda ids: {"memories": [ids["memory"]]}, "POST", targets=("memory",)),
         Call({"bucket_id": "own_bucket"}, lambda ids: {"memories": [ids["memory"]]}, "POST", targets=("memory",)),
     ],
+    "admin:memories_memory_pin": [
+        Call({"object_id": "memory"}, lambda ids: {"action": "pin"}, "POST"),
+        Call({"object_id": "memory"}, lambda ids: {"action": "unpin"}, "POST"),
+    ],
+    "admin:memories_deletedmemory_restore": [Call({"object_id": "deleted"}, method="POST")],
     "admin:console_playground": [
         Call(
             data=lambda ids, m=m: {"bucket": ids["bucket"], "query": "lighthouse", "mode": m, "limit": 5},

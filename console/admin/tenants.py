@@ -59,7 +59,7 @@ class TenantAdmin(TenantScopedAdmin):
 class BucketForm(forms.ModelForm):
     class Meta:
         model = Bucket
-        fields = ["tenant", "name", "description"]
+        fields = ["tenant", "name", "description", "retention_days"]
 
     def clean(self):
         data = super().clean()
@@ -76,7 +76,7 @@ class BucketForm(forms.ModelForm):
 @admin.register(Bucket)
 class BucketAdmin(TenantScopedAdmin):
     form = BucketForm
-    list_display = ["name", "tenant", "created_at"]
+    list_display = ["name", "tenant", "retention_days", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["name", "tenant__name"]
     list_select_related = ["tenant"]
@@ -89,14 +89,18 @@ class BucketAdmin(TenantScopedAdmin):
         # and time come from database defaults, so there is nothing to show before that.
         return [*self.readonly_fields, "tenant"] if obj is not None else []
 
+    def get_fields(self, request, obj=None):
+        # A new bucket keeps deleted memories for the default window; change it once it exists.
+        fields = super().get_fields(request, obj)
+        return fields if obj is not None else [f for f in fields if f != "retention_days"]
+
     def save_model(self, request, obj, form, change):
         if change:
-            services.bucket_update(
-                bucket=obj,
-                name=form.cleaned_data.get("name"),
-                description=form.cleaned_data.get("description"),
-                actor=_actor(request),
-            )
+            # Only what the form changed, so the audit event names what changed.
+            changed = {name: form.cleaned_data[name] for name in ("name", "description", "retention_days")
+                       if name in form.changed_data}  # fmt: skip
+            if changed:
+                services.bucket_update(bucket=obj, actor=_actor(request), **changed)
         else:
             bucket = services.bucket_create(
                 tenant=form.cleaned_data["tenant"],
