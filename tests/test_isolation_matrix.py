@@ -49,11 +49,7 @@ from django_celery_beat.models import (
 from audit.services import Actor, audit_record
 from graph.models import Edge, Entity, Mention
 from maintenance.models import DuplicateCandidate, JobRun, JobStatus
-<<<<<<< HEAD
-from memories.models import DeletedMemory
-=======
 from memories.models import DeletedMemory, Memory
->>>>>>> wt-c
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from sources.services import source_submit_document
 from tenants import services
@@ -118,8 +114,6 @@ def world(tenant, other_tenant) -> World:
     m1, m2, m3 = _memories(a1, *contents, f"{A_MARK} Marta once kept a diary, now deleted.")
     memory_delete(memory=Memory.objects.get(pk=m3))
     _memories(a2, f"{A_MARK} The second bucket remembers the tide tables.")
-    [gone] = _memories(a1, f"{A_MARK} Marta once kept a boat.")
-    memory_delete(memory=_memory(gone))
     entity, edge = _graph(a1, m1, A_MARK)
     source = source_submit_document(bucket=a1, title=f"{A_MARK} notes", text=f"{A_MARK} Marta likes tea.").source
     token = services.token_issue(tenant=tenant, name=f"{A_MARK}-token", scopes=["read"]).token
@@ -142,7 +136,6 @@ def world(tenant, other_tenant) -> World:
         "solar": SolarSchedule.objects.create(event="sunrise", latitude=38.7, longitude=-9.1),
         "clocked": ClockedSchedule.objects.create(clocked_time=now),
         "periodic_task": PeriodicTask.objects.create(name=f"{A_MARK} task", task="maintenance.noop", interval=interval),
-        "deleted": DeletedMemory.objects.get(pk=gone),
     }  # fmt: skip
 
     # Tenant B: its own rows (so its lists are not trivially empty) and its operator, who
@@ -166,13 +159,7 @@ def world(tenant, other_tenant) -> World:
 
 
 def _memory(pk):
-<<<<<<< HEAD
-    from memories.models import Memory
-
-    return Memory.objects.only("id", "bucket_id").get(pk=pk)
-=======
     return Memory.objects.only("id").get(pk=pk)
->>>>>>> wt-c
 
 
 # --- the database, before and after ------------------------------------------------------------------
@@ -291,9 +278,6 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
         "PATCH": [Call({"memory_id": "memory"}, lambda ids: {"content": "overwritten", "hint_tags": ["x"]})],
         "DELETE": [Call({"memory_id": "memory"})],
     },
-    "memory-history": {"GET": [Call({"memory_id": "memory"}), Call({"memory_id": "deleted"})]},
-    "memory-restore": {"POST": [Call({"memory_id": "deleted"})]},
-    "bucket-deleted": {"GET": [Call({"bucket_id": "bucket"})]},
     "bucket-entities": {
         "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"q": "marta"})]
     },
