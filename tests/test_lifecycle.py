@@ -291,3 +291,18 @@ def test_importance_is_filterable(api, bucket):
     assert search(api, bucket, "one", mode="keyword", filters={"importance_min": 0.1}) == [high, low]
     assert api.get(f"/api/v1/buckets/{bucket.pk}/memories?importance_min=2").status_code == 400
     assert unset in listed(api, bucket)
+
+
+def test_a_candidate_below_the_read_cut_is_still_read_when_it_has_importance(api, bucket):
+    from memories import ranking
+    from memories.retrieval import fusion, rows
+
+    top, second, important, plain = (uuid.UUID(i) for i in write(api, bucket, "a", "b", "c", "d"))
+    api.patch(f"/api/v1/memories/{important}", {"importance": 1.0}, format="json")
+    fused = {top: 1.0, second: 0.9, important: 0.05, plain: 0.05}
+    cues = fusion.query_cues("anything", ranking.DEFAULTS)
+    read = rows.fetch_contenders(bucket, fused, ranking.DEFAULTS, 1, cues)
+    # The cut leaves out the two weak candidates, but reads the one whose importance may lift it.
+    assert set(read) == {top, second, important}
+    no_boost = ranking.merge(ranking.DEFAULTS, {"importance_boost": 0})
+    assert set(rows.fetch_contenders(bucket, fused, no_boost, 1, cues)) == {top, second}

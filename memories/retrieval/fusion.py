@@ -39,14 +39,14 @@ def query_cues(query: str, config: ranking.RankingConfig) -> QueryCues:
 
 def boost_bounds(config: ranking.RankingConfig, cues: QueryCues) -> tuple[float, float]:
     """The least and the most the boosts can multiply a fused score by, under ``config``
-    for this query."""
+    for this query — leaving out importance, which only some rows have (rows.fetch_contenders
+    reads every candidate that has one)."""
     max_boost = (
         (1.0 + config.scope_match_boost if cues.wanted_scope else 1.0)
         * (1.0 + config.person_boost if cues.people else 1.0)
         * (1.0 + config.speaker_boost if cues.people else 1.0)
         * (1.0 + config.date_cue_boost if cues.when else 1.0)
         * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
-        * (1.0 + config.importance_boost)
     )
     min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight)
     return min_boost, max_boost

@@ -21,13 +21,19 @@ ROW_COLUMNS = (
 _JSON_COLUMNS = ("metadata", "linked_memory_ids")
 
 
-def fetch_rows(bucket: Bucket, ids: list[uuid.UUID]) -> dict[uuid.UUID, dict]:
-    if not ids:
+def fetch_rows(bucket: Bucket, ids: list[uuid.UUID], important: list[uuid.UUID] | None = None) -> dict[uuid.UUID, dict]:
+    """The rows of ``ids``, and of those of ``important`` that have an ``importance``."""
+    if not ids and not important:
         return {}
+    where = "id = ANY(%s)"
+    params: list = [bucket.tenant_id, bucket.pk, ids]
+    if important:
+        where = "(id = ANY(%s) OR (id = ANY(%s) AND importance IS NOT NULL))"
+        params.append(important)
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT {', '.join(ROW_COLUMNS)} FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id = ANY(%s)",
-            [bucket.tenant_id, bucket.pk, ids],
+            f"SELECT {', '.join(ROW_COLUMNS)} FROM memories WHERE tenant_id = %s AND bucket_id = %s AND {where}",
+            params,
         )
         rows = {row[0]: dict(zip(ROW_COLUMNS, row, strict=True)) for row in cur.fetchall()}
     for row in rows.values():
@@ -45,8 +51,10 @@ def fetch_contenders(
     Boosts multiply the fused score by at least ``min_boost`` and at most ``max_boost``
     (their bounds under ``config`` for this query: :func:`fusion.boost_bounds`), so a
     candidate whose fused score is below the k-th one's x min_boost / max_boost cannot
-    overtake it: its row is not read. With a token budget (``k`` None) any candidate may
-    fit, so all are read; if rows of the top k were deleted meanwhile, the rest are read too.
+    overtake it: its row is not read — unless it has an ``importance``, whose boost the bounds
+    leave out (so the rows read, and the answer, are the same as before for a bucket that never
+    sets importance). With a token budget (``k`` None) any candidate may fit, so all are read;
+    if rows of the top k were deleted meanwhile, the rest are read too.
     """
     ids = list(fused)
     if k is None or len(ids) <= k:
@@ -55,7 +63,8 @@ def fetch_contenders(
     best = sorted(ids, key=lambda memory_id: -fused[memory_id])
     threshold = fused[best[k - 1]] * min_boost / max_boost
     contenders = [memory_id for memory_id in ids if fused[memory_id] >= threshold]
-    rows = fetch_rows(bucket, contenders)
+    others = [memory_id for memory_id in ids if fused[memory_id] < threshold] if config.importance_boost else []
+    rows = fetch_rows(bucket, contenders, others)
     if sum(1 for memory_id in best[:k] if memory_id in rows) < k:
         rows.update(fetch_rows(bucket, [memory_id for memory_id in ids if memory_id not in rows]))
     return rows
