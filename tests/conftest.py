@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from tenants import services
-from tenants.models import Bucket, Tenant
+from tenants.models import Bucket, OperatorMembership, Tenant
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -132,3 +133,13 @@ def pg_home():
     # The server is stopped; this process no longer holds it (its exit hook would recreate the folder).
     embedded_pg._registered.pop((home / "home").resolve(), None)
     shutil.rmtree(home, ignore_errors=True)
+
+
+def make_operator(username: str, *tenants, group: bool = True):
+    """A staff user who operates ``tenants`` (with the operators' permissions unless ``group`` is False)."""
+    user = User.objects.create_user(username, password=None, is_staff=True)
+    if group:
+        user.groups.add(services.operator_group_ensure())
+    for tenant in tenants:
+        OperatorMembership.objects.create(user=user, tenant=tenant)
+    return user

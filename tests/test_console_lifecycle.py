@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django import forms
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from audit.models import AuditEvent
@@ -17,8 +17,8 @@ from memories.models import DeletedMemory, Memory, MemoryVersion
 from memories.services import MemoryInput, memories_ingest, memory_delete, memory_update
 from memories.services.merge import memories_absorb
 from tenants import services
-from tenants.models import Bucket, OperatorMembership
-from tests.conftest import make_client
+from tenants.models import Bucket
+from tests.conftest import make_client, make_operator
 
 pytestmark = pytest.mark.django_db
 
@@ -30,15 +30,6 @@ DELETED = "/admin/memories/deletedmemory/"
 def write(bucket, *contents) -> list:
     items = [MemoryInput(content=c) for c in contents]
     return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
-
-
-def make_operator(username: str, *tenants, group=True) -> User:
-    user = User.objects.create_user(username, password=None, is_staff=True)
-    if group:
-        user.groups.add(services.operator_group_ensure())
-    for tenant in tenants:
-        OperatorMembership.objects.create(user=user, tenant=tenant)
-    return user
 
 
 @pytest.fixture

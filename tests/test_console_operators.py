@@ -20,20 +20,13 @@ from maintenance.models import DuplicateCandidate, DuplicateStatus, JobRun
 from memories.services import MemoryInput, memories_ingest
 from tenants import services
 from tenants.models import ApiToken, Bucket, OperatorMembership
+from tests.conftest import make_operator
 
 pytestmark = pytest.mark.django_db
 
 
 def write(bucket, *contents) -> list:
     return [r.id for r in memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in contents])]
-
-
-def make_operator(username: str, *tenants) -> User:
-    user = User.objects.create_user(username, password=None, is_staff=True)
-    user.groups.add(services.operator_group_ensure())
-    for tenant in tenants:
-        OperatorMembership.objects.create(user=user, tenant=tenant)
-    return user
 
 
 @pytest.fixture
