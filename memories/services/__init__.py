@@ -7,6 +7,7 @@ One module per kind of change:
 - :mod:`~memories.services.edits` — a memory's edit and delete, audited in the same transaction;
 - :mod:`~memories.services.enrichment` — derived columns a write could not compute;
 - :mod:`~memories.services.merge` — one memory absorbing another, a bucket's rows moving;
+- :mod:`~memories.services.transfer` — a bucket's memories exported and imported as JSON Lines;
 - :mod:`~memories.services.buckets` — merging and deleting buckets (their memories and what
   the apps above hang on them, through signals);
 - :mod:`~memories.services.links`, :mod:`~memories.services.topics`,
@@ -27,6 +28,7 @@ from memories.services.enrichment import (
 )
 from memories.services.ingest import (
     CONTEXT_PREDECESSORS,
+    Carried,
     IngestResult,
     MemoryInput,
     constraint_name,
@@ -36,12 +38,15 @@ from memories.services.ingest import (
     memories_ingest,
     run_sequence_id,
 )
+from memories.services.transfer import ImportReport, memories_export, memories_import
 
 __all__ = [
     "CONTEXT_PREDECESSORS",
+    "Carried",
     "EDITABLE_FIELDS",
     "ENRICHMENT_KINDS",
     "EnrichmentReport",
+    "ImportReport",
     "IngestResult",
     "MemoryInput",
     "constraint_name",
@@ -50,6 +55,8 @@ __all__ = [
     "join_context",
     "memories_enrich_all_pending",
     "memories_enrich_pending",
+    "memories_export",
+    "memories_import",
     "memories_ingest",
     "memories_delete",
     "memory_delete",
