@@ -6,7 +6,6 @@ A bucket's memories as JSON Lines, the format of GET /api/v1/buckets/{id}/export
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from pathlib import Path
 
@@ -43,20 +42,25 @@ class Command(BaseCommand):
             unit="memories",
             stream=None if no_progress else self.stderr._out,
         )
+        if not out:
+            # Standard output: bytes where it takes them, else text (a StringIO under call_command).
+            stream = self.stdout._out
+            write = stream.buffer.write if hasattr(stream, "buffer") else lambda chunk: stream.write(chunk.decode())
+            self._export(bucket, versions, embeddings, write, progress)
+            stream.flush()
+            return
         # Written beside the file and renamed when complete: a failed export leaves no partial file.
-        partial = Path(f"{out}.partial") if out else None
-        target = open(partial, "wb") if partial else sys.stdout.buffer  # noqa: SIM115 - closed below
+        partial = Path(f"{out}.partial")
         try:
-            for chunk in memories_export(bucket=bucket, versions=versions, embeddings=embeddings):
-                target.write(chunk)
-                progress.update(progress.done + chunk.count(b"\n"))
-            target.flush()
+            with open(partial, "wb") as target:
+                self._export(bucket, versions, embeddings, target.write, progress)
         except BaseException:
-            if partial:
-                target.close()
-                partial.unlink(missing_ok=True)
+            partial.unlink(missing_ok=True)
             raise
-        if partial:
-            target.close()
-            os.replace(partial, out)
+        os.replace(partial, out)
+
+    def _export(self, bucket, versions, embeddings, write, progress) -> None:
+        for chunk in memories_export(bucket=bucket, versions=versions, embeddings=embeddings):
+            write(chunk)
+            progress.update(progress.done + chunk.count(b"\n"))
         progress.close()
