@@ -28,7 +28,7 @@ class Progress:
             self.stream.write("\r" + self.line())
             self.stream.flush()
             self._drawn_at = now
-        elif not self._tty and tenth > self._tenth:
+        elif not self._tty and self._tenth < tenth < 10:  # the last line is close()'s
             self.stream.write(self.line() + "\n")
             self._tenth = tenth
 
