@@ -93,7 +93,7 @@ def _corpus() -> list[tuple[MemoryInput, str | None]]:
     words = _words()
     out = []
     for i in range(MEMORIES):
-        text = " ".join(rnd.choice(words) for _ in range(rnd.randint(4, 9))).capitalize() + "."
+        text = " ".join(rnd.choice(words) for _ in range(rnd.randint(3, 7))).capitalize() + "."
         item = MemoryInput(
             content=text,
             created_at=BASE_TIME + timedelta(hours=i, microseconds=i),
