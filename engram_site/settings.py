@@ -224,6 +224,9 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # Request bodies: memories arrive in batches of up to 1,000 items.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ENGRAM_MAX_BODY_BYTES", 20 * 1024 * 1024)
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 10_000
+# An import (POST /api/v1/buckets/{id}/import) is read as a stream into a temporary file, not
+# into memory, so it has a limit of its own (docs/API.md, "Export and import").
+ENGRAM_IMPORT_MAX_BYTES = env_int("ENGRAM_IMPORT_MAX_BYTES", 1024 * 1024 * 1024)
 
 # --- API --------------------------------------------------------------------------
 REST_FRAMEWORK = {

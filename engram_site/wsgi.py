@@ -1,5 +1,6 @@
 import io
 import os
+import re
 
 from django.core.wsgi import get_wsgi_application
 
@@ -14,16 +15,25 @@ class ChunkedBodies:
     reads exactly CONTENT_LENGTH bytes: without one, a valid JSON body would arrive empty and
     be answered with a baffling "content: This field is required.". The body is read up to one
     byte past DATA_UPLOAD_MAX_MEMORY_SIZE, so an oversized one still gets the API's 413.
+
+    An import (``STREAMED``) reads its body as a stream, with a limit of its own
+    (ENGRAM_IMPORT_MAX_BYTES): it is left unread, and Django is told a length one byte past that
+    limit, so that it reads to the body's end and the import can refuse what goes beyond.
     """
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    STREAMED = re.compile(r"/api/v1/buckets/[^/]+/import")
+
+    def __init__(self, app, limit: int, streamed_limit: int):
+        self.app, self.limit, self.streamed_limit = app, limit, streamed_limit
 
     def __call__(self, environ, start_response):
         if not environ.get("CONTENT_LENGTH") and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-            body = environ["wsgi.input"].read(self.limit + 1)
-            environ["wsgi.input"] = io.BytesIO(body)
-            environ["CONTENT_LENGTH"] = str(len(body))
+            if self.STREAMED.fullmatch(environ.get("PATH_INFO", "")):
+                environ["CONTENT_LENGTH"] = str(self.streamed_limit + 1)
+            else:
+                body = environ["wsgi.input"].read(self.limit + 1)
+                environ["wsgi.input"] = io.BytesIO(body)
+                environ["CONTENT_LENGTH"] = str(len(body))
         return self.app(environ, start_response)
 
 
@@ -31,7 +41,7 @@ application = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402
 
-application = ChunkedBodies(application, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+application = ChunkedBodies(application, settings.DATA_UPLOAD_MAX_MEMORY_SIZE, settings.ENGRAM_IMPORT_MAX_BYTES)
 
 if settings.ENGRAM_PRELOAD_MODELS:
     from engram_site import warmup

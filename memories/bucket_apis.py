@@ -1,5 +1,6 @@
 """A bucket's own endpoints, which reach its memories: /api/v1/buckets/{bucket_id} (GET with
-its memory count, PATCH, DELETE with every memory) and /api/v1/buckets/{bucket_id}/merge."""
+its memory count and the rows waiting for enrichment, PATCH, DELETE with every memory) and
+/api/v1/buckets/{bucket_id}/merge."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from audit.services import request_actor
 from engram_site.fields import StrictBooleanField, StrictCharField, StrictIntegerField, StrictSerializer
 from engram_site.openapi import BODY, errors
 from memories import selectors
-from memories.services import buckets
+from memories.services import buckets, pending_enrichment_count
 from tenants import selectors as tenant_selectors
 from tenants import services as tenant_services
 from tenants.apis import BucketOutput
@@ -22,6 +23,9 @@ from tenants.services import BUCKET_NAME_MAX
 
 class BucketDetailOutput(BucketOutput):
     memory_count = serializers.IntegerField()
+    pending_enrichment = serializers.IntegerField(
+        help_text="memories still waiting for their vectors or lemmas (after an import without vectors, say)"
+    )
 
 
 class BucketDetailApi(APIView):
@@ -41,6 +45,7 @@ class BucketDetailApi(APIView):
     def get(self, request, bucket_id):
         bucket = self._bucket(request, bucket_id)
         bucket.memory_count = selectors.memory_count(bucket=bucket)
+        bucket.pending_enrichment = pending_enrichment_count(bucket=bucket)
         return Response(BucketDetailOutput(bucket).data)
 
     @extend_schema(

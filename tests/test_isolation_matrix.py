@@ -267,6 +267,10 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
             Call({"bucket_id": "bucket"}, lambda ids: {"memories": [{"content": "planted"}]}),
         ],
     },
+    "bucket-export": {
+        "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"versions": "true"})]
+    },
+    "bucket-import": {"POST": [Call({"bucket_id": "bucket"}, lambda ids: {"content": "planted"})]},
     "bucket-search": {
         "POST": [
             Call({"bucket_id": "bucket"}, lambda ids, m=m: {"query": f"{A_MARK} lighthouse", "mode": m})

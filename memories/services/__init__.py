@@ -9,6 +9,7 @@ One module per kind of change:
 - :mod:`~memories.services.lifecycle` — deleted memories kept restorable, restoring, the purge job;
 - :mod:`~memories.services.enrichment` — derived columns a write could not compute;
 - :mod:`~memories.services.merge` — one memory absorbing another, a bucket's rows moving;
+- :mod:`~memories.services.transfer` — a bucket's memories exported and imported as JSON Lines;
 - :mod:`~memories.services.buckets` — merging and deleting buckets (their memories and what
   the apps above hang on them, through signals);
 - :mod:`~memories.services.erasure` — erasing every memory of a person's identifier, with what
@@ -32,6 +33,7 @@ from memories.services.enrichment import (
 from memories.services.erasure import ERASURE_FIELDS, ErasureReport, memories_erase
 from memories.services.ingest import (
     CONTEXT_PREDECESSORS,
+    Carried,
     IngestResult,
     MemoryInput,
     constraint_name,
@@ -42,14 +44,17 @@ from memories.services.ingest import (
     run_sequence_id,
 )
 from memories.services.lifecycle import PurgeReport, memories_purge, memory_restore
+from memories.services.transfer import ImportReport, memories_export, memories_import
 
 __all__ = [
     "CONTEXT_PREDECESSORS",
+    "Carried",
     "EDITABLE_FIELDS",
     "ENRICHMENT_KINDS",
     "ERASURE_FIELDS",
     "EnrichmentReport",
     "ErasureReport",
+    "ImportReport",
     "IngestResult",
     "MemoryInput",
     "constraint_name",
@@ -59,6 +64,8 @@ __all__ = [
     "memories_enrich_all_pending",
     "memories_enrich_pending",
     "memories_erase",
+    "memories_export",
+    "memories_import",
     "memories_ingest",
     "memories_delete",
     "memories_purge",

@@ -59,6 +59,21 @@ class MemoryInput:
     expires_at: datetime | None = None
 
 
+@dataclass
+class Carried:
+    """Derived columns a memory brings along instead of having them computed: an import
+    (memories.services.transfer) keeps the context, sequence place, classification and — when
+    the export holds them for the same model — the vectors the exporting bucket had."""
+
+    context_text: str | None = None
+    sequence_id: uuid.UUID | None = None
+    sequence_index: int | None = None
+    classified_scope: str | None = None
+    classified_topic: str | None = None
+    embedding: np.ndarray | None = None
+    context_embedding: np.ndarray | None = None
+
+
 @dataclass(frozen=True)
 class IngestResult:
     id: uuid.UUID
@@ -80,7 +95,20 @@ class Row:
     context_embedding: np.ndarray | None = None
     sequence_id: uuid.UUID | None = None
     sequence_index: int | None = None
+    classified_scope: str | None = None
+    classified_topic: str | None = None
+    embed: bool = True  # False: the vectors it lacks are left to the enrichment sweep
     extra: dict = field(default_factory=dict)
+
+    def carry(self, carried: Carried) -> None:
+        for name in ("context_text", "sequence_id", "sequence_index", "classified_scope", "classified_topic",
+                     "embedding", "context_embedding"):  # fmt: skip
+            setattr(self, name, getattr(carried, name))
+
+    def needs_vectors(self) -> bool:
+        return self.embed and (
+            self.embedding is None or (self.context_text is not None and self.context_embedding is None)
+        )
 
 
 def join_context(context_text: str, content: str) -> str:
@@ -148,9 +176,11 @@ class _EmbeddingAhead:
         self._futures: dict[int, Future] = {}
 
     def start(self, index: int) -> None:
-        """Start embedding chunk ``index`` (if it exists and has not been started)."""
+        """Start embedding chunk ``index`` (if it exists and has not been started): its rows
+        that need vectors."""
         if index < len(self.chunks) and index not in self._futures:
-            self._futures[index] = _embed_executor.submit(embed_rows, self.chunks[index])
+            rows = [r for r in self.chunks[index] if r.needs_vectors()]
+            self._futures[index] = _embed_executor.submit(embed_rows, rows)
 
     def ready(self, index: int) -> list[Row]:
         self.start(index)
@@ -276,14 +306,14 @@ _INSERT_COLUMNS = [
     "id", "tenant_id", "bucket_id", "content", "embedding", "metadata", "token_count", "hint_root", "hint_tags",
     "created_at", "text_lemmatized", "text_hash", "attributed_to", "agent_id", "run_id", "source_actor_id",
     "context_text", "context_lemmatized", "context_embedding", "sequence_id", "sequence_index", "importance",
-    "expires_at",
+    "expires_at", "classified_scope", "classified_topic",
 ]  # fmt: skip
 # Every placeholder is cast: the parameters are bound on the server (binding_cursor), where a
 # column of a multi-row VALUES list that is NULL in every row would otherwise be typed text.
 _PLACEHOLDERS = (
     "(%s::uuid, %s::uuid, %s::uuid, %s::text, %s::vector, %s::jsonb, %s::integer, %s::text, %s::text[], "
     "%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::vector, "
-    "%s::uuid, %s::integer, %s::double precision, %s::timestamptz)"
+    "%s::uuid, %s::integer, %s::double precision, %s::timestamptz, %s::text, %s::text)"
 )
 
 
@@ -298,7 +328,7 @@ def _insert(bucket: Bucket, rows: list[Row]) -> dict[str, uuid.UUID]:
             r.token_count, r.item.hint_root, r.item.hint_tags, r.created_at, r.text_lemmatized, r.text_hash,
             r.item.attributed_to, r.item.agent_id, r.item.run_id, r.item.source_actor_id,
             r.context_text, r.context_lemmatized, r.context_embedding, r.sequence_id, r.sequence_index,
-            r.item.importance, r.item.expires_at,
+            r.item.importance, r.item.expires_at, r.classified_scope, r.classified_topic,
         ]  # fmt: skip
     sql = (
         f"INSERT INTO memories ({', '.join(_INSERT_COLUMNS)}) VALUES "
@@ -373,6 +403,8 @@ def memories_ingest(
     sequence: bool = True,
     now: datetime | None = None,
     actor: Actor | None = None,
+    carried: list[Carried | None] | None = None,
+    embed: bool = True,
 ) -> list[IngestResult]:
     """Store ``items`` in ``bucket`` (in order) and return one result per item.
 
@@ -381,6 +413,11 @@ def memories_ingest(
     is written if the transaction fails. Enrichment beyond the synchronous columns
     (classification, graph extraction, links) is queued after commit. With an ``actor``
     the write is audited (``memory.create``) in the same transaction.
+
+    ``carried`` (one entry per item, or None) gives an item the derived columns it brings
+    along (an import): its context and sequence place replace the ones ``sequence`` would
+    assign, its vectors the model's. ``embed=False`` leaves the vectors no item carries to
+    the enrichment sweep instead of computing them now.
     """
     if not items:
         return []
@@ -396,9 +433,16 @@ def memories_ingest(
                 hashed_chars=hashed_chars,
                 # Items of one batch without explicit times keep their order by a microsecond apart.
                 created_at=item.created_at or base + timedelta(microseconds=index),
+                embed=embed,
             )
         )
-    _assign_context(bucket, rows, sequence=sequence)
+    if carried is None:
+        _assign_context(bucket, rows, sequence=sequence)
+    else:
+        _assign_context(bucket, [r for r, c in zip(rows, carried, strict=True) if c is None], sequence=sequence)
+        for row, extra in zip(rows, carried, strict=True):
+            if extra is not None:
+                row.carry(extra)
     # Compute only for the first occurrence of each hash in the batch.
     first_rows: dict[str, Row] = {}
     for row in rows:

@@ -1,0 +1,360 @@
+"""A bucket's memories out and in, as JSON Lines (docs/API.md, "Export and import").
+
+One line per memory: the fields a client writes, the memory's ``id`` in the exporting bucket,
+and under ``"engram"`` what Engram derived and retrieval needs to answer the same after an
+import — the sequence context and place, the classification and, on request, the vectors (with
+the name of the model that made them). ``"versions"``, on request, holds the memory's history.
+
+The export reads the bucket in keyset order (``created_at``, ``id``) a batch at a time, inside
+one read-only snapshot, so a bucket of any size streams in constant memory and comes out as it
+stood when the export began. The import writes through :func:`memories_ingest` a batch at a
+time, each batch in its own transaction: deduplicated like any write, ``created_at`` kept, and
+rows without vectors left to the enrichment sweep instead of the model.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+from django.db import connection, transaction
+from django.db.models import Q
+
+from audit.services import Actor
+from engram_site.exceptions import DomainError
+from memories import embedding
+from memories.links import RESERVED_PREFIX
+from memories.models import EMBEDDING_DIMENSIONS, Memory, MemoryVersion
+from memories.services.enrichment import pending_enrichment_count
+from memories.services.ingest import Carried, MemoryInput, memories_ingest, run_sequence_id
+from tenants.models import Bucket
+
+MEDIA_TYPE = "application/x-ndjson"
+# Rows per export query and per import transaction.
+EXPORT_BATCH = 500
+IMPORT_BATCH = 1_000
+# Rejected lines an import reports one by one (the count covers them all).
+REPORTED_REJECTIONS = 100
+
+# The fields a client writes, in the order a line lists them.
+CLIENT_FIELDS = (
+    "content", "created_at", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags",
+    "metadata", "importance", "expires_at",
+)  # fmt: skip
+VERSION_FIELDS = ("kind", "previous", "details", "actor_kind", "actor_id", "actor_label", "created_at")
+# A vector in a line: its float32 values, little-endian, base64-encoded (exact, and about half
+# the size of the same numbers in decimal).
+VECTOR_BYTES = EMBEDDING_DIMENSIONS * 4
+
+
+def encode_vector(vector) -> str:
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def decode_vector(text: str) -> np.ndarray:
+    """A vector written by :func:`encode_vector`; ValueError for anything else."""
+    raw = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(raw) != VECTOR_BYTES:
+        raise ValueError(f"a vector holds {EMBEDDING_DIMENSIONS} float32 values ({VECTOR_BYTES} bytes)")
+    vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.isfinite(vector).all():
+        raise ValueError("a vector must hold finite numbers")
+    return vector
+
+
+def _time(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with microseconds, as the API writes times ("…Z")."""
+    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# --- export -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _snapshot():
+    """One read-only REPEATABLE READ transaction: every batch sees the bucket as it was when
+    the first one was read, so a row edited or added meanwhile is neither missed nor repeated.
+    Inside a caller's transaction (a test, a command's) that transaction is the snapshot."""
+    if connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
+def _keyset_pages(bucket: Bucket, columns: list[str], batch_size: int) -> Iterator[list[dict]]:
+    """The bucket's rows in (created_at, id) order, a page at a time (idx_memories_bucket_created).
+    A row without created_at (none is written so) comes last, in id order."""
+    rows = Memory.objects.for_bucket(bucket).values(*columns)
+    after = None
+    while True:
+        page = rows.filter(created_at__isnull=False)
+        if after is not None:
+            # created_at >= x bounds the index scan; the OR only sorts out rows of the same time.
+            page = page.filter(Q(created_at__gt=after[0]) | Q(id__gt=after[1]), created_at__gte=after[0])
+        batch = list(page.order_by("created_at", "id")[:batch_size])
+        if not batch:
+            break
+        yield batch
+        after = (batch[-1]["created_at"], batch[-1]["id"])
+    last_id = None
+    while True:
+        page = rows.filter(created_at__isnull=True)
+        if last_id is not None:
+            page = page.filter(id__gt=last_id)
+        batch = list(page.order_by("id")[:batch_size])
+        if not batch:
+            break
+        yield batch
+        last_id = batch[-1]["id"]
+
+
+def _export_line(bucket: Bucket, row: dict, *, embeddings: bool, history: list[dict] | None) -> dict:
+    line = {"id": str(row["id"])}
+    for name in CLIENT_FIELDS:
+        line[name] = row[name]
+    line["created_at"] = _time(row["created_at"])
+    line["expires_at"] = _time(row["expires_at"])
+    if isinstance(line["metadata"], dict):
+        # Keys starting with _engram are Engram's (links by id, which an import gives new
+        # ones): they are derived again in the importing bucket, never client input.
+        line["metadata"] = {k: v for k, v in line["metadata"].items() if not k.startswith(RESERVED_PREFIX)}
+    sequence_id = row["sequence_id"]
+    derived = {
+        "context": row["context_text"],
+        "sequence_id": None if sequence_id is None else str(sequence_id),
+        "sequence_index": row["sequence_index"],
+        # The sequence is the memory's run (it continues in the importing bucket), not its batch.
+        "run_sequence": sequence_id is not None
+        and row["run_id"] is not None
+        and sequence_id == run_sequence_id(bucket, row["run_id"]),
+        "classified_scope": row["classified_scope"],
+        "classified_topic": row["classified_topic"],
+    }
+    if embeddings:
+        derived["model"] = embedding.MODEL_NAME
+        derived["embedding"] = None if row["embedding"] is None else encode_vector(row["embedding"])
+        derived["context_embedding"] = (
+            None if row["context_embedding"] is None else encode_vector(row["context_embedding"])
+        )
+    line["engram"] = derived
+    if history is not None:
+        line["versions"] = history
+    return line
+
+
+def _histories(bucket: Bucket, memory_ids: list) -> dict:
+    """The versions of these memories, oldest first (idx_versions_memory)."""
+    found: dict = {memory_id: [] for memory_id in memory_ids}
+    versions = (
+        MemoryVersion.objects.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id__in=memory_ids)
+        .order_by("memory_id", "id")
+        .values("memory_id", *VERSION_FIELDS)
+    )
+    for version in versions:
+        entry = {name: version[name] for name in VERSION_FIELDS}
+        entry["created_at"] = _time(entry["created_at"])
+        found[version.pop("memory_id")].append(entry)
+    return found
+
+
+def memories_export(
+    *, bucket: Bucket, versions: bool = False, embeddings: bool = False, batch_size: int = EXPORT_BATCH
+) -> Iterator[bytes]:
+    """``bucket``'s memories as JSON Lines, one chunk of up to ``batch_size`` lines at a time.
+
+    Expired memories are included (with their ``expires_at``). ``versions`` adds each
+    memory's history, ``embeddings`` its vectors. A generator: nothing is read until the first
+    chunk is asked for, and no more than a batch is held at once.
+    """
+    columns = ["id", *CLIENT_FIELDS, "context_text", "sequence_id", "sequence_index", "classified_scope",
+               "classified_topic"]  # fmt: skip
+    if embeddings:
+        columns += ["embedding", "context_embedding"]
+    with _snapshot():
+        for batch in _keyset_pages(bucket, columns, batch_size):
+            history = _histories(bucket, [row["id"] for row in batch]) if versions else None
+            lines = []
+            for row in batch:
+                line = _export_line(bucket, row, embeddings=embeddings, history=history and history[row["id"]])
+                lines.append(json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str))
+            yield ("\n".join(lines) + "\n").encode()
+
+
+# --- import -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ImportLine:
+    """A valid line: the memory as a write takes it, what Engram derived for it (the
+    validated ``"engram"`` object, vectors decoded) and its history."""
+
+    number: int
+    item: MemoryInput
+    derived: dict | None = None
+    versions: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class RejectedLine:
+    number: int
+    detail: str
+    errors: dict | list | None = None
+
+    def as_dict(self) -> dict:
+        out: dict = {"line": self.number, "detail": self.detail}
+        if self.errors is not None:
+            out["errors"] = self.errors
+        return out
+
+
+@dataclass
+class ImportReport:
+    lines: int = 0  # lines read, blank ones not counted
+    imported: int = 0
+    deduplicated: int = 0
+    embeddings_reused: int = 0
+    rejected_count: int = 0
+    rejected: list[RejectedLine] = field(default_factory=list)
+    pending_enrichment: int = 0
+
+    def reject(self, line: RejectedLine) -> None:
+        self.rejected_count += 1
+        if len(self.rejected) < REPORTED_REJECTIONS:
+            self.rejected.append(line)
+
+    def as_dict(self) -> dict:
+        return {
+            "lines": self.lines,
+            "imported": self.imported,
+            "deduplicated": self.deduplicated,
+            "embeddings_reused": self.embeddings_reused,
+            "rejected_count": self.rejected_count,
+            "rejected": [r.as_dict() for r in self.rejected],
+            "pending_enrichment": self.pending_enrichment,
+        }
+
+
+class ImportRejected(DomainError):
+    """Some lines are invalid and the import was to be all or nothing: nothing was written."""
+
+    code = "invalid_lines"
+
+
+def _carried(bucket: Bucket, line: ImportLine) -> Carried | None:
+    derived = line.derived
+    if derived is None:
+        return None
+    sequence_id = derived.get("sequence_id")
+    if sequence_id is not None:
+        # A run's sequence continues in the importing bucket under the run's id there; a
+        # batch's gets an id of its own, the same for every line of the old one.
+        run_id = line.item.run_id
+        if derived.get("run_sequence") and run_id is not None:
+            sequence_id = run_sequence_id(bucket, run_id)
+        else:
+            sequence_id = uuid.uuid5(bucket.pk, f"sequence:{sequence_id}")
+    same_model = derived.get("model") == embedding.MODEL_NAME
+    return Carried(
+        context_text=derived.get("context"),
+        sequence_id=sequence_id,
+        sequence_index=derived.get("sequence_index") if sequence_id is not None else None,
+        classified_scope=derived.get("classified_scope"),
+        classified_topic=derived.get("classified_topic"),
+        # Vectors of another model are not comparable with this one's: the sweep embeds the row.
+        embedding=derived.get("embedding") if same_model else None,
+        context_embedding=derived.get("context_embedding") if same_model else None,
+    )
+
+
+def _import_batch(bucket: Bucket, batch: list[ImportLine], report: ImportReport, actor: Actor | None) -> None:
+    carried = [_carried(bucket, line) for line in batch]
+    # Histories are written in the memories' transaction; without any, memories_ingest keeps
+    # its own (and with it, its retry after a deadlock with a concurrent merge).
+    with transaction.atomic() if any(line.versions for line in batch) else nullcontext():
+        results = memories_ingest(
+            bucket=bucket,
+            items=[line.item for line in batch],
+            carried=carried,
+            sequence=False,
+            embed=False,
+            actor=actor,
+        )
+        history = []
+        for line, extra, result in zip(batch, carried, results, strict=True):
+            if result.deduplicated:
+                report.deduplicated += 1
+                continue
+            report.imported += 1
+            if extra is not None and extra.embedding is not None:
+                report.embeddings_reused += 1
+            history += [
+                MemoryVersion(memory_id=result.id, tenant_id=bucket.tenant_id, bucket_id=bucket.pk, **version)
+                for version in line.versions
+            ]
+        MemoryVersion.objects.bulk_create(history, batch_size=500)
+
+
+def _refuse(report: ImportReport) -> None:
+    if report.rejected_count:
+        first = report.rejected[0]
+        raise ImportRejected(
+            f"line {first.number}: {first.detail} ({report.rejected_count} invalid line(s); nothing was imported)",
+            extra={"rejected_count": report.rejected_count, "rejected": [r.as_dict() for r in report.rejected]},
+        )
+
+
+def memories_import(
+    *,
+    bucket: Bucket,
+    read: Callable[[], Iterable[ImportLine | RejectedLine]],
+    skip_invalid: bool = False,
+    actor: Actor | None = None,
+    batch_size: int = IMPORT_BATCH,
+) -> ImportReport:
+    """Import the lines ``read()`` yields into ``bucket``; return the counts.
+
+    Written a batch at a time, each batch in its own transaction through
+    :func:`memories_ingest` (deduplicated, audited for ``actor``), so a large import shows
+    its progress in the bucket and an interrupted one can be sent again (what it wrote is
+    deduplicated). Rows arrive without vectors unless their line carries them for this model:
+    the enrichment sweep fills them, and ``pending_enrichment`` says how many of the bucket's
+    rows wait for it. Lines without an ``"engram"`` object are unrelated facts (no sequence).
+
+    Invalid lines: by default ``read()`` is gone through once first, and any invalid line
+    raises :class:`ImportRejected` (the first :data:`REPORTED_REJECTIONS`, and the count)
+    before anything is written; it is then read again to import. With ``skip_invalid`` they
+    are skipped and reported, and the rest is imported in one pass — unless no line at all is
+    valid, which raises :class:`ImportRejected` too.
+    """
+    if not skip_invalid:
+        check = ImportReport()
+        for parsed in read():
+            if isinstance(parsed, RejectedLine):
+                check.reject(parsed)
+        _refuse(check)
+    report = ImportReport()
+    batch: list[ImportLine] = []
+    for parsed in read():
+        report.lines += 1
+        if isinstance(parsed, RejectedLine):
+            report.reject(parsed)
+            continue
+        batch.append(parsed)
+        if len(batch) >= batch_size:
+            _import_batch(bucket, batch, report, actor)
+            batch = []
+    if batch:
+        _import_batch(bucket, batch, report, actor)
+    if report.rejected_count == report.lines:
+        _refuse(report)  # not one valid line: not memories at all (and nothing was written)
+    report.pending_enrichment = pending_enrichment_count(bucket=bucket)
+    return report
