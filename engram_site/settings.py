@@ -97,6 +97,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # An over-long URL is a 414 in the API's error shape, before any other work.
+    "engram_site.middleware.UrlLengthMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -224,6 +226,10 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # Request bodies: memories arrive in batches of up to 1,000 items.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("ENGRAM_MAX_BODY_BYTES", 20 * 1024 * 1024)
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 10_000
+# The longest URL (path and query string, percent-encoded) a request may have; longer ones
+# answer 414 (engram_site.middleware.UrlLengthMiddleware). gunicorn reads request lines up to
+# 8190 bytes (engram_site/gunicorn_config.py), so this must stay below about 8170.
+MAX_URL_BYTES = 4096
 
 # --- API --------------------------------------------------------------------------
 REST_FRAMEWORK = {
