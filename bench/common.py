@@ -351,6 +351,7 @@ class PrivateServer:
                 "gunicorn",
                 [
                     sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
+                    "--config", "python:engram_site.gunicorn_config",
                     "--bind", f"127.0.0.1:{self.port}",
                     "--workers", str(opts.workers),
                     "--threads", str(opts.threads),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 
 from engram_site.exceptions import database_unavailable
@@ -35,3 +36,27 @@ class DatabaseUnavailableMiddleware:
             )
         response["Retry-After"] = "2"
         return response
+
+
+class UrlLengthMiddleware:
+    """A URL (path and query string, as sent) over ``settings.MAX_URL_BYTES`` answers 414 before
+    anything else runs: in the API's JSON error shape under ``/api/``, a short page elsewhere.
+
+    gunicorn reads request lines up to 8190 bytes (engram_site/gunicorn_config.py), so URLs
+    between the two limits get this answer instead of the server's own HTML 414.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        limit = settings.MAX_URL_BYTES
+        # get_full_path() is the URL as sent, percent-encoded: ASCII, so characters are bytes.
+        if len(request.get_full_path()) <= limit:
+            return self.get_response(request)
+        message = f"The URL is longer than {limit} bytes (path and query string); send long values in a body."
+        if request.path.startswith("/api/"):
+            return JsonResponse({"detail": message, "code": "uri_too_long"}, status=414)
+        return HttpResponse(
+            f"<!doctype html><title>URL too long</title><h1>URL too long</h1><p>{message}</p>", status=414
+        )

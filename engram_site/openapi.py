@@ -7,6 +7,7 @@ status an operation answers must be documented here, with its body's shape.
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers
@@ -31,12 +32,14 @@ _ERRORS = {
     404: "Not found, or owned by another tenant (indistinguishable).",
     409: "A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again.",
     413: "The request body is larger than ENGRAM_MAX_BODY_BYTES.",
+    414: f"The URL (path and query string) is longer than {settings.MAX_URL_BYTES:,} bytes (`uri_too_long`).",
     415: "The body is not JSON (Content-Type must be application/json).",
     429: "Rate limited; retry after Retry-After seconds.",
     503: "The database is unavailable; retry after Retry-After seconds.",
 }
-# Any authenticated operation can answer these (409 `retry`: rolled back by a deadlock).
-_ALWAYS = (401, 403, 409, 429, 503)
+# Any authenticated operation can answer these (409 `retry`: rolled back by a deadlock; 414:
+# engram_site.middleware.UrlLengthMiddleware, before anything else).
+_ALWAYS = (401, 403, 409, 414, 429, 503)
 # Any operation with a JSON body can answer these.
 BODY = (400, 413, 415)
 

@@ -5,7 +5,8 @@ supervising them until interrupted.
 Environment: ENGRAM_HOST (127.0.0.1), ENGRAM_PORT (8000), ENGRAM_WEB_WORKERS (2),
 ENGRAM_WEB_THREADS (4), ENGRAM_RUN_WORKER (1: also start the Celery worker + beat),
 ENGRAM_WORKER_CONCURRENCY (2). ``--host`` and ``--port`` override the first two; any other
-argument is refused rather than ignored.
+argument is refused rather than ignored. gunicorn settings shared with the tests' servers are in
+engram_site/gunicorn_config.py.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     children: dict[str, subprocess.Popen] = {}
     web_cmd = [
         sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
+        "--config", "python:engram_site.gunicorn_config",
         "--bind", f"{host}:{port}",
         "--workers", workers,
         "--threads", threads,

@@ -8,6 +8,8 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE as CSP_NONE
+from csp.constants import SELF as CSP_SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from engram_site import embedded_pg
@@ -97,6 +99,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The Content-Security-Policy header on every answer (CONTENT_SECURITY_POLICY below).
+    "csp.middleware.CSPMiddleware",
+    # An over-long URL is a 414 in the API's error shape, before any other work.
+    "engram_site.middleware.UrlLengthMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -196,6 +202,21 @@ CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# What a page may load and do (django-csp). The console and the API docs load scripts, styles
+# and images only from this site's own URLs (static files), run no inline script or style and
+# no eval, embed no plugin, submit forms only here, and are never framed. Every answer carries
+# it, the API's JSON too: it costs nothing there and covers any HTML page Django renders under
+# /api/. /api/docs/ adds images in data: URLs (Swagger UI's stylesheet; engram_site/urls.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [CSP_SELF],
+        "img-src": [CSP_SELF],
+        "object-src": [CSP_NONE],
+        "base-uri": [CSP_SELF],
+        "form-action": [CSP_SELF],
+        "frame-ancestors": [CSP_NONE],
+    },
+}
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -227,6 +248,10 @@ DATA_UPLOAD_MAX_NUMBER_FIELDS = 10_000
 # An import (POST /api/v1/buckets/{id}/import) is read as a stream into a temporary file, not
 # into memory, so it has a limit of its own (docs/API.md, "Export and import").
 ENGRAM_IMPORT_MAX_BYTES = env_int("ENGRAM_IMPORT_MAX_BYTES", 1024 * 1024 * 1024)
+# The longest URL (path and query string, percent-encoded) a request may have; longer ones
+# answer 414 (engram_site.middleware.UrlLengthMiddleware). gunicorn reads request lines up to
+# 8190 bytes (engram_site/gunicorn_config.py), so this must stay below about 8170.
+MAX_URL_BYTES = 4096
 
 # --- API --------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -254,6 +279,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # No badge from the public validator: it would send the schema's URL to a third party.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_AUTHENTICATION": [],

@@ -1,6 +1,8 @@
+from csp.constants import SELF
+from csp.decorators import csp_update
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from engram_site import health
 
@@ -11,12 +13,17 @@ api_v1 = [
     path("", include("sources.urls")),
 ]
 
+# Swagger UI: the split view serves its start-up script from /api/docs/?script instead of
+# inline, and the page's inline style is in a stylesheet (templates/drf_spectacular/), so the
+# site's Content-Security-Policy holds; Swagger UI's stylesheet draws icons from data: URLs.
+api_docs = csp_update({"img-src": [SELF, "data:"]})(SpectacularSwaggerSplitView.as_view(url_name="api-schema"))
+
 urlpatterns = [
     path("health", health.health, name="health"),
     path("ready", health.ready, name="ready"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", api_docs, name="api-docs"),
     path("admin/", admin.site.urls),
 ]
 

@@ -12,6 +12,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
 from django.core.validators import MaxValueValidator
 from django.db import models
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from engram_site.db import TransactionNow
@@ -62,7 +63,10 @@ MAX_RETENTION_DAYS = 3650
 
 
 class BucketQuerySet(TenantScopedQuerySet):
-    pass
+    def named(self, name: str) -> BucketQuerySet:
+        """Buckets called ``name`` regardless of case, compared as the unique index compares
+        names: ``lower(name) = lower(%s)`` (PostgreSQL's lower(), so the same rule everywhere)."""
+        return self.alias(name_key=Lower("name")).filter(name_key=Lower(models.Value(name)))
 
 
 class Bucket(models.Model):
@@ -71,7 +75,7 @@ class Bucket(models.Model):
     id = models.UUIDField(primary_key=True, db_default=RandomUUID(), editable=False)
     # The FK constraint is created by migration 0002 with ON DELETE CASCADE in the
     # database: deleting a tenant must not make Django load every row it owns.
-    # (The unique (tenant, name) index serves lookups by tenant.)
+    # (The unique (tenant, lower(name)) index serves lookups by tenant.)
     tenant = models.ForeignKey(
         Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="buckets"
     )
@@ -92,7 +96,16 @@ class Bucket(models.Model):
     class Meta:
         db_table = "buckets"
         ordering = ["name"]
-        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="buckets_tenant_name_unique")]
+        constraints = [
+            # One name per bucket in a tenant regardless of case ("Team" and "team" clash), as
+            # lower() sees it. Serves BucketQuerySet.named: WHERE tenant_id = ? AND lower(name) =
+            # lower(?), and the tenant's cascade. Migration 0004 renamed clashing names first.
+            models.UniqueConstraint(
+                models.F("tenant"),
+                Lower("name"),
+                name="buckets_tenant_name_ci_unique",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name

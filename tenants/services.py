@@ -119,6 +119,15 @@ def tokens_delete(*, tokens: list[ApiToken], actor: Actor) -> None:
     ApiToken.objects.filter(pk__in=[t.pk for t in tokens]).delete()
 
 
+def _name_taken(*, tenant: Tenant, name: str) -> Conflict:
+    """The 409 for a name another bucket of the tenant has, in any case: it names that bucket."""
+    taken = Bucket.objects.for_tenant(tenant).named(name).values_list("name", flat=True).first() or name
+    return Conflict(
+        f"A bucket named {taken!r} already exists (bucket names are unique regardless of case).",
+        code="bucket_exists",
+    )
+
+
 def _clean_bucket_name(name: str) -> str:
     name = (name or "").strip()
     if not name:
@@ -143,7 +152,7 @@ def bucket_create(*, tenant: Tenant, name: str, description: str = "", actor: Ac
                 )  # fmt: skip
             return bucket
     except IntegrityError:
-        raise Conflict(f"A bucket named {name!r} already exists.", code="bucket_exists") from None
+        raise _name_taken(tenant=tenant, name=name) from None
 
 
 def bucket_update(
@@ -176,7 +185,7 @@ def bucket_update(
                         object_ids=[bucket.pk], details={"fields": sorted(fields)},
                     )  # fmt: skip
         except IntegrityError:
-            raise Conflict(f"A bucket named {bucket.name!r} already exists.", code="bucket_exists") from None
+            raise _name_taken(tenant=bucket.tenant, name=bucket.name) from None
     return bucket
 
 

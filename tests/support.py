@@ -75,6 +75,7 @@ def web_server(env: dict[str, str], *, workers: int = 1, log: Path | None = None
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
+            "--config", "python:engram_site.gunicorn_config",
             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", "4", "--timeout", "120",
             "--no-control-socket",
         ],

@@ -56,8 +56,9 @@ pytestmark = pytest.mark.django_db
 MAX_EXAMPLES = 25
 COVERAGE_CASES = 250
 
-# Every status an invalid request may get. 413 is ours (a body over ENGRAM_MAX_BODY_BYTES).
-REJECTED = ["400", "401", "403", "404", "405", "409", "413", "415", "429"]
+# Every status an invalid request may get. 413 and 414 are ours (a body over
+# ENGRAM_MAX_BODY_BYTES, a URL over MAX_URL_BYTES).
+REJECTED = ["400", "401", "403", "404", "405", "409", "413", "414", "415", "429"]
 
 CONFIG = schemathesis.Config.from_dict(
     {

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
+from django.db.migrations.loader import MigrationLoader
 
+from audit.models import AuditEvent
 from memories.models import Memory
 from tenants import services
 from tenants.models import Bucket, Tenant
@@ -38,6 +42,25 @@ def test_duplicate_bucket_name_is_409(api, bucket):
     response = api.post("/api/v1/buckets", {"name": bucket.name}, format="json")
     assert response.status_code == 409
     assert response.json()["code"] == "bucket_exists"
+
+
+@pytest.mark.parametrize("name", ["MAIN", "Main", "  mAiN "])
+def test_a_name_differing_only_in_case_is_409_and_writes_nothing(api, tenant, bucket, name):
+    response = api.post("/api/v1/buckets", {"name": name}, format="json")
+    assert response.status_code == 409, response.json()
+    body = response.json()
+    assert body["code"] == "bucket_exists" and "'main'" in body["detail"] and "regardless of case" in body["detail"]
+    assert list(tenant.buckets.values_list("name", flat=True)) == ["main"]
+
+
+def test_the_database_refuses_a_name_differing_only_in_case(tenant, bucket):
+    # The rule is the unique index's, not only the API's: no path into the table can break it.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Bucket.objects.create(tenant=tenant, name="MAIN")
+
+
+def test_bucket_names_differing_only_in_case_are_fine_in_two_tenants(api, other_bucket):
+    assert api.post("/api/v1/buckets", {"name": other_bucket.name.upper()}, format="json").status_code == 201
 
 
 def test_same_bucket_name_in_two_tenants_is_fine(api, other_bucket):
@@ -91,6 +114,20 @@ def test_rename_onto_existing_name_is_409(api, tenant, bucket):
     assert api.patch(f"/api/v1/buckets/{bucket.pk}", {"name": "taken"}, format="json").status_code == 409
     bucket.refresh_from_db()
     assert bucket.name == "main"
+
+
+def test_rename_onto_an_existing_name_in_another_case_is_409(api, tenant, bucket):
+    services.bucket_create(tenant=tenant, name="Taken")
+    response = api.patch(f"/api/v1/buckets/{bucket.pk}", {"name": "tAKEN"}, format="json")
+    assert (response.status_code, response.json()["code"]) == (409, "bucket_exists")
+    assert "'Taken'" in response.json()["detail"]
+    bucket.refresh_from_db()
+    assert bucket.name == "main"
+
+
+def test_a_bucket_can_be_renamed_to_its_own_name_in_another_case(api, bucket):
+    response = api.patch(f"/api/v1/buckets/{bucket.pk}", {"name": "Main"}, format="json")
+    assert response.status_code == 200 and response.json()["name"] == "Main"
 
 
 def test_delete_bucket_cascades_to_memories(admin_api, tenant, bucket):
@@ -162,3 +199,32 @@ def test_a_looked_up_bucket_carries_its_tenant_without_another_query(tenant, buc
     with django_assert_num_queries(1):
         found = bucket_get(tenant=tenant, bucket_id=str(bucket.pk))
         assert found.tenant.settings == tenant.settings
+
+
+def test_the_upgrade_renames_names_that_differ_only_in_case_keeping_the_oldest(tenant, other_tenant):
+    """Migration tenants 0004 on a database that has such names: it must not fail on them."""
+    name = "0004_bucket_names_unique_regardless_of_case"
+    migration = importlib.import_module(f"tenants.migrations.{name}")
+    apps = MigrationLoader(connection).project_state(("tenants", name), at_end=False).apps
+    with connection.cursor() as cur:  # the database as it was before 0004 (rolled back with the test)
+        cur.execute("DROP INDEX buckets_tenant_name_ci_unique")
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    names = ["Team", "team", "TEAM", "Team (2)", "L" * 200, "l" * 200]
+    made = [Bucket.objects.create(tenant=tenant, name=name) for name in names]
+    for age, bucket in enumerate(made):
+        Bucket.objects.filter(pk=bucket.pk).update(created_at=start + timedelta(minutes=age))
+    outside = Bucket.objects.create(tenant=other_tenant, name="team")
+
+    migration.rename_clashing_names(apps, None)
+
+    renamed = dict(Bucket.objects.filter(pk__in=[b.pk for b in made]).values_list("pk", "name"))
+    assert [renamed[b.pk] for b in made] == ["Team", "team (3)", "TEAM (4)", "Team (2)", "L" * 200, "l" * 196 + " (2)"]
+    assert Bucket.objects.get(pk=outside.pk).name == "team"
+    events = AuditEvent.objects.filter(action="bucket.update", actor_label="migration tenants.0004")
+    assert sorted(e.details["previous_name"] for e in events) == sorted(["team", "TEAM", "l" * 200])
+    assert {e.tenant_id for e in events} == {tenant.pk}
+    # The index can now be built, and a second run changes nothing.
+    with connection.cursor() as cur:
+        cur.execute("CREATE UNIQUE INDEX buckets_tenant_name_ci_unique ON buckets (tenant_id, lower(name))")
+    migration.rename_clashing_names(apps, None)
+    assert dict(Bucket.objects.filter(pk__in=[b.pk for b in made]).values_list("pk", "name")) == renamed

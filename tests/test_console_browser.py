@@ -67,6 +67,8 @@ def browser(tmp_path_factory):
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    # The browser's console log: Chromium reports each Content-Security-Policy violation there.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(90)
     try:
@@ -88,7 +90,14 @@ class Console:
         driver.delete_all_cookies()
 
     def open(self, path: str) -> None:
+        self.assert_no_csp_violation()
         self.driver.get(self.base + path)
+
+    def assert_no_csp_violation(self) -> None:
+        """Nothing on the pages shown since the last call was refused by the
+        Content-Security-Policy (a script, style or image that would not load or run)."""
+        refused = [e["message"] for e in self.driver.get_log("browser") if "Content Security Policy" in e["message"]]
+        assert refused == [], "\n".join(refused)
 
     def find(self, css: str):
         from selenium.webdriver.common.by import By
@@ -107,11 +116,18 @@ class Console:
         window is gone, and the new document is complete)."""
         from selenium.webdriver.support.ui import WebDriverWait
 
+        self.assert_no_csp_violation()
         self.driver.execute_script("window.__engramOldPage = true;")
         self.find(css).click()
         WebDriverWait(self.driver, 60).until(
             lambda d: d.execute_script("return !window.__engramOldPage && document.readyState === 'complete';")
         )
+        self.find("body")
+
+    def wait_for_url(self, part: str) -> None:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        WebDriverWait(self.driver, 30).until(lambda d: part in d.current_url)
         self.find("body")
 
     def type(self, css: str, text: str) -> None:
@@ -150,9 +166,11 @@ class Console:
 
 @pytest.fixture
 def console(browser, live_server, request):
+    browser.get_log("browser")  # what earlier tests left
     page = Console(browser, live_server.url, request.node.name)
     yield page
     page.report()
+    page.assert_no_csp_violation()  # on the last page
 
 
 @pytest.fixture
@@ -234,6 +252,9 @@ def test_review_queue_merge_a_pair(console, operator):
     assert console.text("#pending-review-count") == "1"
     console.shot("index-one-pending")
     console.click("#console-panel a[href$='/console/review/']")
+    # Choosing a tenant filters at once (console/static/console/console.js).
+    console.select("select[name=tenant]", str(tenant.pk))
+    console.wait_for_url(f"tenant={tenant.pk}")
     console.shot("review-queue")
     assert COFFEE in console.text(f"#pair-{pair.pk}") and COFFEE_AGAIN in console.text(f"#pair-{pair.pk}")
     keep = "a" if pair.memory_a_id == coffee else "b"
@@ -365,3 +386,44 @@ def test_a_memorys_history_pin_delete_and_restore(console, operator):
     console.driver.execute_script("document.getElementById('memory-history').scrollIntoView({behavior: 'instant'});")
     console.shot("restored-history")
     assert AuditEvent.objects.filter(action="memory.restore", actor_label="operator").exists()
+
+
+def test_the_browser_enforces_the_policy_and_the_check_sees_what_it_refuses(console, operator):
+    """The pages' Content-Security-Policy is on, Chromium enforces it, and what it refuses
+    reaches the log that every step of these tests reads."""
+    console.login(operator)
+    policy = urllib.request.urlopen(console.base + "/admin/login/", timeout=30).headers["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    console.driver.execute_script(
+        "document.head.insertAdjacentHTML('beforeend', '<style>#console-panel { display: none; }</style>');"
+        "document.body.insertAdjacentHTML('beforeend', '<img src=x onerror=\"window.__engramInline = 1\">');"
+    )
+    assert console.find("#console-panel").is_displayed()  # the injected style was not applied
+    assert console.driver.execute_script("return window.__engramInline === undefined;")  # nor the handler run
+    with pytest.raises(AssertionError, match="Content Security Policy"):
+        console.assert_no_csp_violation()
+
+
+def test_a_schedules_form_translates_its_crontab(console, operator):
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    nightly = CrontabSchedule.objects.create(minute="0", hour="3", timezone="UTC")
+    task = PeriodicTask.objects.create(name="nightly job", task="maintenance.tasks.purge_memories", crontab=nightly)
+    other = CrontabSchedule.objects.create(minute="30", hour="4", timezone="UTC")
+    console.login(operator)
+    console.open(f"/admin/django_celery_beat/periodictask/{task.pk}/change/")
+    console.shot("schedule-form")
+    assert not console.find(".field-crontab_translation").is_displayed()  # hidden by the page's script
+    console.select("#id_crontab", str(other.pk))
+    console.shot("schedule-crontab-changed")
+    help_text = console.text(".field-crontab .help")
+    assert "Translation: At 04:30 AM" in help_text, help_text
+    assert PeriodicTask.objects.get(pk=task.pk).crontab_id == nightly.pk  # nothing saved
+
+
+def test_the_api_docs_render_under_the_policy(console):
+    console.open("/api/docs/")
+    console.find(".swagger-ui .opblock")  # operations drawn from /api/schema/ by Swagger UI's scripts
+    console.shot("api-docs")
+    assert "/api/v1/buckets/{bucket_id}/memories" in console.text("#swagger-ui")
+    assert len(console.all(".swagger-ui .opblock")) >= 20

@@ -137,6 +137,24 @@ def test_the_bucket_admin_action_opens_the_merge_page(admin_client, bucket):
     )
 
 
+def test_the_bucket_form_refuses_a_name_another_bucket_has_in_another_case(admin_client, bucket):
+    second = tenant_services.bucket_create(tenant=bucket.tenant, name="Archive")
+    response = admin_client.post("/admin/tenants/bucket/add/", {"tenant": bucket.tenant_id, "name": "MAIN"})
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        "name": ["A bucket named 'main' already exists in Acme (bucket names are unique regardless of case)."]
+    }
+    url = f"/admin/tenants/bucket/{second.pk}/change/"
+    response = admin_client.post(url, {"name": "mAIN", "description": "", "retention_days": 30})
+    assert response.status_code == 200
+    assert "'main' already exists" in response.context["adminform"].form.errors["name"][0]
+    assert sorted(Bucket.objects.filter(tenant_id=bucket.tenant_id).values_list("name", flat=True)) == [
+        "Archive", "main"]  # fmt: skip
+    # Its own name in another case is no clash.
+    assert admin_client.post(url, {"name": "ARCHIVE", "description": "", "retention_days": 30}).status_code == 302
+    assert Bucket.objects.get(pk=second.pk).name == "ARCHIVE"
+
+
 def test_topics_page_groups_renames_after_confirmation_and_reclassifies(admin_client, bucket, monkeypatch):
     ids = write(bucket, "I like ramen.", "Our cat Miso is twelve.", "The car needs new tyres.")
     Memory.objects.filter(pk=ids[0]).update(classified_topic="food")

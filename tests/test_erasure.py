@@ -332,8 +332,9 @@ def test_the_erase_command_counts_refuses_and_erases(world, tenant):
     with pytest.raises(CommandError, match="No tenant"):
         call_command("erase", "--tenant", "nobody", "--agent-id", GONE, "--yes")
     out = io.StringIO()
-    call_command("erase", "--tenant", tenant.name, "--bucket", "second", "--agent-id", GONE, "--yes", stdout=out)
-    assert "Erased" in out.getvalue() and "memories: 1" in out.getvalue()
+    # A bucket is found by its name regardless of case, as names are unique (tenants.models.Bucket).
+    call_command("erase", "--tenant", tenant.name, "--bucket", "SECOND", "--agent-id", GONE, "--yes", stdout=out)
+    assert "Erased" in out.getvalue() and "(bucket second)" in out.getvalue() and "memories: 1" in out.getvalue()
     assert f"memories: {len(world.gone) - 1}" in run("--yes")
     assert not Memory.objects.filter(tenant_id=tenant.pk, agent_id=GONE).exists()
     assert Memory.objects.filter(pk=world.outside).exists()

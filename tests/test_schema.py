@@ -280,7 +280,11 @@ def test_tenant_bucket_and_token_tables():
     assert {"name", "slug", "is_active", "settings", "created_at"} <= set(tenants)
     buckets = _columns("buckets")
     assert buckets["tenant_id"][:2] == ("uuid", False)
-    assert "buckets_tenant_name_unique" in _indexes("buckets")
+    # Names are unique regardless of case (migration tenants 0004).
+    assert _indexes("buckets")["buckets_tenant_name_ci_unique"] == (
+        "CREATE UNIQUE INDEX buckets_tenant_name_ci_unique ON public.buckets "
+        "USING btree (tenant_id, lower((name)::text))"
+    )
     tokens = _columns("api_tokens")
     assert {"token_hash", "prefix", "scopes", "bucket_id", "expires_at", "revoked_at", "last_used_at"} <= set(tokens)
     assert "secret" not in tokens and "token" not in tokens

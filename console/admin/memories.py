@@ -204,7 +204,7 @@ class MemoryAdmin(_WithHistory, TenantScopedAdmin):
         if obj.expires_at is None:
             return "—"
         if obj.expires_at <= timezone.now():
-            return format_html('<strong style="color: #ba2121">expired</strong> {}', _when(obj.expires_at))
+            return format_html('<strong class="danger">expired</strong> {}', _when(obj.expires_at))
         return _when(obj.expires_at)
 
     @admin.display(description="state")

@@ -67,9 +67,16 @@ class BucketForm(forms.ModelForm):
         tenant = data.get("tenant") or (None if self.instance._state.adding else self.instance.tenant)
         name = (data.get("name") or "").strip()
         if tenant and name:
-            clash = Bucket.objects.for_tenant(tenant).filter(name=name).exclude(pk=self.instance.pk).exists()
+            # Names are unique regardless of case (the database's rule; tenants.models.Bucket).
+            clash = Bucket.objects.for_tenant(tenant).named(name).exclude(pk=self.instance.pk).first()
             if clash:
-                raise forms.ValidationError(f"A bucket named {name!r} already exists in {tenant.name}.")
+                # On the field, so that Django does not check the constraint again with a
+                # generic message (it skips constraints on fields that have errors).
+                self.add_error(
+                    "name",
+                    f"A bucket named {clash.name!r} already exists in {tenant.name} "
+                    "(bucket names are unique regardless of case).",
+                )
         return data
 
 

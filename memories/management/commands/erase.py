@@ -67,7 +67,7 @@ def _tenant(value: str) -> Tenant:
 def _bucket(tenant: Tenant, value: str) -> Bucket:
     pk = parse_uuid(value)
     buckets = Bucket.objects.for_tenant(tenant)
-    found = (buckets.filter(pk=pk).first() if pk else None) or buckets.filter(name=value).first()
+    found = (buckets.filter(pk=pk).first() if pk else None) or buckets.named(value).first()
     if found is None:
         raise CommandError(f"Tenant {tenant.name} has no bucket with the id or name {value!r}.")
     return found
