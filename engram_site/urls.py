@@ -18,6 +18,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),
+    path("", include("mcp_server.urls")),
 ]
 
 # JSON errors for /api/ URLs that reach no API view (engram_site/exceptions.py).
