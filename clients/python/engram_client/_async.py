@@ -231,7 +231,7 @@ class AsyncEngram:
         return await self._run(Call("POST", core.path("memories", memory_id, "restore"), parse=Memory.from_api))
 
     async def get_memory_history(self, memory_id: Id) -> History:
-        """Every change of a memory, newest first, with the values before it."""
+        """Every change of a memory, oldest first, with the values before it."""
         return await self._run(Call("GET", core.path("memories", memory_id, "history"), parse=History.from_api))
 
     def list_memories(

@@ -230,7 +230,7 @@ class Engram:
         return self._run(Call("POST", core.path("memories", memory_id, "restore"), parse=Memory.from_api))
 
     def get_memory_history(self, memory_id: Id) -> History:
-        """Every change of a memory, newest first, with the values before it."""
+        """Every change of a memory, oldest first, with the values before it."""
         return self._run(Call("GET", core.path("memories", memory_id, "history"), parse=History.from_api))
 
     def list_memories(
