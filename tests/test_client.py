@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -509,9 +510,11 @@ def test_the_package_installs_into_a_fresh_virtualenv_and_works(live, tmp_path):
                                         text=True).strip())  # fmt: skip
     project_site = Path(sysconfig.get_path("purelib"))
     (site / "project-dependencies.pth").write_text(f"{project_site}\n")
+    # From a copy: building writes build/ and *.egg-info next to the sources.
+    source = shutil.copytree(CLIENT_DIR, tmp_path / "engram-client", ignore=shutil.ignore_patterns("*.egg-info"))
     install = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-         "--no-build-isolation", "--no-index", str(CLIENT_DIR)],
+         "--no-build-isolation", "--no-index", str(source)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
