@@ -427,13 +427,16 @@ class Stub:
 UNAVAILABLE = (503, {"Retry-After": "0"}, {"detail": "The database is temporarily unavailable.",
                                             "code": "database_unavailable"})  # fmt: skip
 THROTTLED = (429, {"Retry-After": "0"}, {"detail": "Request was throttled.", "code": "throttled"})
-MEMORY = (200, {}, {"id": "m1", "content": "x"})
+MEMORY = (200, {}, {"id": "m1", "content": "x", "added_by_a_newer_server": {"kind": "note"}})
 
 
 def test_reads_are_retried_on_503_429_and_refused_connections():
     with Stub([UNAVAILABLE, THROTTLED, MEMORY]) as stub, Engram(stub.url, "t", backoff=0.01) as engram:
-        assert engram.get_memory("m1").content == "x"
+        memory = engram.get_memory("m1")
         assert stub.requests == [("GET", "/api/v1/memories/m1")] * 3
+        # A field this client does not know is kept, not refused.
+        assert memory.content == "x" and memory["added_by_a_newer_server"] == {"kind": "note"}
+        assert memory.extra == {"added_by_a_newer_server": {"kind": "note"}}
     with Stub([UNAVAILABLE] * 3) as stub, Engram(stub.url, "t", retries=2, backoff=0.01) as engram:
         with pytest.raises(ServiceUnavailable) as failed:
             engram.get_memory("m1")
