@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -426,13 +427,16 @@ class Stub:
 UNAVAILABLE = (503, {"Retry-After": "0"}, {"detail": "The database is temporarily unavailable.",
                                             "code": "database_unavailable"})  # fmt: skip
 THROTTLED = (429, {"Retry-After": "0"}, {"detail": "Request was throttled.", "code": "throttled"})
-MEMORY = (200, {}, {"id": "m1", "content": "x"})
+MEMORY = (200, {}, {"id": "m1", "content": "x", "added_by_a_newer_server": {"kind": "note"}})
 
 
 def test_reads_are_retried_on_503_429_and_refused_connections():
     with Stub([UNAVAILABLE, THROTTLED, MEMORY]) as stub, Engram(stub.url, "t", backoff=0.01) as engram:
-        assert engram.get_memory("m1").content == "x"
+        memory = engram.get_memory("m1")
         assert stub.requests == [("GET", "/api/v1/memories/m1")] * 3
+        # A field this client does not know is kept, not refused.
+        assert memory.content == "x" and memory["added_by_a_newer_server"] == {"kind": "note"}
+        assert memory.extra == {"added_by_a_newer_server": {"kind": "note"}}
     with Stub([UNAVAILABLE] * 3) as stub, Engram(stub.url, "t", retries=2, backoff=0.01) as engram:
         with pytest.raises(ServiceUnavailable) as failed:
             engram.get_memory("m1")
@@ -509,9 +513,11 @@ def test_the_package_installs_into_a_fresh_virtualenv_and_works(live, tmp_path):
                                         text=True).strip())  # fmt: skip
     project_site = Path(sysconfig.get_path("purelib"))
     (site / "project-dependencies.pth").write_text(f"{project_site}\n")
+    # From a copy: building writes build/ and *.egg-info next to the sources.
+    source = shutil.copytree(CLIENT_DIR, tmp_path / "engram-client", ignore=shutil.ignore_patterns("*.egg-info"))
     install = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-         "--no-build-isolation", "--no-index", str(CLIENT_DIR)],
+         "--no-build-isolation", "--no-index", str(source)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr

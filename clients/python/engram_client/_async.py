@@ -40,9 +40,10 @@ class AsyncEngram:
     """An asynchronous client of Engram's HTTP API (``/api/v1``), on ``httpx.AsyncClient``.
 
     ``base_url`` and ``token`` default to ``ENGRAM_URL`` (else ``http://127.0.0.1:8000``) and
-    ``ENGRAM_TOKEN``. ``timeout`` is in seconds (or an ``httpx.Timeout``). Reads, and calls the
-    server certainly did not carry out, are retried up to ``retries`` times with exponential
-    backoff and jitter (see :class:`~engram_client._core.RetryPolicy`). ``http_client`` (an
+    ``ENGRAM_TOKEN``. ``timeout`` is in seconds (or an ``httpx.Timeout``; default 30 s, or the
+    ``http_client``'s own). Reads, and calls the server certainly did not carry out, are
+    retried up to ``retries`` times with exponential backoff and jitter (see
+    :class:`~engram_client.RetryPolicy`). ``http_client`` (an
     ``httpx.Client`` you own) or ``transport`` replace the connection pool the client makes.
 
     Use it as an async context manager, or await :meth:`aclose`.
@@ -53,7 +54,7 @@ class AsyncEngram:
         base_url: str | None = None,
         token: str | None = None,
         *,
-        timeout: float | httpx.Timeout = core.DEFAULT_TIMEOUT,
+        timeout: float | httpx.Timeout | None = None,
         retries: int = 2,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
@@ -64,6 +65,9 @@ class AsyncEngram:
         self.retry = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
         self._headers = core.default_headers(token)
         self._owns_http = http_client is None
+        if timeout is None:
+            # 30 s, or the own timeout of the http_client given.
+            timeout = http_client.timeout if http_client is not None else core.DEFAULT_TIMEOUT
         self._http = http_client or httpx.AsyncClient(timeout=timeout, transport=transport)
         self._timeout = timeout
 

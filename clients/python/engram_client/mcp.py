@@ -22,7 +22,7 @@ import inspect
 import json
 import logging
 import os
-import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -41,7 +41,6 @@ from engram_client.models import Bucket, Memory
 
 ClientFor = Callable[[Context], AsyncEngram | Awaitable[AsyncEngram]]
 
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 _MAX_LISTED_BUCKETS = 100
 
 INSTRUCTIONS = """\
@@ -193,7 +192,7 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
                 buckets.append(bucket)
                 if len(buckets) > _MAX_LISTED_BUCKETS:
                     break
-            default = await _default_of(api, buckets, default_bucket)
+            default = _default_of(buckets, default_bucket)
         answer: dict[str, Any] = {
             "buckets": [_bucket(b) for b in buckets[:_MAX_LISTED_BUCKETS]],
             "default": default,
@@ -219,8 +218,8 @@ async def _resolve_bucket(api: AsyncEngram, chosen: str | None) -> str:
     """The bucket a call acts on: the one given (an id, or a bucket's name), else the only one
     the token sees."""
     if chosen:
-        if _UUID.match(chosen):
-            return chosen
+        if (bucket_id := _as_uuid(chosen)) is not None:
+            return bucket_id
         async for bucket in api.list_buckets():
             if bucket.name == chosen:
                 return bucket.id
@@ -236,18 +235,27 @@ async def _resolve_bucket(api: AsyncEngram, chosen: str | None) -> str:
         raise ToolError("This token sees no bucket: create one in Engram first.")
     names = ", ".join(f"{b.name} ({b.id})" for b in first[:20])
     raise ToolError(
-        "Several buckets are available and no default is configured: pass bucket (an id or a name) — "
-        f"one of {names}{', …' if len(first) > 20 else ''} — or set ENGRAM_BUCKET / --bucket."
+        "Several buckets are available and no default bucket is configured: pass bucket (an id or a name), "
+        f"one of {names}{', …' if len(first) > 20 else ''}."
     )
 
 
-async def _default_of(api: AsyncEngram, buckets: list[Bucket], default_bucket: str | None) -> str | None:
+def _default_of(buckets: list[Bucket], default_bucket: str | None) -> str | None:
     if default_bucket:
+        wanted = _as_uuid(default_bucket) or default_bucket
         for bucket in buckets:
-            if default_bucket in (bucket.id, bucket.name):
+            if wanted in (bucket.id, bucket.name):
                 return bucket.id
-        return default_bucket if _UUID.match(default_bucket) else None
+        return _as_uuid(default_bucket)
     return buckets[0].id if len(buckets) == 1 else None
+
+
+def _as_uuid(value: str) -> str | None:
+    """``value`` as the API writes ids (lowercase, hyphenated) if it is one in any spelling."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
 
 
 def _result(answer: dict[str, Any]) -> CallToolResult:
