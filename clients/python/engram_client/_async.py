@@ -1,0 +1,467 @@
+"""The asynchronous client, :class:`AsyncEngram`: the same methods as :class:`~engram_client.Engram`,
+awaited; the list and export methods return async iterators."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from datetime import datetime
+from typing import IO, Any, Literal
+
+import anyio
+import httpx
+
+from engram_client import _core as core
+from engram_client._core import UNSET, Call, Id, RetryPolicy
+from engram_client.models import (
+    Bucket,
+    DeletedMemory,
+    Edge,
+    EdgeMemories,
+    Entity,
+    ErasureResult,
+    History,
+    ImportResult,
+    Memory,
+    MergeResult,
+    SearchResult,
+    Source,
+    SourceDeleted,
+    SourceSubmitted,
+    WriteResult,
+)
+
+Attribution = Literal["user", "assistant"]
+SearchMode = Literal["hybrid", "vector", "keyword", "graph"]
+
+
+class AsyncEngram:
+    """An asynchronous client of Engram's HTTP API (``/api/v1``), on ``httpx.AsyncClient``.
+
+    ``base_url`` and ``token`` default to ``ENGRAM_URL`` (else ``http://127.0.0.1:8000``) and
+    ``ENGRAM_TOKEN``. ``timeout`` is in seconds (or an ``httpx.Timeout``; default 30 s, or the
+    ``http_client``'s own). Reads, and calls the server certainly did not carry out, are
+    retried up to ``retries`` times with exponential backoff and jitter (see
+    :class:`~engram_client.RetryPolicy`). ``http_client`` (an
+    ``httpx.Client`` you own) or ``transport`` replace the connection pool the client makes.
+
+    Use it as an async context manager, or await :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = None,
+        retries: int = 2,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        http_client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.base_url, token = core.resolve_config(base_url, token)
+        self.retry = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
+        self._headers = core.default_headers(token)
+        self._owns_http = http_client is None
+        if timeout is None:
+            # 30 s, or the own timeout of the http_client given.
+            timeout = http_client.timeout if http_client is not None else core.DEFAULT_TIMEOUT
+        self._http = http_client or httpx.AsyncClient(timeout=timeout, transport=transport)
+        self._timeout = timeout
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncEngram:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    async def _send(self, call: Call[Any], *, stream: bool = False, **extra: Any) -> httpx.Response:
+        url = self.base_url + call.path
+        headers = extra.pop("headers", self._headers)
+        timeout = extra.pop("timeout", self._timeout)
+        attempt = 0
+        while True:
+            request = self._http.build_request(
+                call.method, url, params=call.params, json=call.json, headers=headers, timeout=timeout, **extra
+            )
+            try:
+                response = await self._http.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                wait = self.retry.delay(attempt, call, exc=exc)
+                if wait is None:
+                    raise core.transport_error(exc, call.method, url) from exc
+            else:
+                if response.status_code < 400:
+                    return response
+                if stream:
+                    await response.aread()
+                    await response.aclose()
+                wait = self.retry.delay(attempt, call, response=response)
+                if wait is None:
+                    core.raise_for_status(response)
+            await anyio.sleep(wait)
+            attempt += 1
+
+    async def _run(self, call: Call[core.T]) -> core.T:
+        return call.parse(core.decode(await self._send(call)))
+
+    async def _pages(self, call: Call[Any], item: Any) -> AsyncIterator[Any]:
+        params = call.params
+        while params is not None:
+            page = core.decode(await self._send(Call(call.method, call.path, params=params)))
+            for row in page.get("results", []):
+                yield item(row)
+            params = core.next_params(page)
+
+    # --- buckets -----------------------------------------------------------------------------
+
+    def list_buckets(self, *, page_size: int | None = None) -> AsyncIterator[Bucket]:
+        """Every bucket the token sees (one, for a token restricted to a bucket), page by page."""
+        return self._pages(Call("GET", "buckets", params=core.query(limit=page_size)), Bucket.from_api)
+
+    async def create_bucket(self, name: str, *, description: str | None = None) -> Bucket:
+        """Create a bucket (scope ``write``); :class:`~engram_client.Conflict` if the name exists."""
+        return await self._run(Call("POST", "buckets", json=core.body(name=name, description=description),
+                              parse=Bucket.from_api))  # fmt: skip
+
+    async def get_bucket(self, bucket_id: Id) -> Bucket:
+        """A bucket, with its ``memory_count`` and ``pending_enrichment``."""
+        return await self._run(Call("GET", core.path("buckets", bucket_id), parse=Bucket.from_api))
+
+    async def update_bucket(
+        self, bucket_id: Id, *, name: str = UNSET, description: str = UNSET, retention_days: int = UNSET
+    ) -> Bucket:
+        """Rename a bucket, or change its description or ``retention_days`` (only what is given)."""
+        fields = core.body(name=name, description=description, retention_days=retention_days, drop_none=False)
+        return await self._run(Call("PATCH", core.path("buckets", bucket_id), json=fields, parse=Bucket.from_api))
+
+    async def delete_bucket(self, bucket_id: Id) -> None:
+        """Delete a bucket and its memories for good (scope ``admin``)."""
+        await self._run(Call("DELETE", core.path("buckets", bucket_id)))
+
+    async def merge_bucket(
+        self, bucket_id: Id, target_bucket_id: Id, *, remove_source: bool | None = None, dry_run: bool | None = None
+    ) -> MergeResult:
+        """Move every memory of ``bucket_id`` into ``target_bucket_id`` (scope ``admin``);
+        ``dry_run=True`` only counts."""
+        fields = core.body(target_bucket_id=target_bucket_id, remove_source=remove_source, dry_run=dry_run)
+        return await self._run(Call("POST", core.path("buckets", bucket_id, "merge"), json=fields,
+                              parse=MergeResult.from_api))  # fmt: skip
+
+    # --- memories ----------------------------------------------------------------------------
+
+    async def add_memory(
+        self,
+        bucket_id: Id,
+        content: str,
+        *,
+        attributed_to: Attribution | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        source_actor_id: str | None = None,
+        hint_root: str | None = None,
+        hint_tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        importance: float | None = None,
+        expires_at: datetime | str | None = None,
+        ttl_seconds: int | None = None,
+        created_at: datetime | str | None = None,
+    ) -> WriteResult:
+        """Write one memory; if the bucket holds the same text, its id with ``deduplicated=True``."""
+        item = core.body(
+            content=content, attributed_to=attributed_to, agent_id=agent_id, run_id=run_id,
+            source_actor_id=source_actor_id, hint_root=hint_root, hint_tags=hint_tags, metadata=metadata,
+            importance=importance, expires_at=expires_at, ttl_seconds=ttl_seconds, created_at=created_at,
+        )  # fmt: skip
+        return await self._run(core.write_call(bucket_id, item, parse=lambda b: WriteResult.from_api(b["results"][0])))
+
+    async def add_memories(
+        self, bucket_id: Id, memories: Iterable[str | dict[str, Any]], *, sequence: bool | None = None
+    ) -> list[WriteResult]:
+        """Write a batch (up to 1,000) in one transaction: strings, or dicts with the fields of
+        :meth:`add_memory`. Results come in input order. ``sequence=False``: the items are
+        unrelated facts, not a sequence whose members give each other context."""
+        items = [{"content": m} if isinstance(m, str) else core.jsonable(m) for m in memories]
+        batch = core.body(memories=items, sequence=sequence)
+        return await self._run(core.write_call(bucket_id, batch, parse=core.write_results))
+
+    async def get_memory(self, memory_id: Id) -> Memory:
+        return await self._run(Call("GET", core.path("memories", memory_id), parse=Memory.from_api))
+
+    async def update_memory(
+        self,
+        memory_id: Id,
+        *,
+        content: str = UNSET,
+        attributed_to: Attribution | None = UNSET,
+        agent_id: str | None = UNSET,
+        run_id: str | None = UNSET,
+        source_actor_id: str | None = UNSET,
+        hint_root: str | None = UNSET,
+        hint_tags: list[str] | None = UNSET,
+        metadata: dict[str, Any] | None = UNSET,
+        created_at: datetime | str = UNSET,
+        classified_scope: str | None = UNSET,
+        classified_topic: str | None = UNSET,
+        importance: float | None = UNSET,
+        expires_at: datetime | str | None = UNSET,
+        ttl_seconds: int = UNSET,
+    ) -> Memory:
+        """Change the fields given (``None`` clears one); the previous values go to the memory's
+        history. New content colliding with another memory: :class:`~engram_client.Conflict`
+        with ``code == "duplicate_content"`` and ``existing_id``."""
+        fields = core.body(
+            content=content, attributed_to=attributed_to, agent_id=agent_id, run_id=run_id,
+            source_actor_id=source_actor_id, hint_root=hint_root, hint_tags=hint_tags, metadata=metadata,
+            created_at=created_at, classified_scope=classified_scope, classified_topic=classified_topic,
+            importance=importance, expires_at=expires_at, ttl_seconds=ttl_seconds, drop_none=False,
+        )  # fmt: skip
+        return await self._run(Call("PATCH", core.path("memories", memory_id), json=fields, parse=Memory.from_api))
+
+    async def delete_memory(self, memory_id: Id) -> None:
+        """Delete a memory; it stays restorable for its bucket's ``retention_days``."""
+        await self._run(Call("DELETE", core.path("memories", memory_id)))
+
+    async def restore_memory(self, memory_id: Id) -> Memory:
+        """Put a deleted memory back, under the same id."""
+        return await self._run(Call("POST", core.path("memories", memory_id, "restore"), parse=Memory.from_api))
+
+    async def get_memory_history(self, memory_id: Id) -> History:
+        """Every change of a memory, oldest first, with the values before it."""
+        return await self._run(Call("GET", core.path("memories", memory_id, "history"), parse=History.from_api))
+
+    def list_memories(
+        self,
+        bucket_id: Id,
+        *,
+        page_size: int | None = None,
+        hint_tags: list[str] | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        attributed_to: Attribution | None = None,
+        classified_scope: str | None = None,
+        classified_topic: str | None = None,
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+        importance_min: float | None = None,
+        include_expired: bool | None = None,
+        pending: bool | None = None,
+    ) -> AsyncIterator[Memory]:
+        """A bucket's memories, newest first, fetched a page at a time as the iteration goes."""
+        params = core.query(
+            page_size=page_size, hint_tags=hint_tags, agent_id=agent_id, run_id=run_id, attributed_to=attributed_to,
+            classified_scope=classified_scope, classified_topic=classified_topic, created_after=created_after,
+            created_before=created_before, importance_min=importance_min, include_expired=include_expired,
+            pending=pending,
+        )  # fmt: skip
+        return self._pages(Call("GET", core.path("buckets", bucket_id, "memories"), params=params), Memory.from_api)
+
+    def list_deleted_memories(self, bucket_id: Id, *, page_size: int | None = None) -> AsyncIterator[DeletedMemory]:
+        """A bucket's deleted memories that can still be restored, most recently deleted first."""
+        call = Call("GET", core.path("buckets", bucket_id, "deleted"), params=core.query(page_size=page_size))
+        return self._pages(call, DeletedMemory.from_api)
+
+    async def search(
+        self,
+        bucket_id: Id,
+        query: str,
+        *,
+        mode: SearchMode | None = None,
+        limit: int | None = None,
+        token_budget: int | None = None,
+        filters: dict[str, Any] | None = None,
+        explain: bool | None = None,
+        ranking: dict[str, Any] | None = None,
+        now: datetime | str | None = None,
+    ) -> SearchResult:
+        """The memories that answer ``query`` best (``hybrid`` by default), within ``limit``
+        and ``token_budget``. ``filters``: ``hint_tags``, ``agent_id``, ``run_id``,
+        ``attributed_to``, ``created_after``, ``created_before``, ``importance_min``,
+        ``include_expired``, ``include_superseded``, ``as_of``, … (docs/API.md)."""
+        fields = core.body(query=query, mode=mode, limit=limit, token_budget=token_budget, filters=filters,
+                           explain=explain, ranking=ranking, now=now)  # fmt: skip
+        return await self._run(core.search_call(bucket_id, fields))
+
+    # --- export and import -------------------------------------------------------------------
+
+    async def export_bucket(
+        self, bucket_id: Id, *, versions: bool = False, embeddings: bool = False
+    ) -> AsyncIterator[dict]:
+        """A bucket's memories as the export's JSON objects, one per line, oldest first, read
+        as the server streams them (the connection stays open until the iteration ends)."""
+        call = Call("GET", core.path("buckets", bucket_id, "export"),
+                    params=core.query(versions=versions or None, embeddings=embeddings or None))  # fmt: skip
+        response = await self._send(call, stream=True)
+        try:
+            async for line in response.aiter_lines():
+                if line.strip():
+                    yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise core.transport_error(exc, call.method, self.base_url + call.path) from exc
+        finally:
+            await response.aclose()
+
+    async def import_bucket(
+        self,
+        bucket_id: Id,
+        lines: Iterable[dict[str, Any] | str | bytes]
+        | AsyncIterable[dict[str, Any] | str | bytes]
+        | str
+        | os.PathLike[str]
+        | IO[bytes],
+        *,
+        skip_invalid: bool = False,
+        timeout: float | httpx.Timeout | None = None,
+    ) -> ImportResult:
+        """Import JSON Lines: an export's objects or plain ``{"content": …}`` dicts, text lines,
+        a path to a ``.jsonl`` file or a binary file object. Streamed; all or nothing unless
+        ``skip_invalid``. The answer comes once every line is written: give a larger
+        ``timeout`` for big files. Not retried (a write)."""
+        call = Call("POST", core.path("buckets", bucket_id, "import"),
+                    params=core.query(skip_invalid=skip_invalid or None), parse=ImportResult.from_api,
+                    replayable=False)  # fmt: skip
+        extra: dict[str, Any] = {"headers": {**self._headers, "Content-Type": core.NDJSON}}
+        if timeout is not None:
+            extra["timeout"] = timeout
+        if isinstance(lines, (str, os.PathLike)):
+            with open(lines, "rb") as handle:
+                return call.parse(core.decode(await self._send(call, content=core.afile_chunks(handle), **extra)))
+        if hasattr(lines, "read"):
+            return call.parse(core.decode(await self._send(call, content=core.afile_chunks(lines), **extra)))  # type: ignore[arg-type]
+        return call.parse(core.decode(await self._send(call, content=_ndjson(lines), **extra)))  # type: ignore[arg-type]
+
+    # --- documents and conversations ---------------------------------------------------------
+
+    async def submit_document(
+        self,
+        bucket_id: Id,
+        title: str,
+        text: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        created_at: datetime | str | None = None,
+        attributed_to: Attribution | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        source_actor_id: str | None = None,
+    ) -> SourceSubmitted:
+        """Submit a document (text or Markdown), distilled into memories in the background:
+        follow it with :meth:`get_source`."""
+        fields = core.body(
+            title=title, text=text, metadata=metadata, created_at=created_at, attributed_to=attributed_to,
+            agent_id=agent_id, run_id=run_id, source_actor_id=source_actor_id,
+        )  # fmt: skip
+        return await self._run(Call("POST", core.path("buckets", bucket_id, "documents"), json=fields,
+                              parse=SourceSubmitted.from_api))  # fmt: skip
+
+    async def submit_conversation(
+        self,
+        bucket_id: Id,
+        messages: list[dict[str, Any]],
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        speaker: str | None = None,
+        resolve_first_person: bool | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        source_actor_id: str | None = None,
+    ) -> SourceSubmitted:
+        """Submit a conversation: ``messages`` of ``{"role": "user"|"assistant", "content",
+        "timestamp"?, "name"?, "agent_id"?, "run_id"?}``, distilled in the background."""
+        fields = core.body(
+            messages=messages, title=title, metadata=metadata, speaker=speaker,
+            resolve_first_person=resolve_first_person, agent_id=agent_id, run_id=run_id,
+            source_actor_id=source_actor_id,
+        )  # fmt: skip
+        return await self._run(Call("POST", core.path("buckets", bucket_id, "conversations"), json=fields,
+                              parse=SourceSubmitted.from_api))  # fmt: skip
+
+    def list_sources(
+        self,
+        bucket_id: Id,
+        *,
+        status: str | None = None,
+        kind: Literal["document", "conversation"] | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[Source]:
+        """A bucket's documents and conversations, newest first."""
+        params = core.query(status=status, kind=kind, page_size=page_size)
+        return self._pages(Call("GET", core.path("buckets", bucket_id, "sources"), params=params), Source.from_api)
+
+    async def get_source(
+        self, source_id: Id, *, chunk_offset: int | None = None, chunk_limit: int | None = None
+    ) -> Source:
+        """A source's status and progress, and its chunks with the memories each produced."""
+        params = core.query(chunk_offset=chunk_offset, chunk_limit=chunk_limit)
+        return await self._run(Call("GET", core.path("sources", source_id), params=params, parse=Source.from_api))
+
+    async def delete_source(self, source_id: Id) -> SourceDeleted:
+        """Delete a source and the memories it created (those also stated elsewhere stay)."""
+        return await self._run(Call("DELETE", core.path("sources", source_id), parse=SourceDeleted.from_api))
+
+    # --- knowledge graph ---------------------------------------------------------------------
+
+    def list_entities(
+        self, bucket_id: Id, *, q: str | None = None, type: str | None = None, page_size: int | None = None
+    ) -> AsyncIterator[Entity]:
+        """A bucket's entities, most mentioned first; ``q`` matches names and aliases."""
+        params = core.query(q=q, type=type, limit=page_size)
+        return self._pages(Call("GET", core.path("buckets", bucket_id, "entities"), params=params), Entity.from_api)
+
+    async def get_entity(self, entity_id: Id, *, as_of: datetime | str | None = None) -> Entity:
+        """An entity with its current and historical edges (as they stood at ``as_of``)."""
+        params = core.query(as_of=as_of)
+        return await self._run(Call("GET", core.path("entities", entity_id), params=params, parse=Entity.from_api))
+
+    def list_edges(
+        self,
+        bucket_id: Id,
+        *,
+        valid_at: datetime | str | None = None,
+        entity: Id | None = None,
+        predicate: str | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[Edge]:
+        """A bucket's edges: valid at a time, touching an entity, of a predicate."""
+        params = core.query(valid_at=valid_at, entity=entity, predicate=predicate, limit=page_size)
+        return self._pages(Call("GET", core.path("buckets", bucket_id, "edges"), params=params), Edge.from_api)
+
+    async def get_edge_memories(self, edge_id: Id) -> EdgeMemories:
+        """An edge and the memories stating it."""
+        return await self._run(Call("GET", core.path("edges", edge_id, "memories"), parse=EdgeMemories.from_api))
+
+    # --- erasure -----------------------------------------------------------------------------
+
+    async def erase(
+        self,
+        *,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        attributed_to: Attribution | None = None,
+        source_actor_id: str | None = None,
+        bucket_id: Id | None = None,
+        dry_run: bool | None = None,
+    ) -> ErasureResult:
+        """Delete for good every memory of the tenant carrying all the identifiers given, with
+        everything Engram keeps about them (scope ``admin``); ``dry_run=True`` only counts."""
+        fields = core.body(agent_id=agent_id, run_id=run_id, attributed_to=attributed_to,
+                           source_actor_id=source_actor_id, bucket_id=bucket_id, dry_run=dry_run)  # fmt: skip
+        return await self._run(Call("POST", "erasure", json=fields, parse=ErasureResult.from_api))
+
+
+async def _ndjson(items: Any) -> AsyncIterator[bytes]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield core.ndjson_line(item)
+    else:
+        for item in items:
+            yield core.ndjson_line(item)

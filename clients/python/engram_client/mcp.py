@@ -1,0 +1,328 @@
+"""Engram's memory as MCP tools, on the official MCP SDK (``mcp`` 2.x).
+
+:func:`create_server` defines the tools once; what serves them decides where each call's
+:class:`~engram_client.AsyncEngram` comes from (``client_for``, given the tool call's
+context):
+
+- ``engram-mcp`` (and ``./engram mcp``) serves them over stdio for a desktop agent, with one
+  client configured from ``--url``/``--token``/``--bucket`` or ``ENGRAM_URL``/``ENGRAM_TOKEN``/
+  ``ENGRAM_BUCKET``;
+- Engram's own ``/mcp`` endpoint serves them over streamable HTTP, with a client per request
+  carrying that request's bearer token.
+
+Every tool goes through the HTTP API with that client's token, so its scopes, its bucket
+restriction and its tenant decide what a tool may do; an API error becomes a tool error with
+the API's message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from engram_client import _core as core
+from engram_client._async import AsyncEngram
+from engram_client.errors import EngramError
+from engram_client.models import Bucket, Memory
+
+ClientFor = Callable[[Context], AsyncEngram | Awaitable[AsyncEngram]]
+
+_MAX_LISTED_BUCKETS = 100
+
+INSTRUCTIONS = """\
+Engram is long-term memory. Store durable, self-contained facts worth remembering across
+conversations with add_memories (one fact per string, written so it makes sense on its own:
+"Ana's sister lives in Porto", not "she lives there"). Before answering questions that may
+depend on what you were told before, call search_memories with a natural-language question.
+Use update_memory when a stored fact changed and delete_memory when it was wrong. Memories
+live in buckets; list_buckets shows them, and a tool's bucket argument picks one by id or
+name (it can be left out when a default bucket is configured or only one exists)."""
+
+BucketArg = Annotated[
+    str | None,
+    Field(description="Bucket id (or name) to use; leave out for the default bucket. See list_buckets."),
+]
+MemoryId = Annotated[str, Field(description="The memory's id, as add_memories or search_memories returned it.")]
+
+
+def create_server(client_for: ClientFor, *, default_bucket: str | None = None, name: str = "engram") -> MCPServer:
+    """An MCP server with Engram's six memory tools.
+
+    ``client_for(ctx)`` returns (or returns an awaitable of) the :class:`AsyncEngram` a tool
+    call uses; the tools never close it. ``default_bucket`` (an id or a name) is used when a
+    call names no bucket; without it, a token that sees exactly one bucket uses that one.
+    """
+    server = MCPServer(name, instructions=INSTRUCTIONS, version=core.__version__)
+
+    async def engram(ctx: Context) -> AsyncEngram:
+        client = client_for(ctx)
+        if inspect.isawaitable(client):
+            client = await client
+        return client
+
+    async def bucket_id(api: AsyncEngram, bucket: str | None) -> str:
+        return await _resolve_bucket(api, bucket or default_bucket)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
+    async def add_memories(
+        ctx: Context,
+        contents: Annotated[
+            str | list[str],
+            Field(
+                description="One fact, or a list of facts, to remember. Each should make sense on its own; "
+                "a list is stored as a sequence (later items are understood in the light of earlier ones)."
+            ),
+        ],
+        bucket: BucketArg = None,
+        attributed_to: Annotated[
+            Literal["user", "assistant"] | None,
+            Field(description="Who stated it: 'user' or 'assistant'."),
+        ] = None,
+        agent_id: Annotated[str | None, Field(description="Id of the agent writing, to filter on later.")] = None,
+        run_id: Annotated[
+            str | None, Field(description="Id of the conversation or run; memories of one run give each other context.")
+        ] = None,
+        tags: Annotated[
+            list[str] | None, Field(description="Short tags to filter searches by, e.g. ['family'].")
+        ] = None,
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="Any JSON object kept with each memory (not searched).")
+        ] = None,
+    ) -> CallToolResult:
+        """Remember facts: store one or more memories in Engram. The same text stored twice is kept
+        once (the answer then says deduplicated). Returns each memory's id."""
+        items = [contents] if isinstance(contents, str) else list(contents)
+        if not items:
+            raise ToolError("contents is empty: give a fact, or a list of facts.")
+        fields = core.body(attributed_to=attributed_to, agent_id=agent_id, run_id=run_id, hint_tags=tags,
+                           metadata=metadata)  # fmt: skip
+        async with _api_errors():
+            api = await engram(ctx)
+            target = await bucket_id(api, bucket)
+            written = await api.add_memories(target, [{"content": text, **fields} for text in items])
+        return _result({"bucket": target, "memories": [{"id": w.id, "deduplicated": w.deduplicated} for w in written]})
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def search_memories(
+        ctx: Context,
+        query: Annotated[str, Field(description="What to recall, as a natural-language question or keywords.")],
+        bucket: BucketArg = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many memories (1-100).")] = 10,
+        token_budget: Annotated[
+            int | None, Field(ge=1, description="Return only the best memories whose text fits in this many tokens.")
+        ] = None,
+        mode: Annotated[
+            Literal["hybrid", "vector", "keyword", "graph"] | None,
+            Field(description="Retrieval: 'hybrid' (default: meaning and words), 'vector', 'keyword' or 'graph'."),
+        ] = None,
+        filters: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="Optional filters: hint_tags (list, all present), agent_id, run_id, attributed_to, "
+                "created_after / created_before (ISO 8601), importance_min (0-1), include_superseded (bool), "
+                "as_of (ISO 8601: memory as it stood then)."
+            ),
+        ] = None,
+    ) -> CallToolResult:
+        """Recall: search Engram's memories for the ones that best answer the query, best first, each
+        with its id, content, date (when it was stated) and relevance score."""
+        async with _api_errors():
+            api = await engram(ctx)
+            target = await bucket_id(api, bucket)
+            found = await api.search(target, query, limit=limit, token_budget=token_budget, mode=mode,
+                                     filters=filters)  # fmt: skip
+        results = []
+        for hit in found:
+            row = {"id": hit.id, "content": hit.content, "date": _date(hit.created_at),
+                   "score": round(hit.score, 4) if hit.score is not None else None}  # fmt: skip
+            if hit.superseded:
+                row["superseded"] = True  # a later memory replaced this fact
+            results.append(row)
+        answer: dict[str, Any] = {"results": results}
+        if found.warnings:
+            answer["warnings"] = found.warnings
+        return _result(answer)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_memory(ctx: Context, id: MemoryId) -> CallToolResult:
+        """Read one memory by its id: its content, when it was stated, by whom, and its tags."""
+        async with _api_errors():
+            memory = await (await engram(ctx)).get_memory(id)
+        return _result(_memory(memory))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
+    async def update_memory(
+        ctx: Context,
+        id: MemoryId,
+        content: Annotated[str, Field(description="The memory's new text, replacing the old (kept in its history).")],
+    ) -> CallToolResult:
+        """Correct a memory: replace its text when the fact changed or was stated wrongly."""
+        async with _api_errors():
+            memory = await (await engram(ctx)).update_memory(id, content=content)
+        return _result({"updated": True, **_memory(memory)})
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
+    async def delete_memory(ctx: Context, id: MemoryId) -> CallToolResult:
+        """Forget a memory that is wrong or no longer wanted. An operator can still restore it for a while."""
+        async with _api_errors():
+            await (await engram(ctx)).delete_memory(id)
+        return _result({"id": id, "deleted": True})
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def list_buckets(ctx: Context) -> CallToolResult:
+        """List the memory buckets this token can use (id, name, description) and which one is the default."""
+        async with _api_errors():
+            api = await engram(ctx)
+            buckets = []
+            async for bucket in api.list_buckets():
+                buckets.append(bucket)
+                if len(buckets) > _MAX_LISTED_BUCKETS:
+                    break
+            default = _default_of(buckets, default_bucket)
+        answer: dict[str, Any] = {
+            "buckets": [_bucket(b) for b in buckets[:_MAX_LISTED_BUCKETS]],
+            "default": default,
+        }
+        if len(buckets) > _MAX_LISTED_BUCKETS:
+            answer["truncated"] = True
+        return _result(answer)
+
+    return server
+
+
+@asynccontextmanager
+async def _api_errors() -> AsyncIterator[None]:
+    """Turns an API error into a tool error carrying the API's message and code (the model
+    reads it; a traceback would tell it nothing)."""
+    try:
+        yield
+    except EngramError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+async def _resolve_bucket(api: AsyncEngram, chosen: str | None) -> str:
+    """The bucket a call acts on: the one given (an id, or a bucket's name), else the only one
+    the token sees."""
+    if chosen:
+        if (bucket_id := _as_uuid(chosen)) is not None:
+            return bucket_id
+        async for bucket in api.list_buckets():
+            if bucket.name == chosen:
+                return bucket.id
+        raise ToolError(f"No bucket named {chosen!r} is visible to this token; list_buckets shows them.")
+    first = []
+    async for bucket in api.list_buckets(page_size=_MAX_LISTED_BUCKETS):
+        first.append(bucket)
+        if len(first) > 20:
+            break
+    if len(first) == 1:
+        return first[0].id
+    if not first:
+        raise ToolError("This token sees no bucket: create one in Engram first.")
+    names = ", ".join(f"{b.name} ({b.id})" for b in first[:20])
+    raise ToolError(
+        "Several buckets are available and no default bucket is configured: pass bucket (an id or a name), "
+        f"one of {names}{', …' if len(first) > 20 else ''}."
+    )
+
+
+def _default_of(buckets: list[Bucket], default_bucket: str | None) -> str | None:
+    if default_bucket:
+        wanted = _as_uuid(default_bucket) or default_bucket
+        for bucket in buckets:
+            if wanted in (bucket.id, bucket.name):
+                return bucket.id
+        return _as_uuid(default_bucket)
+    return buckets[0].id if len(buckets) == 1 else None
+
+
+def _as_uuid(value: str) -> str | None:
+    """``value`` as the API writes ids (lowercase, hyphenated) if it is one in any spelling."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+def _result(answer: dict[str, Any]) -> CallToolResult:
+    """A tool's answer: compact JSON for the model to read (no indentation: a context window is
+    counted in tokens), the same object as structured content for programs."""
+    text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=answer)
+
+
+def _bucket(bucket: Bucket) -> dict[str, Any]:
+    return _compact({"id": bucket.id, "name": bucket.name, "description": bucket.description})
+
+
+def _memory(memory: Memory) -> dict[str, Any]:
+    """What a model needs of a memory (a write-only token's answer is its id alone)."""
+    return _compact({
+        "id": memory.id,
+        "bucket": memory.bucket_id,
+        "content": memory.content,
+        "date": _date(memory.created_at),
+        "attributed_to": memory.attributed_to,
+        "agent_id": memory.agent_id,
+        "run_id": memory.run_id,
+        "tags": memory.hint_tags,
+        "metadata": memory.metadata,
+        "importance": memory.importance,
+        "expires_at": _date(memory.expires_at),
+        "superseded_by": memory.superseded_by,
+    })  # fmt: skip
+
+
+def _compact(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v not in (None, [], {}, "")}
+
+
+def _date(value: datetime | str | None) -> str | None:
+    """A time as the model reads it best: UTC, to the second."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value
+
+
+# --- the stdio server: engram-mcp -----------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``engram-mcp``: the tools over stdio, talking to a running Engram with one token."""
+    parser = argparse.ArgumentParser(
+        prog="engram-mcp",
+        description="Serve Engram's memory tools to an MCP client over stdio.",
+    )
+    parser.add_argument("--url", help="Engram's address (default: $ENGRAM_URL, else http://127.0.0.1:8000)")
+    parser.add_argument("--token", help="an API token (default: $ENGRAM_TOKEN)")
+    parser.add_argument("--bucket", help="the default bucket, an id or a name (default: $ENGRAM_BUCKET)")
+    parser.add_argument("--timeout", type=float, default=core.DEFAULT_TIMEOUT, help="seconds per request")
+    args = parser.parse_args(argv)
+    try:
+        client = AsyncEngram(args.url, args.token, timeout=args.timeout)
+    except EngramError as exc:
+        parser.error(str(exc))
+    server = create_server(lambda ctx: client, default_bucket=args.bucket or os.environ.get("ENGRAM_BUCKET") or None)
+    # The SDK logs to stderr (stdout is the protocol); one line per HTTP request is noise there.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

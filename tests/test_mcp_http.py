@@ -1,0 +1,199 @@
+"""MCP over streamable HTTP at /mcp: a real MCP client session (the SDK's) against a real server.
+
+The tools act with the token of the /mcp request, through the REST API, so they are refused
+exactly where the API refuses that token: a scope it lacks, a bucket it is not restricted to,
+another tenant's ids.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from memories.models import Memory
+from tenants import services as tenant_services
+from tests.support import base_env, test_database_url, web_server
+
+pytestmark = pytest.mark.django_db
+
+TOOLS = {"add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets"}
+# Both eras of the protocol the SDK serves: "auto" negotiates the current per-request one
+# (2026-07-28), "legacy" the initialize handshake of the earlier revisions.
+MODES = ["auto", "legacy"]
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker, tmp_path_factory):
+    """gunicorn on the test database, as ``./engram serve`` runs it, with a tenant of two buckets
+    and its tokens, and an outsider tenant (all committed: the server has its own connection)."""
+    log = tmp_path_factory.mktemp("mcp") / "server.log"
+    with django_db_blocker.unblock():
+        tenant = tenant_services.tenant_create(name="MCP tenant")
+        main = tenant_services.bucket_create(tenant=tenant, name="main")
+        notes = tenant_services.bucket_create(tenant=tenant, name="notes")
+        outsider = tenant_services.tenant_create(name="MCP outsider")
+        tenant_services.bucket_create(tenant=outsider, name="theirs")
+
+        def token(owner, scopes, bucket=None) -> str:
+            return tenant_services.token_issue(tenant=owner, name="t", scopes=scopes, bucket=bucket).secret
+
+        tokens = SimpleNamespace(
+            read_write=token(tenant, ["read", "write"]),
+            read_only=token(tenant, ["read"]),
+            notes_only=token(tenant, ["read", "write"], bucket=notes),
+            outsider=token(outsider, ["admin"]),
+        )
+    try:
+        env = base_env(DATABASE_URL=test_database_url(), ENGRAM_EMBEDDINGS="off", ENGRAM_MAX_BODY_BYTES="100000")
+        with web_server(env, log=log) as base:
+            yield SimpleNamespace(base=base, url=base + "/mcp", main=str(main.pk), notes=str(notes.pk),
+                                  tokens=tokens, log=log)  # fmt: skip
+    finally:
+        with django_db_blocker.unblock():
+            tenant.delete()
+            outsider.delete()
+
+
+def session(server, token: str, body, *, mode: str = "auto"):
+    """Run ``body(client)`` in an MCP client session with ``token``; returns what it returns."""
+
+    async def main():
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+            Client(streamable_http_client(server.url, http_client=http), mode=mode) as client,
+        ):
+            return await body(client)
+
+    return anyio.run(main)
+
+
+async def call(client, tool: str, **arguments) -> tuple[bool, dict | str]:
+    """(whether the tool refused, its answer: the JSON object it returned, or the error text)."""
+    result = await client.call_tool(tool, arguments)
+    text = result.content[0].text
+    return result.is_error, (text if result.is_error else json.loads(text))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_memory_round_trips_through_the_six_tools(server, mode):
+    async def body(client):
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        steps = {"buckets": await call(client, "list_buckets")}
+        steps["add"] = await call(client, "add_memories", bucket=server.main, contents="Ana's sister lives in Porto.",
+                                  tags=["family"])  # fmt: skip
+        memory_id = steps["add"][1]["memories"][0]["id"]
+        steps["search"] = await call(client, "search_memories", bucket=server.main, query="Where is Ana's sister?")
+        steps["get"] = await call(client, "get_memory", id=memory_id)
+        steps["update"] = await call(client, "update_memory", id=memory_id, content="Ana's sister lives in Lisbon.")
+        steps["delete"] = await call(client, "delete_memory", id=memory_id)
+        steps["gone"] = await call(client, "get_memory", id=memory_id)
+        return tools, memory_id, steps
+
+    tools, memory_id, steps = session(server, server.tokens.read_write, body, mode=mode)
+    assert tools == TOOLS
+    assert not any(refused for refused, _ in list(steps.values())[:-1]), steps
+    assert {b["name"] for b in steps["buckets"][1]["buckets"]} == {"main", "notes"}
+    assert steps["add"][1]["bucket"] == server.main
+    assert [hit["id"] for hit in steps["search"][1]["results"]] == [memory_id]
+    assert steps["get"][1]["content"] == "Ana's sister lives in Porto."
+    assert steps["get"][1]["tags"] == ["family"]
+    assert steps["update"][1]["content"] == "Ana's sister lives in Lisbon."
+    assert steps["delete"][1] == {"id": memory_id, "deleted": True}
+    refused, message = steps["gone"]
+    assert refused and "not found" in message.lower()
+    assert not Memory.objects.filter(pk=memory_id).exists()
+
+
+def test_a_read_only_token_searches_but_cannot_write(server):
+    async def body(client):
+        return (
+            await call(client, "add_memories", bucket=server.main, contents="Written with a read-only token."),
+            await call(client, "search_memories", bucket=server.main, query="read-only"),
+        )
+
+    (refused, message), (search_refused, _) = session(server, server.tokens.read_only, body)
+    assert refused and "write" in message, message  # the API's 403: the token lacks the 'write' scope
+    assert not search_refused
+    assert not Memory.objects.filter(content="Written with a read-only token.").exists()
+
+
+def test_another_tenants_memory_answers_not_found(server):
+    async def mine(client):
+        return (await call(client, "add_memories", bucket=server.main, contents="Only my tenant reads this."))[1]
+
+    memory_id = session(server, server.tokens.read_write, mine)["memories"][0]["id"]
+
+    async def theirs(client):
+        return [
+            await call(client, "get_memory", id=memory_id),
+            await call(client, "update_memory", id=memory_id, content="Overwritten by an outsider."),
+            await call(client, "delete_memory", id=memory_id),
+            await call(client, "add_memories", bucket=server.main, contents="Into another tenant's bucket."),
+            await call(client, "list_buckets"),
+        ]
+
+    *refusals, (_, listed) = session(server, server.tokens.outsider, theirs)
+    for refused, message in refusals:
+        assert refused and "not found" in message.lower(), message
+    assert [b["name"] for b in listed["buckets"]] == ["theirs"]
+    assert Memory.objects.get(pk=memory_id).content == "Only my tenant reads this."
+    assert not Memory.objects.filter(content="Into another tenant's bucket.").exists()
+
+
+def test_a_token_restricted_to_a_bucket_uses_it_without_being_told(server):
+    async def body(client):
+        return (
+            await call(client, "add_memories", contents="Filed in notes by default."),
+            await call(client, "add_memories", bucket=server.main, contents="Not allowed in main."),
+        )
+
+    (refused, added), (main_refused, message) = session(server, server.tokens.notes_only, body)
+    assert not refused and added["bucket"] == server.notes
+    assert main_refused and "not found" in message.lower(), message
+    assert str(Memory.objects.get(content="Filed in notes by default.").bucket_id) == server.notes
+
+
+def test_the_endpoint_refuses_like_the_api(server):
+    """A missing or bad token: the API's 401; a body over ENGRAM_MAX_BODY_BYTES: its 413."""
+    initialize = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }  # fmt: skip
+    accept = {"Accept": "application/json, text/event-stream"}
+    missing = httpx.post(server.url, json=initialize, headers=accept, timeout=30)
+    wrong = httpx.post(server.url, json=initialize, headers={**accept, "Authorization": "Bearer egm_nope"}, timeout=30)
+    assert (missing.status_code, missing.json()["code"]) == (401, "not_authenticated")
+    assert (wrong.status_code, wrong.json()["code"]) == (401, "authentication_failed")
+    assert missing.headers["WWW-Authenticate"] == 'Bearer realm="engram"'
+
+    with pytest.raises(BaseExceptionGroup) as refused:  # the SDK's client gives up on the 401
+        session(server, "egm_nope", lambda client: client.list_tools())
+    assert refused.value.subgroup(MCPError) is not None
+
+    valid = {**accept, "Authorization": f"Bearer {server.tokens.read_only}"}
+    ok = httpx.post(server.url, json=initialize, headers=valid, timeout=30)
+    assert ok.status_code == 200 and ok.headers["Content-Type"].startswith("application/json")
+    assert ok.json()["result"]["serverInfo"]["name"] == "engram"
+
+    too_large = {**initialize, "params": {**initialize["params"], "padding": "x" * 100_000}}
+    oversized = httpx.post(server.url, json=too_large, headers=valid, timeout=30)
+    assert (oversized.status_code, oversized.json()["code"]) == (413, "too_large")
+
+
+def test_only_post_is_served(server):
+    # Stateless: no stream to open with GET and no session to end with DELETE (405, which the
+    # MCP transport specifies for a server that offers neither).
+    headers = {"Authorization": f"Bearer {server.tokens.read_write}", "Accept": "text/event-stream"}
+    for method in ("GET", "DELETE"):
+        response = httpx.request(method, server.url, headers=headers, timeout=30)
+        assert (response.status_code, response.json()["code"]) == (405, "method_not_allowed")
+    # A POST that accepts event streams alone is answered (in JSON: the API's own error body).
+    response = httpx.post(server.url, json={}, headers={"Accept": "text/event-stream"}, timeout=30)
+    assert (response.status_code, response.json()["code"]) == (401, "not_authenticated")
