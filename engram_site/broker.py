@@ -64,6 +64,11 @@ def transport_options(root: Path) -> dict:
     }
 
 
+def _table(raw: bytes) -> list:
+    """An exchange table's entries; an empty file (just created) holds none."""
+    return [filesystem.exchange_queue_t(*entry) for entry in loads(bytes_to_str(raw))] if raw.strip() else []
+
+
 class Channel(filesystem.Channel):
     def _put(self, queue, payload, **kwargs):
         # Wall-clock nanoseconds first so that a sorted listing is FIFO across
@@ -120,6 +125,44 @@ class Channel(filesystem.Channel):
         except ValueError:
             logger.error("dropping unreadable broker message %s", name)
             return None
+
+    # --- the exchange table (control/<exchange>.exchange): which queues an exchange routes to -----
+    # The stock transport creates the file (opened "wb") before it locks it: a process declaring
+    # the same queue in between reads an empty file and fails to parse it (seen with three
+    # consumers starting at once). Here the file is created and locked in one step, read under
+    # the lock, and an empty file is an empty table.
+
+    def _queue_bind(self, exchange, routing_key, pattern, queue):
+        file = self._exchange_file(exchange)
+        entry = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            self.control_folder.mkdir(exist_ok=True)
+            with os.fdopen(os.open(file, os.O_RDWR | os.O_CREAT, 0o644), "r+b", buffering=0) as handle:
+                filesystem.lock(handle, filesystem.LOCK_EX)
+                try:
+                    queues = _table(handle.read())
+                    if entry not in queues:
+                        handle.seek(0)
+                        handle.truncate()
+                        handle.write(str_to_bytes(dumps([entry, *queues])))
+                finally:
+                    filesystem.unlock(handle)
+        except OSError as exc:
+            raise filesystem.ChannelError(f"Cannot open {file}") from exc
+
+    def get_table(self, exchange):
+        file = self._exchange_file(exchange)
+        try:
+            with open(file, "rb") as handle:
+                filesystem.lock(handle, filesystem.LOCK_SH)
+                try:
+                    return _table(handle.read())
+                finally:
+                    filesystem.unlock(handle)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise filesystem.ChannelError(f"Cannot open {file}") from exc
 
     @cached_property
     def _backlogs(self) -> dict:

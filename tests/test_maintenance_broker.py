@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from kombu import Connection, Consumer, Producer
+from kombu.transport import filesystem
 
-from engram_site.broker import transport_options
+from engram_site.broker import Transport, transport_options
 from tests.scripts.broker_peer import QUEUE
 from tests.support import ROOT, base_env
 
@@ -39,6 +40,26 @@ def test_concurrent_producers_and_consumers_deliver_every_message_exactly_once(t
     # None lost (no half-written file was read), none delivered twice (a claim is one rename).
     assert sorted(received) == list(range(producers * per_producer))
     assert [list((tmp_path / f).iterdir()) for f in ("queue", "tmp", "claimed")] == [[], [], []]
+
+
+def test_an_exchange_table_caught_between_its_creation_and_its_first_write_is_read_as_empty(tmp_path, monkeypatch):
+    # kombu remembers in the process which queues it declared: a state of this test's own, so
+    # that the other tests declare theirs in their folders again.
+    monkeypatch.setattr(Transport, "global_state", filesystem.virtual.BrokerState())
+    # What another process's declaration leaves for an instant: the table file, still empty.
+    options = transport_options(Path(tmp_path))
+    control = Path(options["control_folder"])
+    control.mkdir(parents=True, exist_ok=True)
+    (control / f"{QUEUE.exchange.name}.exchange").write_bytes(b"")
+    with Connection("filesystem://", transport="engram_site.broker:Transport", transport_options=options) as conn:
+        channel = conn.default_channel
+        assert channel.get_table(QUEUE.exchange.name) == []
+        Producer(channel).publish({"i": 1}, exchange=QUEUE.exchange, routing_key="peers", declare=[QUEUE])
+        assert [entry.queue for entry in channel.get_table(QUEUE.exchange.name)] == [QUEUE.name]
+        received: list[int] = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (received.append(body["i"]), m.ack())]):
+            conn.drain_events(timeout=5)
+    assert received == [1]
 
 
 def test_a_backlog_drains_in_publication_order(tmp_path):
