@@ -253,6 +253,10 @@ class Memory(models.Model):
                 name="idx_memories_sequence",
                 condition=Q(sequence_id__isnull=False),
             ),
+            # Retrieval: whether a bucket has memories with an importance, and which (few) they are.
+            models.Index(
+                fields=["tenant", "bucket"], name="idx_memories_important", condition=Q(importance__isnull=False)
+            ),
             # The purge job and the expiry filter's few expiring rows.
             models.Index(fields=["expires_at"], name="idx_memories_expires", condition=Q(expires_at__isnull=False)),
             # The enrichment sweep: rows whose embedding, lemmas or context vector are missing.

@@ -119,6 +119,10 @@ MEMORY_EXTRA_INDEXES = {
         "CREATE INDEX idx_memories_sequence ON public.memories USING btree "
         "(tenant_id, bucket_id, sequence_id, sequence_index) WHERE (sequence_id IS NOT NULL)"
     ),
+    "idx_memories_important": (
+        "CREATE INDEX idx_memories_important ON public.memories USING btree (tenant_id, bucket_id) "
+        "WHERE (importance IS NOT NULL)"
+    ),
     "idx_memories_expires": (
         "CREATE INDEX idx_memories_expires ON public.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL)"
     ),
