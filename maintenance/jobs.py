@@ -23,8 +23,8 @@ from datetime import timedelta
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from engram_site.progress import ProgressBar
 from maintenance.models import JobRun, JobStatus, JobTrigger
-from maintenance.progress import ProgressBar
 
 logger = logging.getLogger(__name__)
 

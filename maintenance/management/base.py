@@ -9,8 +9,8 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
+from engram_site.progress import ProgressBar
 from maintenance.jobs import JobTrigger, run_job
-from maintenance.progress import ProgressBar
 from tenants.models import Bucket
 
 

@@ -5,14 +5,15 @@ A bucket's memories as JSON Lines, the format of GET /api/v1/buckets/{id}/export
 
 from __future__ import annotations
 
+import io
 import os
 import uuid
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from engram_site.progress import ProgressBar
 from memories import selectors
-from memories.management.progress import Progress
 from memories.services import memories_export
 from tenants.models import Bucket
 
@@ -36,11 +37,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, bucket_id, out, versions, embeddings, no_progress, **options):
         bucket = bucket_by_id(bucket_id)
-        progress = Progress(
+        progress = ProgressBar(
             f"export {bucket.name}",
             total=selectors.memory_count(bucket=bucket),
             unit="memories",
-            stream=None if no_progress else self.stderr._out,
+            stream=io.StringIO() if no_progress else self.stderr._out,
         )
         if not out:
             # Standard output: bytes where it takes them, else text (a StringIO under call_command).

@@ -7,6 +7,7 @@ JSON; an invalid line stops the import before anything is written, unless --skip
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -16,8 +17,8 @@ import tempfile
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.services import Actor
+from engram_site.progress import ProgressBar
 from memories.management.commands.export_bucket import bucket_by_id
-from memories.management.progress import Progress
 from memories.services import memories_import
 from memories.services.transfer import ImportRejected
 from memories.transfer_apis import import_lines
@@ -36,13 +37,13 @@ class Command(BaseCommand):
         bucket = bucket_by_id(bucket_id)
         with self._open(file) as handle:
             size = os.fstat(handle.fileno()).st_size
-            stream = None if no_progress else self.stderr._out
+            stream = io.StringIO() if no_progress else self.stderr._out
             passes = [] if skip_invalid else ["check"]
             passes.append("import")
 
             def read():
                 # Each pass (a check, then the import) reads the file from the start.
-                progress = Progress(f"{passes.pop(0)} {bucket.name}", total=size, unit="bytes", stream=stream)
+                progress = ProgressBar(f"{passes.pop(0)} {bucket.name}", total=size, unit="bytes", stream=stream)
                 handle.seek(0)
                 for line in import_lines(handle):
                     progress.update(handle.tell())

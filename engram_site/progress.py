@@ -1,4 +1,5 @@
-"""A small progress bar for management commands, written to stderr.
+"""A small progress bar for management commands (maintenance jobs, bucket export and import),
+written to stderr.
 
 On a terminal it redraws one line; otherwise (logs, pipes, CI) it prints a line
 at every tenth of the way, so a long backfill still shows it is moving.
@@ -15,9 +16,10 @@ class ProgressBar:
     WIDTH = 30
     REDRAW_SECONDS = 0.1
 
-    def __init__(self, label: str, *, total: int | None = None, stream: TextIO | None = None):
+    def __init__(self, label: str, *, total: int | None = None, unit: str = "", stream: TextIO | None = None):
         self.label = label
         self.total = total
+        self.unit = f" {unit}" if unit else ""
         self.done = 0
         self.stream = stream or sys.stderr
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
@@ -50,8 +52,8 @@ class ProgressBar:
             fraction = min(self.done / self.total, 1.0)
             filled = int(self.WIDTH * fraction)
             bar = "#" * filled + "-" * (self.WIDTH - filled)
-            return f"{self.label} [{bar}] {self.done}/{self.total} {fraction:4.0%} {rate} {elapsed:.1f}s"
-        return f"{self.label} {self.done} done {rate} {elapsed:.1f}s"
+            return f"{self.label} [{bar}] {self.done}/{self.total}{self.unit} {fraction:4.0%} {rate} {elapsed:.1f}s"
+        return f"{self.label} {self.done}{self.unit or ' done'} {rate} {elapsed:.1f}s"
 
     def _draw(self, *, force: bool = False, final: bool = False, note: str = "") -> None:
         now = time.monotonic()
