@@ -18,7 +18,7 @@ from memories.models import Memory, VersionKind
 from memories.services.events import note_writes, send_safely
 from memories.services.history import version_record
 from memories.services.ingest import MemoryInput, Row, count_tokens, embed_rows, lemmatize_rows
-from memories.services.lifecycle import DeleteReason, memories_trash
+from memories.services.lifecycle import DeleteReason, memories_trash, memory_remove
 from memories.text import text_hash
 
 logger = logging.getLogger(__name__)
@@ -124,18 +124,11 @@ def memory_delete(*, memory: Memory, actor: Actor | None = None) -> bool:
 
 
 def _delete(memory: Memory, actor: Actor | None) -> bool:
-    bucket_id, memory_id = memory.bucket_id, memory.pk
-    if not Memory.objects.select_for_update().filter(pk=memory_id).exists():
+    if not Memory.objects.select_for_update().filter(pk=memory.pk).exists():
         return False  # deleted meanwhile
-    states = [state for _receiver, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id,
-                                                                         memory_id=memory_id)]  # fmt: skip
-    memories_trash(ids=[memory_id], reason=DeleteReason.DELETED)
+    memories_trash(ids=[memory.pk], reason=DeleteReason.DELETED)
     version_record(memory=memory, kind=VersionKind.DELETED, previous={}, actor=actor)
-    Memory.objects.filter(pk=memory_id).delete()
-    note_writes(bucket_id, 1)
-    transaction.on_commit(
-        lambda: send_safely(signals.memory_deleted, bucket_id=bucket_id, memory_id=memory_id, states=states)
-    )
+    memory_remove(memory_id=memory.pk, bucket_id=memory.bucket_id)
     return True
 
 

@@ -29,7 +29,7 @@ from engram_site.exceptions import Conflict, NotFound
 from memories import signals
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
 from memories.services.events import note_writes, send_safely
-from memories.services.history import Change, versions_record
+from memories.services.history import version_record
 from memories.services.ingest import hold_bucket
 
 logger = logging.getLogger(__name__)
@@ -50,26 +50,34 @@ class DeleteReason:
     MERGED = "merged"  # absorbed by another memory
 
 
-def memories_trash(*, ids: Iterable[uuid.UUID], reason: str) -> list[uuid.UUID]:
-    """Move the rows of ``ids`` into ``memories_deleted`` (in the caller's transaction, before
-    the rows are deleted); returns the ids copied. The caller deletes the rows."""
+def memories_trash(*, ids: Iterable[uuid.UUID], reason: str) -> None:
+    """Copy the rows of ``ids`` into ``memories_deleted`` (in the caller's transaction, before
+    the rows are deleted). The caller deletes the rows. A memory id is in ``memories`` or in
+    ``memories_deleted``, never both: restoring deletes the copy."""
     ids = list(ids)
     if not ids:
-        return []
+        return
     with connection.cursor() as cur:
         cur.execute(
             f"""
             INSERT INTO memories_deleted (id, tenant_id, bucket_id, deleted_at, reason, content, row)
             SELECT m.id, m.tenant_id, m.bucket_id, now(), %s, m.content, {SNAPSHOT_SQL}
             FROM memories m WHERE m.id = ANY(%s)
-            ON CONFLICT (id) DO UPDATE SET tenant_id = excluded.tenant_id, bucket_id = excluded.bucket_id,
-                deleted_at = excluded.deleted_at, reason = excluded.reason, content = excluded.content,
-                row = excluded.row
-            RETURNING id
             """,
             [reason, ids],
         )
-        return [row[0] for row in cur.fetchall()]
+
+
+def memory_remove(*, memory_id: uuid.UUID, bucket_id: uuid.UUID) -> None:
+    """Delete one memories row the way the apps above follow it: ``memory_deleting`` before
+    (receivers save what they need, e.g. the graph's timelines, while the row's edges exist),
+    ``memory_deleted`` after the commit. The caller holds the row's lock."""
+    states = [state for _r, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id, memory_id=memory_id)]
+    Memory.objects.filter(pk=memory_id).delete()
+    note_writes(bucket_id, 1)
+    transaction.on_commit(
+        lambda: send_safely(signals.memory_deleted, bucket_id=bucket_id, memory_id=memory_id, states=states)
+    )
 
 
 @transaction.atomic
@@ -106,19 +114,17 @@ def memory_restore(*, deleted: DeletedMemory, actor: Actor | None = None) -> Mem
     memory_id, deleted_at, reason = deleted.pk, deleted.deleted_at, deleted.reason
     deleted.delete()
     memory = Memory.objects.select_related("bucket").get(pk=memory_id)
-    version_details = {"deleted_at": deleted_at, "reason": reason}
-    versions_record(
-        kind=VersionKind.RESTORED,
-        changes=[Change(memory.pk, memory.tenant_id, memory.bucket_id, {}, version_details)],
-        actor=actor,
-    )
+    version_record(
+        memory=memory, kind=VersionKind.RESTORED, previous={}, actor=actor,
+        details={"deleted_at": deleted_at, "reason": reason},
+    )  # fmt: skip
     if actor is not None:
         audit_record(
             actor=actor, action="memory.restore", tenant=memory.bucket.tenant, object_type="memory",
             object_ids=[memory.pk], details={"bucket_id": str(memory.bucket_id)},
         )  # fmt: skip
-    note_writes(memory.bucket_id, 1)
-    bucket_id, memory_id = memory.bucket_id, memory.pk
+    bucket_id = memory.bucket_id
+    note_writes(bucket_id, 1)
     transaction.on_commit(lambda: send_safely(signals.memories_created, bucket_id=bucket_id, memory_ids=[memory_id]))
     return memory
 
@@ -190,13 +196,8 @@ def _purge_one(memory_id: uuid.UUID, bucket_id: uuid.UUID, now: datetime) -> int
         )
         if cur.fetchone() is None:
             return 0
-    states = [state for _r, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id, memory_id=memory_id)]
-    Memory.objects.filter(pk=memory_id).delete()
+    memory_remove(memory_id=memory_id, bucket_id=bucket_id)
     MemoryVersion.objects.filter(memory_id=memory_id).delete()
-    note_writes(bucket_id, 1)
-    transaction.on_commit(
-        lambda: send_safely(signals.memory_deleted, bucket_id=bucket_id, memory_id=memory_id, states=states)
-    )
     return 1
 
 
