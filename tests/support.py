@@ -266,15 +266,39 @@ def redis_reachable(url: str = "redis://127.0.0.1:6379/0") -> bool:
 # --- a local fake of an OpenAI-compatible chat-completions endpoint ----------------------------------
 
 
-class FakeLLM:
+class LoopbackServer:
+    """An HTTP server of a test on a free loopback port, serving ``handler`` (a
+    ``BaseHTTPRequestHandler``) in a thread while used as a context manager."""
+
+    def __init__(self, handler):
+        import threading
+        from http.server import ThreadingHTTPServer
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        # A short poll: shutdown() waits for it.
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FakeLLM(LoopbackServer):
     """A chat-completions endpoint on a free loopback port, answering from ``reply(body)``
     (``(status, content)``); the requests it got are in ``requests``. Use it as a context
     manager."""
 
     def __init__(self, reply):
         import json
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         self.reply = reply
         self.requests: list[dict] = []
@@ -297,17 +321,8 @@ class FakeLLM:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        return f"{self.url}/v1"

@@ -16,12 +16,11 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import threading
 import time
 import uuid
 import venv
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,7 +41,7 @@ from engram_client import (
 )
 
 from tenants import services as tenant_services
-from tests.support import ROOT, base_env, free_port, manage, test_database_url, web_server
+from tests.support import ROOT, LoopbackServer, base_env, free_port, manage, test_database_url, web_server
 
 CLIENT_DIR = ROOT / "clients" / "python"
 
@@ -379,7 +378,7 @@ def test_the_sync_and_async_clients_offer_the_same_methods():
 # --- retries, against a stub that fails on cue ---------------------------------------------------
 
 
-class Stub:
+class Stub(LoopbackServer):
     """A local HTTP server answering each request with the next of ``answers``
     (``(status, headers, body)``), then 200 ``{}``; it records the requests it got."""
 
@@ -407,21 +406,7 @@ class Stub:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        # A short poll: shutdown() waits for it, once per stub.
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 UNAVAILABLE = (503, {"Retry-After": "0"}, {"detail": "The database is temporarily unavailable.",
