@@ -306,3 +306,24 @@ def test_a_candidate_below_the_read_cut_is_still_read_when_it_has_importance(api
     assert set(read) == {top, second, important}
     no_boost = ranking.merge(ranking.DEFAULTS, {"importance_boost": 0})
     assert set(rows.fetch_contenders(bucket, fused, no_boost, 1, cues)) == {top, second}
+
+
+def test_a_forced_reclassification_records_only_labels_it_changes(api, bucket):
+    from memories.services.classification import memories_label
+
+    labelled, same, unlabelled = write(api, bucket, "Standup at nine", "Rent is due", "Buy milk")
+    api.patch(f"/api/v1/memories/{labelled}", {"classified_topic": "work", "classified_scope": "specific"},
+              format="json")  # fmt: skip
+    api.patch(f"/api/v1/memories/{same}", {"classified_topic": "home", "classified_scope": "specific"}, format="json")
+    ids = [uuid.UUID(i) for i in (labelled, same, unlabelled)]
+    changed = memories_label(ids=ids, scopes=["general", "specific", "general"], topics=["meetings", "home", "shop"],
+                             by=["classifier"] * 3, force=True)  # fmt: skip
+    assert changed == 3
+    last = history(api, labelled)["versions"][-1]
+    assert (last["kind"], last["previous"], last["details"]) == (
+        "reclassified",
+        {"classified_scope": "specific", "classified_topic": "work"},
+        {"by": "classifier"},
+    )
+    assert [v["kind"] for v in history(api, same)["versions"]] == ["reclassified"]  # the PATCH only
+    assert history(api, unlabelled)["versions"] == []

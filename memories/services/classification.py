@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from django.db import connection
 
 from memories.models import VersionKind
-from memories.services.history import ENGRAM
+from memories.services.history import Change, versions_record
 
 
 def memories_label(
@@ -55,29 +55,24 @@ def _relabel_recorded(*, ids, scopes, topics, by) -> int:
     with connection.cursor() as cur:
         cur.execute(
             """
-            WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[]) AS v(id, scope, topic, by)),
-            old AS (
-                SELECT m.id, m.tenant_id, m.bucket_id, m.classified_scope, m.classified_topic
-                FROM memories m JOIN v ON v.id = m.id FOR UPDATE OF m
-            ),
-            changed AS (
-                UPDATE memories m SET classified_scope = v.scope, classified_topic = v.topic,
-                       metadata = coalesce(m.metadata, '{}'::jsonb) || jsonb_build_object('classified_by', v.by)
-                FROM v WHERE m.id = v.id RETURNING m.id
-            ),
-            versions AS (
-                INSERT INTO memory_versions (memory_id, tenant_id, bucket_id, kind, previous, details, actor_kind,
-                                             actor_id, actor_label, created_at)
-                SELECT old.id, old.tenant_id, old.bucket_id, %s,
-                       jsonb_build_object('classified_scope', old.classified_scope,
-                                          'classified_topic', old.classified_topic),
-                       jsonb_build_object('by', v.by), %s, '', %s, now()
-                FROM old JOIN v ON v.id = old.id
-                WHERE (old.classified_scope IS NOT NULL OR old.classified_topic IS NOT NULL)
-                  AND (old.classified_scope IS DISTINCT FROM v.scope OR old.classified_topic IS DISTINCT FROM v.topic)
-            )
-            SELECT count(*) FROM changed
+            UPDATE memories m SET classified_scope = v.scope, classified_topic = v.topic,
+                   metadata = coalesce(m.metadata, '{}'::jsonb) || jsonb_build_object('classified_by', v.by)
+            FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[]) AS v(id, scope, topic, by),
+                 (SELECT id, tenant_id, bucket_id, classified_scope, classified_topic FROM memories
+                  WHERE id = ANY(%s) FOR UPDATE) AS old
+            WHERE m.id = v.id AND old.id = v.id
+            RETURNING m.id, old.tenant_id, old.bucket_id, old.classified_scope, old.classified_topic, v.scope,
+                      v.topic, v.by
             """,
-            [list(ids), list(scopes), list(topics), list(by), VersionKind.RECLASSIFIED, str(ENGRAM.kind), ENGRAM.label],
+            [list(ids), list(scopes), list(topics), list(by), list(ids)],
         )
-        return cur.fetchone()[0]
+        rows = cur.fetchall()
+    versions_record(
+        kind=VersionKind.RECLASSIFIED,
+        changes=[
+            Change(memory_id, tenant_id, bucket_id, {"classified_scope": scope, "classified_topic": topic}, {"by": who})
+            for memory_id, tenant_id, bucket_id, scope, topic, new_scope, new_topic, who in rows
+            if (scope is not None or topic is not None) and (scope, topic) != (new_scope, new_topic)
+        ],
+    )
+    return len(rows)
