@@ -156,6 +156,9 @@ _db.setdefault("OPTIONS", {})
 _db["OPTIONS"].setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5))
 _db["TEST"] = {"NAME": env_str("DATABASE_TEST_NAME", "test_engram")}
 DATABASES = {"default": _db}
+# PostgreSQL's client programs for `backup` / `restore` (engram_site/pgtools.py): the embedded
+# wheel's PostgreSQL 18 copies unless this names another directory.
+ENGRAM_PG_BIN = env_str("ENGRAM_PG_BIN")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
