@@ -10,3 +10,10 @@ with ``--config python:engram_site.gunicorn_config``; their command lines add th
 # refused by gunicorn itself. 0 would mean unlimited: a client could make a worker buffer an
 # endless line.
 limit_request_line = 8190
+
+
+def child_exit(server, worker):
+    # A worker that exits leaves its metric files; its live gauges must stop counting.
+    from engram_site.metrics import mark_process_dead
+
+    mark_process_dead(worker.pid)

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import django
 
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     call_command("collectstatic", interactive=False, verbosity=0)
     call_command("ensure_admin")
 
+    _metrics_directory(settings.ENGRAM_HOME / "metrics")
     children: dict[str, subprocess.Popen] = {}
     web_cmd = [
         sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
@@ -104,6 +106,18 @@ def main(argv: list[str] | None = None) -> int:
             proc.kill()
             proc.wait()  # reaped, so the embedded database's holder list sees it gone
     return exit_code
+
+
+def _metrics_directory(default: Path) -> None:
+    """Where the web workers and the background worker write their metric samples for /metrics
+    to add up (prometheus-client's multiprocess mode). Samples of an earlier run are removed:
+    counters restart with the processes, as Prometheus expects."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return  # the operator's own directory, emptied by the operator
+    default.mkdir(parents=True, exist_ok=True)
+    for stale in default.glob("*.db"):
+        stale.unlink()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(default)
 
 
 def _worker_command() -> list[str] | None:

@@ -98,6 +98,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Times every request by URL pattern for /metrics (engram_site/metrics.py); first, so the
+    # time includes the other middleware's.
+    "engram_site.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # The Content-Security-Policy header on every answer (CONTENT_SECURITY_POLICY below).
     "csp.middleware.CSPMiddleware",
@@ -159,6 +162,11 @@ DATABASES = {"default": _db}
 # PostgreSQL's client programs for `backup` / `restore` (engram_site/pgtools.py): the embedded
 # wheel's PostgreSQL 18 copies unless this names another directory.
 ENGRAM_PG_BIN = env_str("ENGRAM_PG_BIN")
+
+# --- Metrics ---------------------------------------------------------------------
+# /metrics (Prometheus). Set, a scrape needs "Authorization: Bearer <this>"; unset, the page
+# is open to whoever reaches the server (keep it behind the proxy then).
+ENGRAM_METRICS_TOKEN = env_str("ENGRAM_METRICS_TOKEN")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from engram_site import health
+from engram_site import health, metrics
 
 api_v1 = [
     path("", include("tenants.urls")),
@@ -21,6 +21,7 @@ api_docs = csp_update({"img-src": [SELF, "data:"]})(SpectacularSwaggerSplitView.
 urlpatterns = [
     path("health", health.health, name="health"),
     path("ready", health.ready, name="ready"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", api_docs, name="api-docs"),

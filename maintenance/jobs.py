@@ -23,6 +23,7 @@ from datetime import timedelta
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from engram_site import metrics
 from engram_site.progress import ProgressBar
 from maintenance.models import JobRun, JobStatus, JobTrigger
 
@@ -152,6 +153,7 @@ def job_run(
     except BaseException as exc:
         run.status = JobStatus.FAILED
         run.error = "".join(traceback.format_exception(exc))[-ERROR_LIMIT:]
+        metrics.JOB_RUNS.labels(job=name, status=run.status).inc()
         _close(run, recorder)
         if bar:
             bar.close(note="FAILED")
@@ -163,6 +165,7 @@ def job_run(
         run.status = JobStatus.SUCCEEDED
     if bar:
         bar.close(note="FAILED" if recorder.failure else "")
+    metrics.JOB_RUNS.labels(job=name, status=run.status).inc()
     if not keep_idle and run.status == JobStatus.SUCCEEDED and not recorder.did_work:
         JobRun.objects.filter(pk=run.pk).delete()
         return
@@ -267,6 +270,7 @@ def run_job(
         guard.__enter__()
     except LockHeld as exc:
         logger.info("%s", exc)
+        metrics.JOB_RUNS.labels(job=name, status="skipped").inc()
         return JobOutcome(name=name, status="skipped", error=str(exc))
     try:
         with job_run(name, trigger=trigger, keep_idle=keep_idle, bar=bar) as recorder:

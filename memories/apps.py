@@ -7,7 +7,13 @@ class MemoriesConfig(AppConfig):
 
     def ready(self):
         # Imported here, not at the top: app modules load once the app registry is ready.
-        from engram_site import warmup
-        from memories import embedding, tasks  # noqa: F401  (tasks: registers the task hooks queue by name)
+        from engram_site import metrics, warmup
+        from memories import embedding, selectors, tasks  # noqa: F401  (tasks: registers the task hooks queue by name)
 
         warmup.register(embedding.warm_up_when_enabled)
+        metrics.register_gauge(
+            "engram_enrichment_backlog",
+            "Memories waiting for a derived column (embedding, lemmas) the enrichment sweep fills.",
+            (),
+            selectors.enrichment_backlog,
+        )

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 
+from engram_site import metrics
 from memories import onnx_encoder  # onnxruntime itself is imported only when a graph is loaded
 from memories.text import rough_token_count
 
@@ -144,9 +145,11 @@ def embed_texts(texts: list[str], *, batch_size: int = BATCH_SIZE) -> np.ndarray
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
     model = get_model()
     try:
-        vectors = model.encode(
-            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
+        with metrics.EMBEDDING_BATCH_SECONDS.time():
+            vectors = model.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
+        metrics.EMBEDDING_TEXTS.inc(len(texts))
         vectors = np.asarray(vectors, dtype=np.float32)
     except Exception as exc:
         raise EmbeddingUnavailable(f"embedding failed: {exc}") from exc

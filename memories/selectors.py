@@ -68,3 +68,9 @@ def memory_history(*, tenant: Tenant, memory_id, token: ApiToken | None = None) 
     if state is None:
         raise NotFound("Memory not found.")
     return state, MemoryVersion.objects.filter(memory_id=pk, tenant_id=tenant.pk).order_by("id")
+
+
+def enrichment_backlog() -> dict[tuple, float]:
+    """Memories of every tenant still missing a derived column (for /metrics): a count over
+    the partial index idx_memories_enrich_pending, which holds only those rows."""
+    return {(): float(Memory.objects.filter(PENDING_ENRICHMENT).count())}

@@ -74,7 +74,8 @@ def test_backup_restored_into_a_fresh_home_gives_the_same_search_answers(bucket,
     # A fresh home: its own embedded server, started by the restore. One process restores, is
     # refused a second restore over the data, replaces it, and searches.
     # The exported ONNX model is shared with this process's home: re-exporting it is not under test.
-    env = base_env(ENGRAM_HOME=str(tmp_path / "fresh"), DATABASE_URL="", ENGRAM_MODEL_CACHE=str(settings.ENGRAM_MODEL_CACHE))
+    cache = str(settings.ENGRAM_MODEL_CACHE)
+    env = base_env(ENGRAM_HOME=str(tmp_path / "fresh"), DATABASE_URL="", ENGRAM_MODEL_CACHE=cache)
     env.pop("ENGRAM_EMBEDDED_PG_KEEP", None)
     script = RESTORE_SCRIPT.format(path=str(path)) + SEARCH_SCRIPT.format(bucket=bucket.id, queries=QUERIES)
     output = manage_ok("shell", "-c", script, env=env)

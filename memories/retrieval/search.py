@@ -18,6 +18,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from engram_site import metrics
 from memories import access, embedding, ranking
 from memories.filters import MemoryFilters
 from memories.retrieval import fusion, hits, keyword, neighbours, rows, vector
@@ -40,6 +41,7 @@ def register_graph_signal(function: GraphSignal) -> None:
     _graph_signal = function
 
 
+@metrics.timed_search
 def memories_search(
     *,
     bucket: Bucket,

@@ -11,6 +11,7 @@ import weakref
 import numpy as np
 from django.db import connection
 
+from engram_site import metrics
 from engram_site.db import binding_cursor
 from memories import embedding, ranking
 from memories.filters import MemoryFilters
@@ -157,6 +158,7 @@ def _with_stand_ins(
     return merged[:limit]
 
 
+@metrics.timed(metrics.SIGNAL_SECONDS, signal="vector")
 def vector_signals(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig):
     """Embed the query, then both nearest-neighbour lists (the context one in another
     thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is."""

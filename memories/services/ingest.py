@@ -24,6 +24,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from audit.services import Actor, audit_record
+from engram_site import metrics
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
 from memories import embedding, hooks, lemmatizer, signals
@@ -499,6 +500,7 @@ def memories_ingest(
         raise Conflict("The memory changed concurrently; retry the request.", code="retry")
 
     new_ids = [r.id for r in results if not r.deduplicated]
+    transaction.on_commit(lambda: metrics.count_written(len(new_ids), len(results) - len(new_ids)))
     if new_ids:
         note_writes(bucket.pk, len(new_ids))
         transaction.on_commit(lambda: hooks.after_ingest(bucket_id=bucket.pk, memory_ids=new_ids))
