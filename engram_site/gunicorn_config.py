@@ -3,6 +3,10 @@ the tests' servers (tests/support.py) and the benchmarks' (bench/common.py) load
 with ``--config python:engram_site.gunicorn_config``; their command lines add the rest.
 """
 
+import os
+
+from prometheus_client import multiprocess
+
 # The longest request line gunicorn reads (method, URL and protocol), at its maximum: 8190
 # bytes; its default is 4094. A URL longer than Engram accepts (settings.MAX_URL_BYTES, 4096
 # bytes) must reach Django to be answered 414 in the API's JSON error shape
@@ -13,7 +17,7 @@ limit_request_line = 8190
 
 
 def child_exit(server, worker):
-    # A worker that exits leaves its metric files; its live gauges must stop counting.
-    from engram_site.metrics import mark_process_dead
-
-    mark_process_dead(worker.pid)
+    # A worker that exits leaves its metric files (engram_site/metrics.py); its live gauges
+    # must stop counting.
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(worker.pid)
