@@ -6,7 +6,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_process_init
 from django.conf import settings as django_settings
 
-from engram_site import embedded_pg, warmup
+from engram_site import embedded_pg, tracing, warmup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -31,5 +31,6 @@ def _load_models_early(**kwargs):
     """Load the embedding model in each new pool process while it waits for work, so the
     first enrichment task does not pay for it (a task that arrives sooner waits on the
     provider's lock, it does not load a second copy)."""
+    tracing.configure()
     if django_settings.ENGRAM_PRELOAD_MODELS:
         warmup.warm_up()

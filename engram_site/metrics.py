@@ -8,7 +8,8 @@ Prometheus asks, such as the enrichment backlog.
 Several processes, one page: ``./engram serve`` sets ``PROMETHEUS_MULTIPROC_DIR`` for the
 web workers and the background worker it starts (``engram_site/serve.py``), each process
 writes its samples to files there, and ``/metrics`` adds them up (prometheus-client's
-multiprocess mode; gunicorn's ``child_exit`` hook in engram_site/gunicorn_config.py marks a dead worker's gauges). A process
+multiprocess mode; gunicorn's ``child_exit`` hook in engram_site/gunicorn_config.py marks a
+dead worker's gauges). A process
 started without it (the tests, ``manage.py``) keeps its samples in memory and serves its own.
 """
 

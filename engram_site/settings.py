@@ -167,6 +167,9 @@ ENGRAM_PG_BIN = env_str("ENGRAM_PG_BIN")
 # /metrics (Prometheus). Set, a scrape needs "Authorization: Bearer <this>"; unset, the page
 # is open to whoever reaches the server (keep it behind the proxy then).
 ENGRAM_METRICS_TOKEN = env_str("ENGRAM_METRICS_TOKEN")
+# OpenTelemetry traces (engram_site/tracing.py) go to the OTLP/HTTP collector these name (the
+# exporter reads them, with the rest of OpenTelemetry's OTEL_* variables); unset, no traces.
+ENGRAM_TRACING = bool(env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

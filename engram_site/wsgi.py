@@ -43,6 +43,10 @@ from django.conf import settings  # noqa: E402
 
 application = ChunkedBodies(application, settings.DATA_UPLOAD_MAX_MEMORY_SIZE, settings.ENGRAM_IMPORT_MAX_BYTES)
 
+from engram_site import tracing  # noqa: E402
+
+tracing.configure()
+
 if settings.ENGRAM_PRELOAD_MODELS:
     from engram_site import warmup
 

@@ -6,9 +6,10 @@ class GraphConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from engram_site import metrics
+        from engram_site import metrics, tracing
         from graph import receivers  # noqa: F401  (connects to memories.signals)
         from graph.retrieval import graph_signal
         from memories.retrieval import register_graph_signal
 
-        register_graph_signal(metrics.timed(metrics.SIGNAL_SECONDS, signal="graph")(graph_signal))
+        timed = metrics.timed(metrics.SIGNAL_SECONDS, signal="graph")
+        register_graph_signal(timed(tracing.traced("engram.search.signal", signal="graph")(graph_signal)))

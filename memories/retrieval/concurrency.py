@@ -6,6 +6,7 @@ running task, or (setting off) the signal already computed in the calling thread
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -73,7 +74,9 @@ class _Done:
 
 def _start(pool: ThreadPoolExecutor, function, args, kwargs):
     if getattr(settings, "ENGRAM_SEARCH_PARALLEL", False):
-        return pool.submit(_in_thread, function, *args, **kwargs)
+        # In the caller's context (contextvars): the signal's trace span is a child of the
+        # search's. Database connections are per thread, not per context, and stay apart.
+        return pool.submit(contextvars.copy_context().run, _in_thread, function, *args, **kwargs)
     return _Done(function, *args, **kwargs)
 
 

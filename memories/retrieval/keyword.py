@@ -8,7 +8,7 @@ import uuid
 
 from django.db import connection
 
-from engram_site import metrics
+from engram_site import metrics, tracing
 from memories import lemmatizer, ranking
 from memories.filters import MemoryFilters
 from memories.retrieval.concurrency import start
@@ -167,6 +167,7 @@ def bm25(
 
 
 @metrics.timed(metrics.SIGNAL_SECONDS, signal="keyword")
+@tracing.traced("engram.search.signal", signal="keyword")
 def keyword_signals(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig, now):
     """BM25 over the memory and over memory + context (that one in another thread when
     ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query, and the coverage of the memory

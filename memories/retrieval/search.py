@@ -18,7 +18,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from engram_site import metrics
+from engram_site import metrics, tracing
 from memories import access, embedding, ranking
 from memories.filters import MemoryFilters
 from memories.retrieval import fusion, hits, keyword, neighbours, rows, vector
@@ -42,6 +42,7 @@ def register_graph_signal(function: GraphSignal) -> None:
 
 
 @metrics.timed_search
+@tracing.traced("engram.search", keywords=("mode",))
 def memories_search(
     *,
     bucket: Bucket,

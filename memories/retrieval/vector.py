@@ -11,7 +11,7 @@ import weakref
 import numpy as np
 from django.db import connection
 
-from engram_site import metrics
+from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from memories import embedding, ranking
 from memories.filters import MemoryFilters
@@ -159,6 +159,7 @@ def _with_stand_ins(
 
 
 @metrics.timed(metrics.SIGNAL_SECONDS, signal="vector")
+@tracing.traced("engram.search.signal", signal="vector")
 def vector_signals(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig):
     """Embed the query, then both nearest-neighbour lists (the context one in another
     thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is."""

@@ -12,6 +12,7 @@ down the row is stored anyway with the derived column NULL, and
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import uuid
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from audit.services import Actor, audit_record
-from engram_site import metrics
+from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
 from memories import embedding, hooks, lemmatizer, signals
@@ -120,6 +121,7 @@ def join_context(context_text: str, content: str) -> str:
 # --- derived columns ------------------------------------------------------------------
 
 
+@tracing.traced("engram.write.lemmatize")
 def lemmatize_rows(rows: list[Row]) -> None:
     contexts = [r for r in rows if r.context_text]
     try:
@@ -139,6 +141,7 @@ def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
     return " ".join(filter(None, [content_lemmas, " ".join(lemmatizer.date_terms(created_at))]))
 
 
+@tracing.traced("engram.write.embed")
 def embed_rows(rows: list[Row]) -> None:
     contexts = [r for r in rows if r.context_text]
     try:
@@ -181,7 +184,8 @@ class _EmbeddingAhead:
         that need vectors."""
         if index < len(self.chunks) and index not in self._futures:
             rows = [r for r in self.chunks[index] if r.needs_vectors()]
-            self._futures[index] = _embed_executor.submit(embed_rows, rows)
+            # In the caller's context, so the embedding's span joins the write's trace.
+            self._futures[index] = _embed_executor.submit(contextvars.copy_context().run, embed_rows, rows)
 
     def ready(self, index: int) -> list[Row]:
         self.start(index)
@@ -318,6 +322,7 @@ _PLACEHOLDERS = (
 )
 
 
+@tracing.traced("engram.write.insert")
 def _insert(bucket: Bucket, rows: list[Row]) -> dict[str, uuid.UUID]:
     """Insert rows, skipping those whose hash already exists. Returns hash → id of inserted rows."""
     from psycopg.types.json import Jsonb
@@ -397,6 +402,7 @@ def _results(rows: list[Row], inserted: dict[str, uuid.UUID], existing: dict[str
     return results
 
 
+@tracing.traced("engram.write")
 def memories_ingest(
     *,
     bucket: Bucket,
