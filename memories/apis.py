@@ -308,7 +308,7 @@ class MemoryDetailOut(MemoryOut):
     source = serializers.SerializerMethodField(help_text="{source_id, chunk_id, kind, title} it came from, or null")
 
     def get_source(self, memory) -> dict | None:
-        return provenance.memory_source(memory=memory)
+        return provenance.memory_source(memory=memory, agents=self.context.get("agents"))
 
 
 class MemoryDetailApi(APIView):
@@ -318,7 +318,7 @@ class MemoryDetailApi(APIView):
     @extend_schema(operation_id="memories_retrieve", responses={200: MemoryDetailOut, **errors(404)})
     def get(self, request, memory_id):
         memory = self._memory(request, memory_id)
-        return Response(MemoryDetailOut(memory).data)
+        return Response(MemoryDetailOut(memory, context={"agents": request.auth.agents}).data)
 
     @extend_schema(
         operation_id="memories_update",
@@ -345,7 +345,7 @@ class MemoryDetailApi(APIView):
             # The row holds what others wrote (content, metadata, the run's context): a
             # write-only token, refused by GET, must not read it through PATCH.
             return Response({"id": str(memory.pk)})
-        return Response(MemoryDetailOut(memory).data)
+        return Response(MemoryDetailOut(memory, context={"agents": request.auth.agents}).data)
 
     @extend_schema(operation_id="memories_destroy", responses={204: None, **errors(404)})
     def delete(self, request, memory_id):

@@ -99,7 +99,8 @@ class MemoryRestoreApi(APIView):
         memory = services.memory_restore(deleted=deleted, actor=request_actor(request))
         if not request.auth.has_scope(TokenScope.READ):
             return Response({"id": str(memory.pk)})
-        return Response(MemoryDetailOut(selectors.memory_get(tenant=request.auth.tenant, memory_id=memory.pk)).data)
+        restored = selectors.memory_get(tenant=request.auth.tenant, memory_id=memory.pk)
+        return Response(MemoryDetailOut(restored, context={"agents": request.auth.agents}).data)
 
 
 class DeletedMemoryOut(serializers.Serializer):

@@ -79,15 +79,15 @@ def source_chunks(
     return [ChunkView(chunk=c, memories=by_chunk.get(c.pk, [])) for c in chunks]
 
 
-def memory_source(*, memory: Memory) -> dict | None:
+def memory_source(*, memory: Memory, agents: AgentRestriction | None = None) -> dict | None:
     """Where a memory came from: ``{"source_id", "chunk_id", "kind", "title"}`` of the source
-    that created it (else the first that stated it), or None for a memory written directly."""
-    link = (
-        SourceChunkMemory.objects.filter(memory_id=memory.pk, source__tenant_id=memory.tenant_id)
-        .order_by("-created", "id")
-        .values("source_id", "chunk_id", "source__kind", "source__title")
-        .first()
-    )
+    that created it (else the first that stated it), or None for a memory written directly.
+    ``agents``: among the sources a token held to agents may read (another agent's source that
+    stated the same text is not named)."""
+    links = SourceChunkMemory.objects.filter(memory_id=memory.pk, source__tenant_id=memory.tenant_id)
+    if agents is not None:
+        links = links.filter(source__in=Source.objects.visible_to(agents))
+    link = links.order_by("-created", "id").values("source_id", "chunk_id", "source__kind", "source__title").first()
     if link is None:
         return None
     return {

@@ -225,3 +225,15 @@ def test_the_graph_signal_walks_only_the_edges_of_memories_the_token_may_read(te
     assert str(alfa_id) in [hit["id"] for hit in everyone["results"]]  # reached through beta's edge
     held = _held(tenant, "alfa").post(f"/api/v1/buckets/{bucket.pk}/search", query, format="json").json()
     assert held["results"] == []
+
+
+def test_a_memorys_source_is_named_only_when_the_token_may_read_it(tenant, bucket):
+    from sources.models import SourceChunk, SourceChunkMemory
+    from sources.services import source_submit_document
+
+    memory_id = _write(bucket, "Alfa likes green tea.", "alfa")
+    theirs = source_submit_document(bucket=bucket, title="Beta's notes", text="Alfa likes green tea.", agent_id="beta")
+    chunk = SourceChunk.objects.get(source_id=theirs.source.pk)
+    SourceChunkMemory.objects.create(source_id=theirs.source.pk, chunk=chunk, memory_id=memory_id, created=False)
+    assert _held(tenant, "alfa").get(f"/api/v1/memories/{memory_id}").json()["source"] is None
+    assert make_client(tenant).get(f"/api/v1/memories/{memory_id}").json()["source"]["title"] == "Beta's notes"
