@@ -126,8 +126,9 @@ class DocumentsApi(APIView):
         data.is_valid(raise_exception=True)
         values = _held_to_agents(request, dict(data.validated_data))
         result = services.source_submit_document(
-            bucket=bucket, submitted_by=_submitted_by(request), actor=request_actor(request), **values
-        )
+            bucket=bucket, submitted_by=_submitted_by(request), actor=request_actor(request),
+            held_to=request.auth.agents, **values,
+        )  # fmt: skip
         return _accepted(result)
 
 
@@ -189,6 +190,7 @@ class ConversationsApi(APIView):
             messages=messages,
             submitted_by=_submitted_by(request),
             actor=request_actor(request),
+            held_to=request.auth.agents,
             **values,
         )
         return _accepted(result)
@@ -200,7 +202,10 @@ class SourceOut(serializers.Serializer):
     kind = serializers.CharField()
     title = serializers.CharField()
     metadata = JSONObjectField()
-    options = JSONObjectField(help_text="speaker, agent_id, run_id, source_actor_id, ... as submitted")
+    options = JSONObjectField(
+        help_text="speaker, agent_id, run_id, source_actor_id, ... as submitted (held_to_agents: the agents of a "
+        "submitting token held to agents)"
+    )
     status = serializers.CharField()
     progress = serializers.SerializerMethodField()
     memories_created = serializers.IntegerField()

@@ -237,3 +237,17 @@ def test_a_memorys_source_is_named_only_when_the_token_may_read_it(tenant, bucke
     SourceChunkMemory.objects.create(source_id=theirs.source.pk, chunk=chunk, memory_id=memory_id, created=False)
     assert _held(tenant, "alfa").get(f"/api/v1/memories/{memory_id}").json()["source"] is None
     assert make_client(tenant).get(f"/api/v1/memories/{memory_id}").json()["source"]["title"] == "Beta's notes"
+
+
+def test_a_source_submitted_by_a_token_held_to_agents_draws_its_context_from_what_it_may_read(tenant, bucket):
+    from sources.services import source_process
+
+    _write(bucket, "Beta hid the spare key under the mat.", "beta", run_id="r1")
+    client = _held(tenant, "alfa")
+    body = {"messages": [{"role": "user", "content": "I water the ferns every Sunday."}], "run_id": "r1"}
+    submitted = client.post(f"/api/v1/buckets/{bucket.pk}/conversations", body, format="json")
+    assert submitted.status_code == 202
+    source_process(source_id=submitted.json()["id"])
+    distilled = Memory.objects.exclude(agent_id="beta").get()
+    assert distilled.agent_id == "alfa" and distilled.run_id == "r1"
+    assert "spare key" not in (distilled.context_text or "")
