@@ -28,7 +28,10 @@ class Error(serializers.Serializer):
 _ERRORS = {
     400: "Invalid input (`invalid`, `parse_error` or a domain code); nothing was written.",
     401: "Missing, unknown, revoked or expired token.",
-    403: "The token lacks the scope, or is restricted to another bucket.",
+    403: (
+        "The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents "
+        "and may not write as that agent or change a shared memory."
+    ),
     404: "Not found, or owned by another tenant (indistinguishable).",
     409: "A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again.",
     413: "The request body is larger than ENGRAM_MAX_BODY_BYTES.",

@@ -21,11 +21,24 @@ class _Bucket(Protocol):
     tenant_id: Any
 
 
+class _Restriction(Protocol):
+    def q(self, field: str = ...) -> models.Q: ...
+
+
 class TenantScopedQuerySet(models.QuerySet):
     """A queryset over a table with a ``tenant_id`` column."""
 
     def for_tenant(self, tenant: _Tenant) -> Self:
         return self.filter(tenant_id=tenant.pk)
+
+    def visible_to(self, agents: _Restriction | None) -> Self:
+        """The rows an agent-limited token may read (``agents``: its ``AgentRestriction``; None:
+        every row). A model whose rows hold or reach memories says how in its ``agent_scope``
+        (a classmethod from the restriction to a condition); other models are not narrowed."""
+        scope = getattr(self.model, "agent_scope", None)
+        if agents is None or scope is None:
+            return self
+        return self.filter(scope(agents))
 
 
 class BucketScopedQuerySet(TenantScopedQuerySet):

@@ -22,7 +22,9 @@ class EntityOut(serializers.Serializer):
     name = serializers.CharField()
     type = serializers.CharField()
     aliases = serializers.ListField(child=serializers.CharField())
-    mention_count = serializers.IntegerField()
+    mention_count = serializers.IntegerField(
+        source="mentions_seen", help_text="memories naming it (that the token may read, for a token held to agents)"
+    )
 
 
 class EntityRefOut(serializers.Serializer):
@@ -69,8 +71,9 @@ class EntityListApi(APIView):
         params = self.Params(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
         entities = selectors.entity_list(
-            bucket=bucket, query=params.validated_data.get("q"), type=params.validated_data.get("type")
-        )
+            bucket=bucket, query=params.validated_data.get("q"), type=params.validated_data.get("type"),
+            agents=request.auth.agents,
+        )  # fmt: skip
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(entities, request, view=self)
         return paginator.get_paginated_response(EntityOut(page, many=True).data)
@@ -89,7 +92,11 @@ class EntityDetailApi(APIView):
         entity = selectors.entity_get(tenant=request.auth.tenant, entity_id=entity_id, token=request.auth)
         params = self.Params(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
-        edges = list(selectors.edges_of_entity(entity=entity, as_of=params.validated_data.get("as_of")))
+        edges = list(
+            selectors.edges_of_entity(
+                entity=entity, as_of=params.validated_data.get("as_of"), agents=request.auth.agents
+            )
+        )
         return Response(
             {
                 **EntityOut(entity).data,
@@ -118,8 +125,9 @@ class EdgeListApi(APIView):
         params.is_valid(raise_exception=True)
         data = params.validated_data
         edges = selectors.edge_list(
-            bucket=bucket, valid_at=data.get("valid_at"), entity_id=data.get("entity"), predicate=data.get("predicate")
-        )
+            bucket=bucket, valid_at=data.get("valid_at"), entity_id=data.get("entity"), predicate=data.get("predicate"),
+            agents=request.auth.agents,
+        )  # fmt: skip
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(edges, request, view=self)
         return paginator.get_paginated_response(EdgeOut(page, many=True).data)
@@ -135,5 +143,5 @@ class EdgeMemoriesApi(APIView):
     )
     def get(self, request, edge_id):
         edge = selectors.edge_get(tenant=request.auth.tenant, edge_id=edge_id, token=request.auth)
-        memories = selectors.edge_memories(edge=edge)
+        memories = selectors.edge_memories(edge=edge, agents=request.auth.agents)
         return Response({"edge": EdgeOut(edge).data, "results": MemoryOut(memories, many=True).data})

@@ -12,7 +12,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import F, Func, Q, Value
+from django.db.models import Exists, F, Func, OuterRef, Q, Value
 
 from engram_site.db import TransactionNow
 from engram_site.querysets import BucketScopedQuerySet
@@ -72,6 +72,12 @@ class Entity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.type})"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        """An agent-limited token sees an entity only through a memory it may read that mentions it."""
+        visible = Memory.objects.filter(pk=OuterRef("memory_id")).filter(Memory.agent_scope(agents))
+        return Q(Exists(Mention.objects.filter(entity_id=OuterRef("pk")).filter(Exists(visible))))
 
 
 class Mention(models.Model):
@@ -164,6 +170,11 @@ class Edge(models.Model):
     def __str__(self) -> str:
         target = self.object_literal if self.object_entity_id is None else str(self.object_entity_id)
         return f"{self.subject_id} {self.predicate} {target}"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        """An agent-limited token sees an edge only when it may read the memory it came from."""
+        return Q(Exists(Memory.objects.filter(pk=OuterRef("source_memory_id")).filter(Memory.agent_scope(agents))))
 
 
 class Processed(models.Model):

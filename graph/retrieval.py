@@ -157,21 +157,37 @@ def _entities_named(bucket, keys: list[str], *, speaker: bool = False) -> dict[s
     return found | _names({str(u) for u in unique} - set(found))
 
 
-def _related(bucket, owners: dict[str, str], predicate: str, person_first: bool, moment) -> set[str]:
+def _visible_edges(agents) -> tuple[str, list]:
+    """For a search by a token held to ``agents``: the condition (on ``graph_edges``) that an
+    edge came from a memory it may read, so the walk never steps through another agent's facts."""
+    if agents is None:
+        return "", []
+    clause, params = agents.sql("vm.agent_id")
+    return (
+        f" AND EXISTS (SELECT 1 FROM memories vm WHERE vm.id = graph_edges.source_memory_id AND {clause})",
+        params,
+    )
+
+
+def _related(bucket, owners: dict[str, str], predicate: str, person_first: bool, moment, agents=None) -> set[str]:
     """The entities ``owners`` are related to by ``predicate``: "Bob's sister" -> whom Bob's
     sibling_of edges reach; "Alice's manager" -> the subjects of manager_of edges onto Alice."""
     if not owners:
         return set()
     symmetric = predicate in SYMMETRIC
+    visible, visible_params = _visible_edges(agents)
+    visible = visible.replace("%s", "%(agents)s")
     arms = []
     if person_first or symmetric:  # the related person is the subject, the owner the object
         arms.append("SELECT subject_id FROM graph_edges WHERE tenant_id = %(t)s AND bucket_id = %(b)s"
                     " AND object_entity_id = ANY(%(o)s::uuid[]) AND predicate = %(p)s"
-                    " AND valid_from <= %(m)s AND (valid_to IS NULL OR valid_to > %(m)s) LIMIT %(n)s")  # fmt: skip
+                    " AND valid_from <= %(m)s AND (valid_to IS NULL OR valid_to > %(m)s)" + visible
+                    + " LIMIT %(n)s")  # fmt: skip
     if not person_first or symmetric:
         arms.append("SELECT object_entity_id FROM graph_edges WHERE tenant_id = %(t)s AND bucket_id = %(b)s"
                     " AND subject_id = ANY(%(o)s::uuid[]) AND predicate = %(p)s AND object_entity_id IS NOT NULL"
-                    " AND valid_from <= %(m)s AND (valid_to IS NULL OR valid_to > %(m)s) LIMIT %(n)s")  # fmt: skip
+                    " AND valid_from <= %(m)s AND (valid_to IS NULL OR valid_to > %(m)s)" + visible
+                    + " LIMIT %(n)s")  # fmt: skip
     # The user reached from "my brother's sister" is not an answer (nor a seed: SPEAKER rows
     # are excluded from seeds everywhere).
     query = (
@@ -182,19 +198,19 @@ def _related(bucket, owners: dict[str, str], predicate: str, person_first: bool,
         cur.execute(
             query,
             {"t": bucket.tenant_id, "b": bucket.pk, "o": _array(owners), "p": predicate, "m": moment,
-             "n": RELATED_PER_OWNER * len(owners)},
+             "n": RELATED_PER_OWNER * len(owners), "agents": visible_params[0] if visible_params else None},
         )  # fmt: skip
         return {str(row[0]) for row in cur.fetchall()} - set(owners)
 
 
-def _seeds(bucket, question: Question, moment) -> tuple[dict[str, str], set[str]]:
+def _seeds(bucket, question: Question, moment, agents=None) -> tuple[dict[str, str], set[str]]:
     """The seeds ({id: name}) and, among them, the owners of the relations the question
     follows ("Bob" of "Bob's sister"), which weigh less than the people they lead to."""
     seeds = _entities_named(bucket, question.keys)
     owners: set[str] = set()
     for owner_key, predicate, person_first in question.relations:
         owner_entities = _entities_named(bucket, [owner_key], speaker=owner_key in {"user", "assistant"})
-        related = _related(bucket, owner_entities, predicate, person_first, moment)
+        related = _related(bucket, owner_entities, predicate, person_first, moment, agents)
         if related:
             owners |= set(owner_entities) - related
             seeds |= _names(related)
@@ -209,7 +225,7 @@ def _names(ids: set[str]) -> dict[str, str]:
         return dict(cur.fetchall())
 
 
-def _walk(bucket, seeds: dict[str, str], moment: datetime):
+def _walk(bucket, seeds: dict[str, str], moment: datetime, agents=None):
     """Breadth-first over edges valid at ``moment``, at most :data:`MAX_DEPTH` hops.
 
     Returns ``(depth, parent, edge_memories)``: each reached entity's depth (seeds: 1) and
@@ -225,6 +241,7 @@ def _walk(bucket, seeds: dict[str, str], moment: datetime):
     parent: dict[str, tuple | None] = dict.fromkeys(seeds)
     edge_memories: dict[str, tuple] = {}
     frontier = list(seeds)
+    visible, visible_params = _visible_edges(agents)
     with connection.cursor() as cur:
         for level in range(1, MAX_DEPTH + 1):
             if not frontier:
@@ -233,7 +250,7 @@ def _walk(bucket, seeds: dict[str, str], moment: datetime):
             # One index probe per entity and direction (graph_edges_subject / _object:
             # tenant, bucket, entity, valid_from), newest first.
             cur.execute(
-                """
+                f"""
                 SELECT e.subject_id::text, e.predicate, e.object_entity_id::text, e.object_literal,
                        e.source_memory_id::text, e.forward, coalesce(g.mention_count, 0)
                 FROM unnest(%s::uuid[]) f(id)
@@ -242,22 +259,22 @@ def _walk(bucket, seeds: dict[str, str], moment: datetime):
                             true AS forward, object_entity_id AS far
                      FROM graph_edges
                      WHERE tenant_id = %s AND bucket_id = %s AND subject_id = f.id
-                       AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)
+                       AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s){visible}
                      ORDER BY valid_from DESC LIMIT %s)
                     UNION ALL
                     (SELECT subject_id, predicate, object_entity_id, object_literal, source_memory_id,
                             false, subject_id
                      FROM graph_edges
                      WHERE tenant_id = %s AND bucket_id = %s AND object_entity_id = f.id
-                       AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s)
+                       AND valid_from <= %s AND (valid_to IS NULL OR valid_to > %s){visible}
                      ORDER BY valid_from DESC LIMIT %s)
                 ) e
                 LEFT JOIN graph_entities g ON g.id = e.far
                 """,
                 [
                     _array(frontier),
-                    bucket.tenant_id, bucket.pk, moment, moment, quota,
-                    bucket.tenant_id, bucket.pk, moment, moment, quota,
+                    bucket.tenant_id, bucket.pk, moment, moment, *visible_params, quota,
+                    bucket.tenant_id, bucket.pk, moment, moment, *visible_params, quota,
                 ],
             )  # fmt: skip
             candidates: dict[str, tuple] = {}
@@ -296,10 +313,11 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
     """
     moment = filters.as_of or now
     question = parse_question(query)
-    seeds, owners = _seeds(bucket, question, moment)
+    agents = filters.agents  # a token held to agents walks only the edges of memories it may read
+    seeds, owners = _seeds(bucket, question, moment, agents)
     if not seeds:
         return [], {}
-    depth, parent, edge_memories = _walk(bucket, seeds, moment)
+    depth, parent, edge_memories = _walk(bucket, seeds, moment, agents)
     entities = list(depth)
 
     def entity_weight(entity: str) -> float:

@@ -6,18 +6,36 @@ import uuid
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from engram_site.exceptions import NotFound
 from graph.extract import first_name_variants, normalize_name
-from graph.models import Edge, Entity
+from graph.models import Edge, Entity, Mention
 from memories.models import Memory
-from tenants.models import ApiToken, Bucket, Tenant
+from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
 
 
-def entity_list(*, bucket: Bucket, query: str | None = None, type: str | None = None) -> QuerySet[Entity]:
-    entities = Entity.objects.for_bucket(bucket)
+def with_mentions_seen(entities: QuerySet[Entity], agents: AgentRestriction | None) -> QuerySet[Entity]:
+    """``entities`` with ``mentions_seen``: their mention count, or for a token held to agents the
+    count of the mentions by memories it may read (the others' are not its to count)."""
+    if agents is None:
+        return entities.annotate(mentions_seen=F("mention_count"))
+    seen = (
+        Mention.objects.filter(entity_id=OuterRef("pk"), memory__in=Memory.objects.visible_to(agents))
+        .order_by()
+        .values("entity_id")
+        .annotate(n=Count("*"))
+        .values("n")
+    )
+    return entities.annotate(mentions_seen=Coalesce(Subquery(seen), 0))
+
+
+def entity_list(
+    *, bucket: Bucket, query: str | None = None, type: str | None = None, agents: AgentRestriction | None = None
+) -> QuerySet[Entity]:
+    entities = with_mentions_seen(Entity.objects.for_bucket(bucket).visible_to(agents), agents)
     if query:
         key = normalize_name(query)
         if not key:  # only punctuation or articles ("!!!", "the"): it names nothing, not everything
@@ -25,12 +43,13 @@ def entity_list(*, bucket: Bucket, query: str | None = None, type: str | None = 
         entities = entities.filter(Q(normalized_name__contains=key) | Q(aliases__contains=[key]))
     if type:
         entities = entities.filter(type=type.upper())
-    return entities.order_by("-mention_count", "name", "id")
+    return entities.order_by("-mentions_seen", "name", "id")
 
 
 def entity_get(*, tenant: Tenant, entity_id, token: ApiToken | None = None) -> Entity:
     pk = parse_uuid(entity_id)
-    entity = token_scoped(Entity.objects.filter(pk=pk), tenant=tenant, token=token).first() if pk else None
+    entities = token_scoped(Entity.objects.filter(pk=pk), tenant=tenant, token=token)
+    entity = with_mentions_seen(entities, token.agents if token else None).first() if pk else None
     if entity is None:
         raise NotFound("Entity not found.")
     return entity
@@ -45,9 +64,13 @@ def edge_get(*, tenant: Tenant, edge_id, token: ApiToken | None = None) -> Edge:
     return edge
 
 
-def edges_of_entity(*, entity: Entity, as_of: datetime | None = None) -> QuerySet[Edge]:
-    edges = Edge.objects.filter(tenant_id=entity.tenant_id, bucket_id=entity.bucket_id).filter(
-        Q(subject=entity) | Q(object_entity=entity)
+def edges_of_entity(
+    *, entity: Entity, as_of: datetime | None = None, agents: AgentRestriction | None = None
+) -> QuerySet[Edge]:
+    edges = (
+        Edge.objects.filter(tenant_id=entity.tenant_id, bucket_id=entity.bucket_id)
+        .filter(Q(subject=entity) | Q(object_entity=entity))
+        .visible_to(agents)
     )
     if as_of is not None:
         edges = edges.valid_at(as_of)
@@ -55,9 +78,14 @@ def edges_of_entity(*, entity: Entity, as_of: datetime | None = None) -> QuerySe
 
 
 def edge_list(
-    *, bucket: Bucket, valid_at: datetime | None = None, entity_id=None, predicate: str | None = None
+    *,
+    bucket: Bucket,
+    valid_at: datetime | None = None,
+    entity_id=None,
+    predicate: str | None = None,
+    agents: AgentRestriction | None = None,
 ) -> QuerySet[Edge]:
-    edges = Edge.objects.for_bucket(bucket)
+    edges = Edge.objects.for_bucket(bucket).visible_to(agents)
     if valid_at is not None:
         edges = edges.valid_at(valid_at)
     if entity_id is not None:
@@ -68,8 +96,9 @@ def edge_list(
     return edges.select_related("subject", "object_entity").order_by("-valid_from", "id")
 
 
-def edge_memories(*, edge: Edge) -> QuerySet[Memory]:
-    """The memory an edge came from, and every memory stating the same fact."""
+def edge_memories(*, edge: Edge, agents: AgentRestriction | None = None) -> QuerySet[Memory]:
+    """The memory an edge came from, and every memory stating the same fact (``agents``: those
+    a token held to agents may read)."""
     same_fact = Edge.objects.filter(
         tenant_id=edge.tenant_id,
         bucket_id=edge.bucket_id,
@@ -81,6 +110,7 @@ def edge_memories(*, edge: Edge) -> QuerySet[Memory]:
     return (
         Memory.objects.filter(tenant_id=edge.tenant_id, bucket_id=edge.bucket_id)
         .filter(Q(pk=edge.source_memory_id) | Q(pk__in=same_fact))
+        .visible_to(agents)
         .defer("embedding", "context_embedding")
         .order_by("created_at", "id")
     )

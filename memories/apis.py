@@ -31,6 +31,7 @@ from memories.filters import MemoryFilters
 from memories.links import RESERVED_PREFIX, link_kinds
 from memories.models import Attribution, Scope
 from memories.serializers import SearchFiltersIn, TagsField, list_filter_fields
+from tenants.agents import check_writable, write_agent
 from tenants.models import Scope as TokenScope
 from tenants.selectors import bucket_get
 
@@ -197,8 +198,10 @@ IngestOut = inline_serializer(
 )
 
 
-def _to_input(data: dict) -> services.MemoryInput:
-    return services.MemoryInput(**data)
+def _to_input(data: dict, agents) -> services.MemoryInput:
+    """A validated memory as the write gateway takes it, stored under the agent the token may
+    write as (tenants/agents.py: defaulted or refused for a token held to agents)."""
+    return services.MemoryInput(**{**data, "agent_id": write_agent(agents, data.get("agent_id"))})
 
 
 MemoryWrite = PolymorphicProxySerializer(
@@ -226,15 +229,17 @@ class BucketMemoriesApi(APIView):
         if isinstance(data, dict) and "memories" in data:
             batch = MemoryBatchIn(data=data)
             batch.is_valid(raise_exception=True)
-            items = [_to_input(item) for item in batch.validated_data["memories"]]
+            items = [_to_input(item, request.auth.agents) for item in batch.validated_data["memories"]]
             sequence = batch.validated_data["sequence"]
         elif isinstance(data, dict):
             single = MemoryIn(data=data)
             single.is_valid(raise_exception=True)
-            items, sequence = [_to_input(single.validated_data)], True
+            items, sequence = [_to_input(single.validated_data, request.auth.agents)], True
         else:
             raise serializers.ValidationError({"non_field_errors": ['Send one memory object or {"memories": [...]}.']})
-        results = services.memories_ingest(bucket=bucket, items=items, sequence=sequence, actor=request_actor(request))
+        results = services.memories_ingest(
+            bucket=bucket, items=items, sequence=sequence, actor=request_actor(request), agents=request.auth.agents
+        )
         return Response(
             {"results": [{"id": r.id, "deduplicated": r.deduplicated} for r in results]},
             status=status.HTTP_201_CREATED,
@@ -271,7 +276,8 @@ class BucketMemoriesApi(APIView):
         values.pop("page_size", None)
         if "hint_tags" in values:
             values["hint_tags"] = [t.strip() for t in values["hint_tags"].split(",") if t.strip()]
-        memories = selectors.memory_list(bucket=bucket, filters=MemoryFilters(**values), pending=pending)
+        filters = MemoryFilters(**values, agents=request.auth.agents)
+        memories = selectors.memory_list(bucket=bucket, filters=filters, pending=pending)
         paginator = CreatedCursorPagination()
         page = paginator.paginate_queryset(memories, request, view=self)
         return paginator.get_paginated_response(MemoryOut(page, many=True).data)
@@ -302,7 +308,7 @@ class MemoryDetailOut(MemoryOut):
     source = serializers.SerializerMethodField(help_text="{source_id, chunk_id, kind, title} it came from, or null")
 
     def get_source(self, memory) -> dict | None:
-        return provenance.memory_source(memory=memory)
+        return provenance.memory_source(memory=memory, agents=self.context.get("agents"))
 
 
 class MemoryDetailApi(APIView):
@@ -312,7 +318,7 @@ class MemoryDetailApi(APIView):
     @extend_schema(operation_id="memories_retrieve", responses={200: MemoryDetailOut, **errors(404)})
     def get(self, request, memory_id):
         memory = self._memory(request, memory_id)
-        return Response(MemoryDetailOut(memory).data)
+        return Response(MemoryDetailOut(memory, context={"agents": request.auth.agents}).data)
 
     @extend_schema(
         operation_id="memories_update",
@@ -327,16 +333,24 @@ class MemoryDetailApi(APIView):
         memory = self._memory(request, memory_id)
         changes = MemoryUpdateIn(data=request.data)
         changes.is_valid(raise_exception=True)
-        memory = services.memory_update(memory=memory, actor=request_actor(request), **changes.validated_data)
+        values = dict(changes.validated_data)
+        agents = request.auth.agents
+        check_writable(agents, memory.agent_id)
+        if agents is not None and "agent_id" in values:
+            if values["agent_id"] is None:
+                check_writable(agents, None)  # a token held to agents cannot make a memory shared
+            values["agent_id"] = write_agent(agents, values["agent_id"])
+        memory = services.memory_update(memory=memory, actor=request_actor(request), **values)
         if not request.auth.has_scope(TokenScope.READ):
             # The row holds what others wrote (content, metadata, the run's context): a
             # write-only token, refused by GET, must not read it through PATCH.
             return Response({"id": str(memory.pk)})
-        return Response(MemoryDetailOut(memory).data)
+        return Response(MemoryDetailOut(memory, context={"agents": request.auth.agents}).data)
 
     @extend_schema(operation_id="memories_destroy", responses={204: None, **errors(404)})
     def delete(self, request, memory_id):
         memory = self._memory(request, memory_id)
+        check_writable(request.auth.agents, memory.agent_id)
         services.memory_delete(memory=memory, actor=request_actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -429,7 +443,7 @@ class SearchApi(APIView):
             mode=data["mode"],
             limit=data.get("limit"),
             token_budget=data.get("token_budget"),
-            filters=MemoryFilters(**data.get("filters", {})),
+            filters=MemoryFilters(**data.get("filters", {}), agents=request.auth.agents),
             explain=data["explain"],
             ranking_overrides=data.get("ranking"),
             now=data.get("now"),

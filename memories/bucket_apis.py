@@ -16,6 +16,7 @@ from memories import selectors
 from memories.services import buckets, pending_enrichment_count
 from tenants import selectors as tenant_selectors
 from tenants import services as tenant_services
+from tenants.agents import refuse_agent_held
 from tenants.apis import BucketOutput
 from tenants.models import MAX_RETENTION_DAYS, Scope
 from tenants.services import BUCKET_NAME_MAX
@@ -41,21 +42,31 @@ class BucketDetailApi(APIView):
     def _bucket(self, request, bucket_id):
         return tenant_selectors.bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
 
-    @extend_schema(operation_id="buckets_retrieve", responses={200: BucketDetailOutput, **errors(404)})
+    @extend_schema(
+        operation_id="buckets_retrieve",
+        responses={200: BucketDetailOutput, **errors(404)},
+        description="The bucket, with counts of the memories the token may read (of its agents' only, for a token "
+        "held to agents).",
+    )
     def get(self, request, bucket_id):
         bucket = self._bucket(request, bucket_id)
-        bucket.memory_count = selectors.memory_count(bucket=bucket)
-        bucket.pending_enrichment = pending_enrichment_count(bucket=bucket)
+        # Counts of what the token may read: a token held to agents learns nothing of the others'.
+        bucket.memory_count = selectors.memory_count(bucket=bucket, agents=request.auth.agents)
+        bucket.pending_enrichment = pending_enrichment_count(bucket=bucket, agents=request.auth.agents)
         return Response(BucketDetailOutput(bucket).data)
 
     @extend_schema(
         operation_id="buckets_update",
         request=UpdateInput,
         responses={200: BucketOutput, **errors(404, 409, *BODY)},
-        description='The bucket as GET returns it; a token without the read scope gets only {"id": ...}.',
+        description=(
+            'The bucket as GET returns it; a token without the read scope gets only {"id": ...}. A token held to '
+            "agents cannot change a bucket (403 agent_forbidden): every agent's memories live in it."
+        ),
     )
     def patch(self, request, bucket_id):
         bucket = self._bucket(request, bucket_id)
+        refuse_agent_held(request.auth, "change a bucket")
         data = self.UpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
         bucket = tenant_services.bucket_update(bucket=bucket, actor=request_actor(request), **data.validated_data)

@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from memories.models import Attribution, Scope
+from tenants.models import AgentRestriction
 
 # lookup → (SQL operator and placeholder, Django lookup). A filter whose value is None (or,
 # for tags, empty) is not applied.
@@ -74,6 +75,10 @@ class MemoryFilters:
     # The query time supersession is evaluated at when as_of is not given (set by the search,
     # not by a caller's input).
     reference_time: datetime | None = None
+    # The agents the request's token is held to (never a caller's input: the API sets it from
+    # request.auth.agents). Every search signal and listing reads through sql() / q(), so a
+    # token held to agents never meets another agent's memory.
+    agents: AgentRestriction | None = None
 
     def _applied(self):
         """(column, lookup, value) of every filter given, in declaration order."""
@@ -107,6 +112,10 @@ class MemoryFilters:
             # Expired now, whatever time a search evaluates dates at (and no parameter, so the
             # statement is the same from one search to the next: retrieval.stats caches by it).
             clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > now())")
+        if self.agents is not None:
+            clause, agent_params = self.agents.sql(f"{alias}.agent_id")
+            clauses.append(clause)
+            params += agent_params
         return " AND ".join(clauses), params
 
     def q(self) -> Q:
@@ -120,4 +129,6 @@ class MemoryFilters:
             condition &= current if moment is None else current | Q(superseded_at__gt=moment)
         if not self.include_expired:
             condition &= Q(expires_at__isnull=True) | Q(expires_at__gt=Now())
+        if self.agents is not None:
+            condition &= self.agents.q("agent_id")
         return condition

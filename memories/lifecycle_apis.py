@@ -15,6 +15,7 @@ from engram_site.openapi import cursor_page, errors
 from engram_site.pagination import DeletedCursorPagination, cursor_field, page_size_field
 from memories import selectors, services
 from memories.apis import MemoryDetailOut
+from tenants.agents import check_writable
 from tenants.models import Scope as TokenScope
 from tenants.selectors import bucket_get
 
@@ -94,10 +95,12 @@ class MemoryRestoreApi(APIView):
     )
     def post(self, request, memory_id):
         deleted = selectors.deleted_memory_get(tenant=request.auth.tenant, memory_id=memory_id, token=request.auth)
+        check_writable(request.auth.agents, (deleted.row or {}).get("agent_id"))
         memory = services.memory_restore(deleted=deleted, actor=request_actor(request))
         if not request.auth.has_scope(TokenScope.READ):
             return Response({"id": str(memory.pk)})
-        return Response(MemoryDetailOut(selectors.memory_get(tenant=request.auth.tenant, memory_id=memory.pk)).data)
+        restored = selectors.memory_get(tenant=request.auth.tenant, memory_id=memory.pk)
+        return Response(MemoryDetailOut(restored, context={"agents": request.auth.agents}).data)
 
 
 class DeletedMemoryOut(serializers.Serializer):
@@ -129,6 +132,7 @@ class DeletedMemoriesApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         self.Params(data=request.query_params.dict()).is_valid(raise_exception=True)
         paginator = DeletedCursorPagination()
-        page = paginator.paginate_queryset(selectors.deleted_memory_list(bucket=bucket), request, view=self)
+        deleted = selectors.deleted_memory_list(bucket=bucket, agents=request.auth.agents)
+        page = paginator.paginate_queryset(deleted, request, view=self)
         context = {"retention_days": bucket.retention_days}
         return paginator.get_paginated_response(DeletedMemoryOut(page, many=True, context=context).data)

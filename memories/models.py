@@ -282,6 +282,11 @@ class Memory(models.Model):
     def __str__(self) -> str:
         return self.content[:80]
 
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        """The memories an agent-limited token reads (``visible_to``; tenants.models.AgentRestriction)."""
+        return agents.q("agent_id")
+
     def last_access(self):
         """When retrieval last surfaced this memory: ``last_accessed_at``, or the newer
         time still waiting in ``memory_access`` when the queryset was annotated with it
@@ -393,3 +398,12 @@ class DeletedMemory(models.Model):
 
     def __str__(self) -> str:
         return self.content[:80]
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        """The deleted memories an agent-limited token reads: by the agent_id kept in ``row``
+        (a JSON string, or null / absent for a shared memory)."""
+        condition = Q(row__agent_id__in=list(agents.agent_ids))
+        if agents.include_shared:
+            condition |= Q(row__agent_id=None) | Q(row__agent_id__isnull=True)
+        return condition

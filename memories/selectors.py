@@ -8,13 +8,13 @@ from engram_site.exceptions import NotFound
 from memories import access
 from memories.filters import MemoryFilters
 from memories.models import PENDING_ENRICHMENT, DeletedMemory, Memory, MemoryVersion
-from tenants.models import ApiToken, Bucket, Tenant
+from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
 
 
 def memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None, for_update: bool = False) -> Memory:
     """The tenant's memory, or NotFound — also for another tenant's memory, a malformed
-    id, or a memory outside the token's bucket restriction."""
+    id, or a memory outside the token's bucket or agent restriction."""
     pk = parse_uuid(memory_id)
     if pk is None:
         raise NotFound("Memory not found.")
@@ -35,9 +35,10 @@ def memory_list(*, bucket: Bucket, filters: MemoryFilters, pending: bool | None 
     return queryset
 
 
-def memory_count(*, bucket: Bucket) -> int:
-    """How many memories ``bucket`` holds (idx_memories_tenant_bucket)."""
-    return Memory.objects.for_bucket(bucket).count()
+def memory_count(*, bucket: Bucket, agents: AgentRestriction | None = None) -> int:
+    """How many memories ``bucket`` holds (idx_memories_tenant_bucket); ``agents``: how many of
+    them a token held to agents may read."""
+    return Memory.objects.for_bucket(bucket).visible_to(agents).count()
 
 
 def deleted_memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None) -> DeletedMemory:
@@ -51,8 +52,8 @@ def deleted_memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = No
     return deleted
 
 
-def deleted_memory_list(*, bucket: Bucket) -> QuerySet[DeletedMemory]:
-    return DeletedMemory.objects.for_bucket(bucket)
+def deleted_memory_list(*, bucket: Bucket, agents: AgentRestriction | None = None) -> QuerySet[DeletedMemory]:
+    return DeletedMemory.objects.for_bucket(bucket).visible_to(agents)
 
 
 def memory_history(*, tenant: Tenant, memory_id, token: ApiToken | None = None) -> tuple[str, QuerySet]:

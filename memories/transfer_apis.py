@@ -52,6 +52,8 @@ from memories.services.transfer import (
     memories_export,
     memories_import,
 )
+from tenants.agents import write_agent
+from tenants.models import AgentRestriction
 from tenants.selectors import bucket_get, parse_uuid
 
 # The longest line an import reads; a longer one is rejected without being held in memory.
@@ -233,6 +235,18 @@ def import_lines(stream: BinaryIO) -> Iterator[ImportLine | RejectedLine]:
             yield parse_line(number, raw, validator)
 
 
+def held_to(lines: Iterator[ImportLine | RejectedLine], agents: AgentRestriction | None):
+    """``lines`` with each valid line's agent id as a write by a token held to ``agents`` takes
+    it (defaulted to its one agent), or the line rejected when that agent is not the token's."""
+    for line in lines:
+        if agents is not None and isinstance(line, ImportLine):
+            try:
+                line.item.agent_id = write_agent(agents, line.item.agent_id)
+            except DomainError as exc:
+                line = RejectedLine(line.number, exc.message, {"agent_id": [exc.message]})
+        yield line
+
+
 # --- the import body ------------------------------------------------------------------------------
 
 
@@ -309,7 +323,7 @@ class BucketExportApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Params(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
-        chunks = memories_export(bucket=bucket, **params.validated_data)
+        chunks = memories_export(bucket=bucket, agents=request.auth.agents, **params.validated_data)
         response = StreamingHttpResponse(chunks, content_type=MEDIA_TYPE)
         response["Content-Disposition"] = f'attachment; filename="bucket-{bucket.pk}.jsonl"'
         return response
@@ -368,8 +382,11 @@ class BucketImportApi(APIView):
 
             def read():
                 spool.seek(0)
-                return import_lines(spool)
+                return held_to(import_lines(spool), request.auth.agents)
 
             skip_invalid = params.validated_data["skip_invalid"]
-            report = memories_import(bucket=bucket, read=read, skip_invalid=skip_invalid, actor=request_actor(request))
+            report = memories_import(
+                bucket=bucket, read=read, skip_invalid=skip_invalid, actor=request_actor(request),
+                agents=request.auth.agents,
+            )  # fmt: skip
         return Response(ImportOut(report.as_dict()).data)

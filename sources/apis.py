@@ -21,6 +21,7 @@ from memories.apis import MAX_ID_CHARS, MetadataField
 from memories.models import Attribution
 from sources import selectors, services
 from sources.models import SourceKind, SourceStatus
+from tenants.agents import check_writable, write_agent
 from tenants.selectors import bucket_get
 
 MAX_TITLE_CHARS = 500
@@ -38,6 +39,19 @@ def _optional_text(max_length: int = MAX_ID_CHARS):
 
 def _submitted_by(request) -> str:
     return f"token:{request.auth.prefix}"
+
+
+def _held_to_agents(request, values: dict) -> dict:
+    """``values`` with the agent ids a token held to agents may submit: the source's defaulted
+    to its one agent (its memories carry it), and every message's its own or refused."""
+    agents = request.auth.agents
+    if agents is None:
+        return values
+    values["agent_id"] = write_agent(agents, values.get("agent_id"))
+    for message in values.get("messages", []):
+        if message.get("agent_id") is not None:
+            write_agent(agents, message["agent_id"])
+    return values
 
 
 SubmitOut = inline_serializer(
@@ -110,9 +124,11 @@ class DocumentsApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
+        values = _held_to_agents(request, dict(data.validated_data))
         result = services.source_submit_document(
-            bucket=bucket, submitted_by=_submitted_by(request), actor=request_actor(request), **data.validated_data
-        )
+            bucket=bucket, submitted_by=_submitted_by(request), actor=request_actor(request),
+            held_to=request.auth.agents, **values,
+        )  # fmt: skip
         return _accepted(result)
 
 
@@ -167,13 +183,14 @@ class ConversationsApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
-        values = dict(data.validated_data)
+        values = _held_to_agents(request, dict(data.validated_data))
         messages = [services.MessageInput(**m) for m in values.pop("messages")]
         result = services.source_submit_conversation(
             bucket=bucket,
             messages=messages,
             submitted_by=_submitted_by(request),
             actor=request_actor(request),
+            held_to=request.auth.agents,
             **values,
         )
         return _accepted(result)
@@ -185,7 +202,10 @@ class SourceOut(serializers.Serializer):
     kind = serializers.CharField()
     title = serializers.CharField()
     metadata = JSONObjectField()
-    options = JSONObjectField(help_text="speaker, agent_id, run_id, source_actor_id, ... as submitted")
+    options = JSONObjectField(
+        help_text="speaker, agent_id, run_id, source_actor_id, ... as submitted (held_to_agents: the agents of a "
+        "submitting token held to agents)"
+    )
     status = serializers.CharField()
     progress = serializers.SerializerMethodField()
     memories_created = serializers.IntegerField()
@@ -249,8 +269,9 @@ class BucketSourcesApi(APIView):
         params = self.Params(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
         sources = selectors.source_list(
-            bucket=bucket, status=params.validated_data.get("status"), kind=params.validated_data.get("kind")
-        )
+            bucket=bucket, status=params.validated_data.get("status"), kind=params.validated_data.get("kind"),
+            agents=request.auth.agents,
+        )  # fmt: skip
         paginator = CreatedCursorPagination()
         page = paginator.paginate_queryset(sources, request, view=self)
         return paginator.get_paginated_response(SourceOut(page, many=True).data)
@@ -284,7 +305,7 @@ class SourceDetailApi(APIView):
         params = self.Params(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
         offset, limit = params.validated_data["chunk_offset"], params.validated_data["chunk_limit"]
-        chunks = selectors.source_chunks(source=source, offset=offset, limit=limit)
+        chunks = selectors.source_chunks(source=source, offset=offset, limit=limit, agents=request.auth.agents)
         data = SourceOut(source).data
         data["chunks"] = ChunkOut(chunks, many=True).data
         data["chunk_offset"], data["chunk_limit"] = offset, limit
@@ -293,6 +314,7 @@ class SourceDetailApi(APIView):
     @extend_schema(operation_id="sources_destroy", responses={200: DeleteOut, **errors(404)})
     def delete(self, request, source_id):
         source = self._source(request, source_id)
+        check_writable(request.auth.agents, (source.options or {}).get("agent_id"))
         report = services.source_delete(source=source, actor=request_actor(request))
         return Response(
             {"id": source.pk, "memories_deleted": len(report.deleted_memories), "memories_kept": report.kept_memories}

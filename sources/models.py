@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.contrib.postgres.functions import RandomUUID
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from engram_site.db import TransactionNow
 from engram_site.querysets import BucketScopedQuerySet
@@ -105,6 +105,18 @@ class Source(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.title or self.pk}"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        """An agent-limited token sees a source whose agent (``options.agent_id``, which its
+        memories carry) it may read and none of whose messages names another agent."""
+        own = Q(options__agent_id__in=list(agents.agent_ids))
+        if agents.include_shared:
+            own |= Q(options__agent_id=None) | Q(options__agent_id__isnull=True)
+        foreign = SourceChunk.objects.filter(source_id=OuterRef("pk"), agent_id__isnull=False).exclude(
+            agent_id__in=list(agents.agent_ids)
+        )
+        return own & ~Q(Exists(foreign))
 
     @property
     def progress(self) -> float:

@@ -11,13 +11,13 @@ from django.db.models import QuerySet
 from engram_site.exceptions import NotFound
 from memories.models import Memory
 from sources.models import Source, SourceChunk, SourceChunkMemory
-from tenants.models import ApiToken, Bucket, Tenant
+from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
 
 
 def source_get(*, tenant: Tenant, source_id, token: ApiToken | None = None) -> Source:
     """The tenant's source, or NotFound — also for another tenant's source, a malformed id,
-    or a source outside the token's bucket restriction."""
+    or a source outside the token's bucket or agent restriction."""
     pk = parse_uuid(source_id)
     if pk is None:
         raise NotFound("Source not found.")
@@ -29,8 +29,10 @@ def source_get(*, tenant: Tenant, source_id, token: ApiToken | None = None) -> S
     return source
 
 
-def source_list(*, bucket: Bucket, status: str | None = None, kind: str | None = None) -> QuerySet[Source]:
-    queryset = Source.objects.for_bucket(bucket).defer("text", "messages")
+def source_list(
+    *, bucket: Bucket, status: str | None = None, kind: str | None = None, agents: AgentRestriction | None = None
+) -> QuerySet[Source]:
+    queryset = Source.objects.for_bucket(bucket).visible_to(agents).defer("text", "messages")
     if status:
         queryset = queryset.filter(status=status)
     if kind:
@@ -44,9 +46,13 @@ class ChunkView:
     memories: list[dict]
 
 
-def source_chunks(*, source: Source, offset: int = 0, limit: int = 100) -> list[ChunkView]:
+def source_chunks(
+    *, source: Source, offset: int = 0, limit: int = 100, agents: AgentRestriction | None = None
+) -> list[ChunkView]:
     """A page of the source's chunks in order, each with the memories drawn from it
-    (``{"id", "content", "created", "position"}``, in statement order)."""
+    (``{"id", "content", "created", "position"}``, in statement order; ``agents``: those a
+    token held to agents may read — a statement deduplicated onto another agent's memory is
+    not shown)."""
     chunks = list(SourceChunk.objects.filter(source_id=source.pk).order_by("ordinal")[offset : offset + limit])
     links = (
         SourceChunkMemory.objects.filter(chunk_id__in=[c.pk for c in chunks])
@@ -56,9 +62,9 @@ def source_chunks(*, source: Source, offset: int = 0, limit: int = 100) -> list[
     by_chunk: dict[uuid.UUID, list[dict]] = defaultdict(list)
     rows = list(links)
     contents = dict(
-        Memory.objects.filter(pk__in={r["memory_id"] for r in rows}, tenant_id=source.tenant_id).values_list(
-            "id", "content"
-        )
+        Memory.objects.filter(pk__in={r["memory_id"] for r in rows}, tenant_id=source.tenant_id)
+        .visible_to(agents)
+        .values_list("id", "content")
     )
     for row in rows:
         if row["memory_id"] in contents:
@@ -73,15 +79,15 @@ def source_chunks(*, source: Source, offset: int = 0, limit: int = 100) -> list[
     return [ChunkView(chunk=c, memories=by_chunk.get(c.pk, [])) for c in chunks]
 
 
-def memory_source(*, memory: Memory) -> dict | None:
+def memory_source(*, memory: Memory, agents: AgentRestriction | None = None) -> dict | None:
     """Where a memory came from: ``{"source_id", "chunk_id", "kind", "title"}`` of the source
-    that created it (else the first that stated it), or None for a memory written directly."""
-    link = (
-        SourceChunkMemory.objects.filter(memory_id=memory.pk, source__tenant_id=memory.tenant_id)
-        .order_by("-created", "id")
-        .values("source_id", "chunk_id", "source__kind", "source__title")
-        .first()
-    )
+    that created it (else the first that stated it), or None for a memory written directly.
+    ``agents``: among the sources a token held to agents may read (another agent's source that
+    stated the same text is not named)."""
+    links = SourceChunkMemory.objects.filter(memory_id=memory.pk, source__tenant_id=memory.tenant_id)
+    if agents is not None:
+        links = links.filter(source__in=Source.objects.visible_to(agents))
+    link = links.order_by("-created", "id").values("source_id", "chunk_id", "source__kind", "source__title").first()
     if link is None:
         return None
     return {

@@ -34,7 +34,7 @@ from memories.services import MemoryInput, constraint_name, hold_bucket, memorie
 from sources import distill
 from sources.chunking import chunk_document
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceKind, SourceStatus
-from tenants.models import Bucket, Tenant
+from tenants.models import AgentRestriction, Bucket, Tenant
 from tenants.selectors import parse_uuid
 
 logger = logging.getLogger(__name__)
@@ -184,11 +184,13 @@ def source_submit_document(
     source_actor_id: str | None = None,
     submitted_by: str = "",
     actor: Actor | None = None,
+    held_to: AgentRestriction | None = None,
 ) -> SubmitResult:
     """Store a document (text or Markdown) and its chunks, and queue its distillation.
 
     An identical document (same title, text and options; metadata aside) already in the
-    bucket is returned instead, with ``deduplicated=True``."""
+    bucket is returned instead, with ``deduplicated=True``. ``held_to``: the agents of the
+    submitting token, whose reads the distillation keeps to (:func:`_held_to`)."""
     options = {
         "created_at": created_at.isoformat() if created_at else None,
         "attributed_to": attributed_to,
@@ -196,6 +198,8 @@ def source_submit_document(
         "run_id": run_id,
         "source_actor_id": source_actor_id,
     }
+    hashed = {"title": title, "text": text, **options}
+    options |= _held_options(held_to)
     base = created_at or timezone.now()
 
     def chunks(source: Source) -> list[SourceChunk]:
@@ -208,7 +212,7 @@ def source_submit_document(
         ]
 
     return _submit(
-        bucket=bucket, kind=SourceKind.DOCUMENT, title=title, hashed={"title": title, "text": text, **options},
+        bucket=bucket, kind=SourceKind.DOCUMENT, title=title, hashed=hashed,
         metadata=metadata, options=options, chunks=chunks, text=text, submitted_by=submitted_by, actor=actor,
     )  # fmt: skip
 
@@ -226,8 +230,10 @@ def source_submit_conversation(
     source_actor_id: str | None = None,
     submitted_by: str = "",
     actor: Actor | None = None,
+    held_to: AgentRestriction | None = None,
 ) -> SubmitResult:
-    """Store a conversation, one chunk per message, and queue its distillation.
+    """Store a conversation, one chunk per message, and queue its distillation (``held_to``: as
+    for a document).
 
     A message without a timestamp takes the previous message's time plus a millisecond
     (the first one: now). ``speaker`` names the user (the ``source_actor_id`` of their
@@ -242,6 +248,8 @@ def source_submit_conversation(
         {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(m).items() if v is not None}
         for m in messages
     ]
+    hashed = {"title": title, "messages": raw, **options}
+    options |= _held_options(held_to)
     now = timezone.now()
 
     def chunks(source: Source) -> list[SourceChunk]:
@@ -264,7 +272,7 @@ def source_submit_conversation(
         return rows
 
     return _submit(
-        bucket=bucket, kind=SourceKind.CONVERSATION, title=title, hashed={"title": title, "messages": raw, **options},
+        bucket=bucket, kind=SourceKind.CONVERSATION, title=title, hashed=hashed,
         metadata=metadata, options=options, chunks=chunks, messages=raw, submitted_by=submitted_by, actor=actor,
     )  # fmt: skip
 
@@ -313,6 +321,23 @@ def _unit(source: Source, chunk: SourceChunk, previous: SourceChunk | None) -> d
         kind=source.kind, text=chunk.text, title=source.title, role=chunk.role, speaker=speaker,
         previous_text=previous.text if previous else None, previous_role=previous.role if previous else None,
     )  # fmt: skip
+
+
+def _held_options(held_to: AgentRestriction | None) -> dict:
+    """The options that remember a submitting token's agents (not part of the content hash)."""
+    if held_to is None:
+        return {}
+    return {"held_to_agents": list(held_to.agent_ids), "held_include_shared": held_to.include_shared}
+
+
+def _held_to(source: Source) -> AgentRestriction | None:
+    """The agents of the token that submitted ``source``, when it was held to agents: the
+    sequence context of its memories is then drawn only from memories those agents may read,
+    as for the token's own writes."""
+    options = source.options or {}
+    if not options.get("held_to_agents"):
+        return None
+    return AgentRestriction(tuple(options["held_to_agents"]), bool(options.get("held_include_shared")))
 
 
 def _memory_input(source: Source, chunk: SourceChunk, text: str, position: int) -> MemoryInput:
@@ -365,7 +390,8 @@ def _commit(source: Source, steps: list[_Step]) -> tuple[int, int, int]:
             for position, statement in enumerate(step.result.statements):
                 items.append(_memory_input(source, step.chunk, statement.text, position))
                 owners.append((step, position, statement))
-        results = memories_ingest(bucket=source.bucket, items=items, sequence=True) if items else []
+        held_to = _held_to(source)
+        results = memories_ingest(bucket=source.bucket, items=items, sequence=True, agents=held_to) if items else []
         links = []
         for (step, position, statement), ingested in zip(owners, results, strict=True):
             links.append(

@@ -14,6 +14,7 @@ from engram_site.fields import StrictCharField, StrictSerializer
 from engram_site.openapi import BODY, errors, limit_offset_page
 from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
 from tenants import selectors, services
+from tenants.agents import refuse_agent_held
 from tenants.services import BUCKET_NAME_MAX
 
 
@@ -56,6 +57,7 @@ class BucketListApi(APIView):
     def post(self, request):
         if request.auth.bucket_id is not None:
             raise Forbidden("This token is restricted to one bucket and cannot create buckets.")
+        refuse_agent_held(request.auth, "create a bucket")
         data = self.CreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         bucket = services.bucket_create(tenant=request.auth.tenant, actor=request_actor(request), **data.validated_data)

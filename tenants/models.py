@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -126,6 +127,45 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+MAX_TOKEN_AGENTS = 50
+MAX_AGENT_ID_CHARS = 200
+
+
+@dataclass(frozen=True)
+class AgentRestriction:
+    """The agents a token is held to (docs/API.md, "Tokens held to agents").
+
+    The token reads the memories whose ``agent_id`` is one of ``agent_ids`` (and, with
+    ``include_shared``, the shared ones, whose ``agent_id`` is null), and writes only
+    memories of those agents: shared memories are read-only to it. Everything a memory
+    reaches (its history, the graph's entities and edges, the sources it came from) follows
+    the memory. Applied in one place per kind of read: :meth:`q` for querysets (through
+    ``visible_to`` on every table that holds or reaches memories) and :meth:`sql` for the
+    search SQL (``MemoryFilters.agents``); writes are checked by tenants/agents.py.
+    """
+
+    agent_ids: tuple[str, ...]
+    include_shared: bool = False
+
+    def can_read(self, agent_id: str | None) -> bool:
+        return agent_id in self.agent_ids if agent_id is not None else self.include_shared
+
+    def can_write(self, agent_id: str | None) -> bool:
+        return agent_id is not None and agent_id in self.agent_ids
+
+    def q(self, field: str = "agent_id") -> models.Q:
+        """The readable rows as an ORM condition on ``field`` (a text column or expression)."""
+        condition = models.Q(**{f"{field}__in": list(self.agent_ids)})
+        if self.include_shared:
+            condition |= models.Q(**{f"{field}__isnull": True})
+        return condition
+
+    def sql(self, column: str) -> tuple[str, list]:
+        """The readable rows as SQL on ``column``, with its one parameter."""
+        shared = f" OR {column} IS NULL" if self.include_shared else ""
+        return f"({column} = ANY(%s::text[]){shared})", [list(self.agent_ids)]
+
+
 class ApiTokenQuerySet(TenantScopedQuerySet):
     def usable(self) -> ApiTokenQuerySet:
         return self.filter(revoked_at__isnull=True).filter(
@@ -144,6 +184,15 @@ class ApiToken(models.Model):
     scopes = ArrayField(models.CharField(max_length=16, choices=Scope.choices), default=list)
     # Optional restriction to a single bucket.
     bucket = models.ForeignKey(Bucket, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    # Optional restriction to agents (empty: every agent): the token reads, edits and deletes
+    # only these agents' memories, and writes only with these agent ids (AgentRestriction).
+    agent_ids = ArrayField(
+        models.CharField(max_length=MAX_AGENT_ID_CHARS), default=list, blank=True,
+        help_text="Only these agents' memories (empty: every agent's).",
+    )  # fmt: skip
+    include_shared = models.BooleanField(
+        default=False, help_text="With agent ids: may also read the shared memories, those without an agent."
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -189,6 +238,13 @@ class ApiToken(models.Model):
 
     def allows_bucket(self, bucket_id) -> bool:
         return self.bucket_id is None or str(self.bucket_id) == str(bucket_id)
+
+    @property
+    def agents(self) -> AgentRestriction | None:
+        """The token's agent restriction, or None when it reaches every agent's memories."""
+        if not self.agent_ids:
+            return None
+        return AgentRestriction(agent_ids=tuple(self.agent_ids), include_shared=self.include_shared)
 
 
 class OperatorMembershipQuerySet(TenantScopedQuerySet):

@@ -27,10 +27,13 @@ def parse_uuid(value) -> uuid.UUID | None:
 
 def token_scoped(queryset: QuerySet, *, tenant: Tenant, token: ApiToken | None) -> QuerySet:
     """``queryset`` (of a model with tenant and bucket) narrowed to ``tenant`` and, for a
-    bucket-restricted token, to that bucket: whatever lies outside is missing to the caller."""
+    bucket-restricted token, to that bucket, and for an agent-limited one to the rows its
+    agents may read (``visible_to``): whatever lies outside is missing to the caller."""
     queryset = queryset.filter(tenant_id=tenant.pk)
     if token is not None and token.bucket_id is not None:
         queryset = queryset.filter(bucket_id=token.bucket_id)
+    if token is not None:
+        queryset = queryset.visible_to(token.agents)
     return queryset
 
 

@@ -13,7 +13,16 @@ from django.utils.text import slugify
 
 from audit.services import Actor, audit_record, audit_record_per_tenant
 from engram_site.exceptions import Conflict, DomainError
-from tenants.models import ApiToken, Bucket, OperatorMembership, Scope, Tenant, hash_token
+from tenants.models import (
+    MAX_AGENT_ID_CHARS,
+    MAX_TOKEN_AGENTS,
+    ApiToken,
+    Bucket,
+    OperatorMembership,
+    Scope,
+    Tenant,
+    hash_token,
+)
 
 BUCKET_NAME_MAX = 200
 
@@ -54,6 +63,28 @@ def parse_scopes(value: str | list[str]) -> list[str]:
     return scopes
 
 
+def parse_agent_ids(value: str | list[str] | None) -> list[str]:
+    """Agent ids of a token (a list, or a comma-separated string): stripped, each once, in the
+    order given; empty means the token is not held to agents. 400 on an empty or over-long id."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    agents: list[str] = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            if isinstance(value, str) and isinstance(item, str):
+                continue  # "a, ,b" or a trailing comma in a command line
+            raise DomainError("An agent id must be a non-empty string.", code="invalid_agent_ids")
+        agent = item.strip()
+        if len(agent) > MAX_AGENT_ID_CHARS:
+            raise DomainError(f"An agent id is at most {MAX_AGENT_ID_CHARS} characters.", code="invalid_agent_ids")
+        if agent not in agents:
+            agents.append(agent)
+    if len(agents) > MAX_TOKEN_AGENTS:
+        raise DomainError(f"A token is held to at most {MAX_TOKEN_AGENTS} agents.", code="invalid_agent_ids")
+    return agents
+
+
 def token_issue(
     *,
     tenant: Tenant,
@@ -61,12 +92,29 @@ def token_issue(
     scopes: list[str],
     bucket: Bucket | None = None,
     expires_at: datetime | None = None,
+    agent_ids: list[str] | str | None = None,
+    include_shared: bool = False,
     actor: Actor | None = None,
 ) -> IssuedToken:
     """Create a token and return it with its secret. Only a hash of the secret is stored.
-    Audited as ``token.create`` (with an ``actor``) in the same transaction."""
+    Audited as ``token.create`` (with an ``actor``) in the same transaction.
+
+    ``agent_ids`` holds the token to those agents' memories (``include_shared``: and the
+    shared ones, read-only). Such a token cannot have the admin scope: admin operations
+    (deleting or merging a bucket, erasure) act on every agent's memories."""
     if bucket is not None and bucket.tenant_id != tenant.pk:
         raise DomainError("The bucket belongs to another tenant.")
+    agents = parse_agent_ids(agent_ids)
+    scopes = parse_scopes(scopes)
+    if agents and Scope.ADMIN in scopes:
+        raise DomainError(
+            "A token held to agents cannot have the admin scope: admin operations reach every agent's memories.",
+            code="invalid_agent_ids",
+        )
+    if include_shared and not agents:
+        raise DomainError(
+            "include_shared only applies to a token held to agents: give agent_ids too.", code="invalid_agent_ids"
+        )
     if expires_at is not None and expires_at <= timezone.now():
         raise DomainError("expires_at must be in the future.")
     secret = ApiToken.generate_secret()
@@ -76,15 +124,18 @@ def token_issue(
             name=(name or "token").strip()[:200],
             prefix=secret[:12],
             token_hash=hash_token(secret),
-            scopes=parse_scopes(scopes),
+            scopes=scopes,
             bucket=bucket,
             expires_at=expires_at,
+            agent_ids=agents,
+            include_shared=include_shared,
         )
         if actor is not None:
             audit_record(
                 actor=actor, action="token.create", tenant=tenant, object_type="token", object_ids=[token.pk],
                 details={"name": token.name, "prefix": token.prefix, "scopes": token.scopes,
-                         "bucket_id": str(token.bucket_id) if token.bucket_id else None},
+                         "bucket_id": str(token.bucket_id) if token.bucket_id else None,
+                         "agent_ids": token.agent_ids, "include_shared": token.include_shared},
             )  # fmt: skip
     return IssuedToken(token=token, secret=secret)
 

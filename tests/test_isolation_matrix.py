@@ -817,3 +817,254 @@ def test_json_bodies_compare_equal_modulo_ids():
     body = json.dumps({"detail": "Bucket not found.", "id": a}).encode()
     assert normalised(body, [a, b]) == normalised(body.replace(a.encode(), b.encode()), [a, b])
     assert normalised(b'{"detail": "x"}', [a]) != normalised(b'{"detail": "y"}', [a])
+
+
+# --- endpoint × agent: tokens held to agents ---------------------------------------------------------
+#
+# One tenant, one bucket, two agents. A token held to agent alfa (read and write, and allowed the
+# shared memories, so only the agent rule can refuse) aims every route at agent beta's objects:
+# a route that takes an object id answers 404 exactly as for a random id and changes nothing; a
+# write as beta is refused (403 agent_forbidden, or the import's 400) and changes nothing; lists,
+# searches and exports never show beta's rows. The same calls aimed at alfa's own objects succeed
+# (and the lists show alfa's rows): the matrix fails if the restriction stops everything.
+
+ALFA, BETA, SHARED = "zqxalfa", "zqxbeta", "zqxshared"
+AGENT_MARKS = {"alfa": ALFA, "beta": BETA}
+
+
+@dataclass
+class AgentWorld:
+    bucket: object
+    objects: dict  # (agent, role) -> object: roles memory, deleted, entity, edge, source
+    client: object  # the token held to alfa
+
+    def ids(self, agent: str) -> dict[str, str]:
+        ids = {role: str(obj.pk) for (owner, role), obj in self.objects.items() if owner == agent}
+        return {**ids, "bucket": str(self.bucket.pk)}
+
+    def all_ids(self) -> list[str]:
+        return [str(obj.pk) for obj in self.objects.values()]
+
+
+@pytest.fixture
+def agent_world(tenant) -> AgentWorld:
+    bucket = services.bucket_create(tenant=tenant, name="agents")
+    objects = {}
+    for agent, mark in AGENT_MARKS.items():
+        items = [
+            MemoryInput(content=f"{mark} Marta keeps the lighthouse in Porto.", agent_id=agent),
+            MemoryInput(content=f"{mark} Marta keeps a lighthouse near Porto.", agent_id=agent),
+            MemoryInput(content=f"{mark} Marta once kept a diary, now deleted.", agent_id=agent),
+        ]
+        m1, _m2, m3 = [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
+        memory_delete(memory=Memory.objects.get(pk=m3))
+        entity, edge = _graph(bucket, m1, mark)
+        source = source_submit_document(
+            bucket=bucket, title=f"{mark} notes", text=f"{mark} Marta likes tea.", agent_id=agent
+        ).source
+        objects |= {
+            (agent, "memory"): _memory(m1), (agent, "deleted"): DeletedMemory.objects.get(pk=m3),
+            (agent, "entity"): entity, (agent, "edge"): edge, (agent, "source"): source,
+        }  # fmt: skip
+    memories_ingest(bucket=bucket, items=[MemoryInput(content=f"{SHARED} The tide tables hang by the door.")])
+    client = make_client(tenant, scopes=("read", "write"), agent_ids=["alfa"], include_shared=True)
+    return AgentWorld(bucket=bucket, objects=objects, client=client)
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """A call of the agent matrix. ``kwargs``: url kwarg -> role of the object it names (the
+    other agent's, then the token's own). ``data(agent, ids)``: the body or query, writing as
+    ``agent`` where it writes. ``refused``: the status when aimed at the other agent (404 for an
+    object id: missing, as for a random id). ``own``: the statuses aimed at the token's own.
+    ``shows``: a read whose answer must show the token's own rows."""
+
+    kwargs: dict = field(default_factory=dict)
+    data: Callable[[str, dict], dict] | None = None
+    refused: int = 404
+    own: tuple = (200, 201, 202, 204)
+    shows: bool = False
+    jsonl: bool = False  # the body is one JSON Lines line (the import)
+
+
+def _agent_search(mode):
+    return AgentCall(
+        {"bucket_id": "bucket"},
+        lambda agent, ids: {"query": f"{ALFA} {BETA} Marta lighthouse Porto", "mode": mode, "explain": True},
+        refused=200, shows=mode != "graph",
+    )  # fmt: skip
+
+
+READS = 200  # a read of the bucket: answered, without the other agent's rows
+AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
+    "memory-detail": {
+        "GET": [AgentCall({"memory_id": "memory"})],
+        "PATCH": [
+            AgentCall({"memory_id": "memory"}, lambda agent, ids: {"content": "overwritten", "hint_tags": ["x"]})
+        ],
+        "DELETE": [AgentCall({"memory_id": "memory"})],
+    },
+    "memory-history": {"GET": [AgentCall({"memory_id": "memory"}), AgentCall({"memory_id": "deleted"})]},
+    "memory-restore": {"POST": [AgentCall({"memory_id": "deleted"})]},
+    "entity-detail": {"GET": [AgentCall({"entity_id": "entity"})]},
+    "edge-memories": {"GET": [AgentCall({"edge_id": "edge"})]},
+    "source-detail": {"GET": [AgentCall({"source_id": "source"})], "DELETE": [AgentCall({"source_id": "source"})]},
+    "bucket-detail": {
+        "GET": [AgentCall({"bucket_id": "bucket"}, refused=READS)],
+        # A bucket holds every agent's memories: a token held to agents changes none (nor its own).
+        "PATCH": [AgentCall({"bucket_id": "bucket"}, lambda agent, ids: {"name": "renamed"}, refused=403, own=(403,))],
+        "DELETE": [AgentCall({"bucket_id": "bucket"}, refused=403, own=(403,))],  # admin scope: never held to agents
+    },
+    "bucket-memories": {
+        "GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)],
+        "POST": [
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {"content": f"planted {agent}", "agent_id": agent},
+                refused=403,
+            ),
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {
+                    "memories": [
+                        {"content": f"planted one {agent}"},
+                        {"content": f"planted two {agent}", "agent_id": agent},
+                    ]
+                },
+                refused=403,
+            ),
+        ],  # fmt: skip
+    },
+    "bucket-export": {
+        "GET": [AgentCall({"bucket_id": "bucket"}, lambda agent, ids: {"versions": "true"}, refused=READS, shows=True)]
+    },
+    "bucket-import": {
+        "POST": [
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {"content": f"planted {agent}", "agent_id": agent},
+                refused=400,
+                jsonl=True,
+            )
+        ]
+    },  # fmt: skip
+    "bucket-search": {"POST": [_agent_search(m) for m in ("hybrid", "keyword", "vector", "graph")]},
+    "bucket-entities": {
+        "GET": [
+            AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True),
+            AgentCall({"bucket_id": "bucket"}, lambda agent, ids: {"q": "marta"}, refused=READS, shows=True),
+        ]
+    },
+    "bucket-edges": {
+        "GET": [
+            AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True),
+            AgentCall({"bucket_id": "bucket"}, lambda agent, ids: {"entity": ids["entity"]}, refused=READS),
+        ]
+    },
+    "bucket-documents": {
+        "POST": [
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {"title": "planted", "text": f"A fact {agent}.", "agent_id": agent},
+                refused=403,
+            )
+        ]
+    },  # fmt: skip
+    "bucket-conversations": {
+        "POST": [
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {"messages": [{"role": "user", "content": f"A fact {agent}.", "agent_id": agent}]},
+                refused=403,
+            )
+        ]
+    },  # fmt: skip
+    "bucket-sources": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
+    "bucket-deleted": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
+    # Admin scope: a token held to agents cannot have it (tenants.services.token_issue).
+    "bucket-merge": {
+        "POST": [
+            AgentCall(
+                {"bucket_id": "bucket"}, lambda agent, ids: {"target_bucket_id": ids["bucket"]}, refused=403, own=(403,)
+            )
+        ]
+    },  # fmt: skip
+    "erasure": {"POST": [AgentCall(data=lambda agent, ids: {"agent_id": agent}, refused=403, own=(403,))]},
+}
+# Routes of API_ROUTES the agent matrix need not aim: what they are and where that is checked.
+AGENT_EXEMPT = {
+    "bucket-list": "buckets are the tenant's, not an agent's; creating one is refused: tests/test_agent_tokens.py",
+}
+
+
+def test_every_api_route_and_method_is_in_the_agent_matrix():
+    missing = []
+    for name, calls in API_ROUTES.items():
+        if name in AGENT_EXEMPT:
+            continue
+        if name not in AGENT_ROUTES:
+            missing.append(name)
+            continue
+        methods = set(calls) if isinstance(calls, dict) else _api_methods(_api_view(name))
+        missing += [f"{method} {name}" for method in sorted(methods - set(AGENT_ROUTES[name]))]
+    assert not missing, (
+        "API routes the agent matrix does not exercise (tests/test_isolation_matrix.py AGENT_ROUTES): every route "
+        f"that reaches memories must show how a token held to one agent is kept from another's: {missing}"
+    )
+    assert not set(AGENT_ROUTES) - set(API_ROUTES), "AGENT_ROUTES names routes the API does not have"
+
+
+def _body(response) -> bytes:
+    return b"".join(response.streaming_content) if response.streaming else response.content
+
+
+def _agent_request(client, method: str, url: str, call: AgentCall, data):
+    if call.jsonl:
+        return client.post(url, data=json.dumps(data).encode() + b"\n", content_type="application/x-ndjson")
+    return _api_request(client, method, url, data)
+
+
+def _method_order(method: str) -> int:
+    return {"DELETE": 2, "POST": 1}.get(method, 0)  # the token's own object deleted last
+
+
+@pytest.mark.parametrize("name", sorted(AGENT_ROUTES))
+def test_a_token_held_to_an_agent_is_refused_every_path_to_another_agents_memories(agent_world, name):
+    world, client = agent_world, agent_world.client
+    theirs, mine = world.ids("beta"), world.ids("alfa")
+    scrub = [*world.all_ids(), str(world.bucket.pk)]
+    for method in sorted(AGENT_ROUTES[name], key=_method_order):
+        for call in AGENT_ROUTES[name][method]:
+            where = f"{method} {name} {call}"
+
+            def url(ids, call=call):
+                return reverse(name, kwargs={k: ids[v] for k, v in call.kwargs.items()})
+
+            # Aimed at beta: refused (or, for a read of the bucket, without beta's rows); nothing changes.
+            before = db_snapshot()
+            refused = _agent_request(
+                client, method, url(theirs), call, call.data("beta", theirs) if call.data else None
+            )
+            body = _body(refused)
+            assert_unchanged(before, f"agent alfa: {where}")
+            assert refused.status_code == call.refused, f"{where}: {refused.status_code} {body[:300]!r}"
+            assert BETA not in body.decode(errors="replace"), f"{where} shows agent beta's rows"
+            for value in world.ids("beta").values():
+                if value != str(world.bucket.pk):
+                    assert value not in body.decode(errors="replace"), f"{where} shows one of beta's ids"
+            if call.refused == 404:
+                random = {role: str(uuid.uuid4()) for role in call.kwargs.values()}
+                control = _agent_request(client, method, url({**theirs, **random}), call,
+                                         call.data("beta", {**theirs, **random}) if call.data else None)  # fmt: skip
+                assert normalised(body, [*scrub, *random.values()]) == normalised(
+                    _body(control), [*scrub, *random.values()]
+                ), f"{where}: answers unlike a random id"
+            if call.refused == 403:
+                assert refused.json()["code"] in ("agent_forbidden", "permission_denied"), f"{where}: {body[:200]!r}"
+            # Aimed at alfa, the token's own agent: it goes through (the matrix can fail).
+            allowed = _agent_request(client, method, url(mine), call, call.data("alfa", mine) if call.data else None)
+            own_body = _body(allowed)
+            assert allowed.status_code in call.own, f"own {where}: {allowed.status_code} {own_body[:300]!r}"
+            assert BETA not in own_body.decode(errors="replace"), f"own {where} shows agent beta's rows"
+            if call.shows:
+                assert ALFA in own_body.decode(errors="replace"), f"own {where} does not show alfa's rows"

@@ -41,14 +41,15 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory):
         outsider = tenant_services.tenant_create(name="MCP outsider")
         tenant_services.bucket_create(tenant=outsider, name="theirs")
 
-        def token(owner, scopes, bucket=None) -> str:
-            return tenant_services.token_issue(tenant=owner, name="t", scopes=scopes, bucket=bucket).secret
+        def token(owner, scopes, bucket=None, **kwargs) -> str:
+            return tenant_services.token_issue(tenant=owner, name="t", scopes=scopes, bucket=bucket, **kwargs).secret
 
         tokens = SimpleNamespace(
             read_write=token(tenant, ["read", "write"]),
             read_only=token(tenant, ["read"]),
             notes_only=token(tenant, ["read", "write"], bucket=notes),
             outsider=token(outsider, ["admin"]),
+            alfa_only=token(tenant, ["read", "write"], agent_ids=["alfa"]),
         )
     try:
         env = base_env(DATABASE_URL=test_database_url(), ENGRAM_EMBEDDINGS="off", ENGRAM_MAX_BODY_BYTES="100000")
@@ -158,6 +159,38 @@ def test_a_token_restricted_to_a_bucket_uses_it_without_being_told(server):
     assert not refused and added["bucket"] == server.notes
     assert main_refused and "not found" in message.lower(), message
     assert str(Memory.objects.get(content="Filed in notes by default.").bucket_id) == server.notes
+
+
+def test_a_token_held_to_an_agent_reaches_only_its_agents_memories_through_the_tools(server):
+    async def beta(client):
+        added = await call(client, "add_memories", bucket=server.main, contents="Beta's heron nests by the weir.",
+                           agent_id="beta")  # fmt: skip
+        return added[1]["memories"][0]["id"]
+
+    beta_id = session(server, server.tokens.read_write, beta)
+
+    async def alfa(client):
+        return [
+            await call(client, "add_memories", bucket=server.main, contents="Alfa's heron fishes at dawn."),
+            await call(client, "search_memories", bucket=server.main, query="heron"),
+            await call(client, "get_memory", id=beta_id),
+            await call(client, "update_memory", id=beta_id, content="Overwritten by alfa."),
+            await call(client, "delete_memory", id=beta_id),
+            await call(client, "add_memories", bucket=server.main, contents="Alfa posing as beta.", agent_id="beta"),
+        ]
+
+    (refused, added), (search_refused, found), *refusals, (posing_refused, posing) = session(
+        server, server.tokens.alfa_only, alfa
+    )
+    assert not refused and not search_refused
+    alfa_id = added["memories"][0]["id"]
+    assert Memory.objects.get(pk=alfa_id).agent_id == "alfa"  # the token's one agent, without being told
+    assert [hit["id"] for hit in found["results"]] == [alfa_id]
+    for refused, message in refusals:
+        assert refused and "not found" in message.lower(), message
+    assert posing_refused and "agent" in posing, posing
+    assert Memory.objects.get(pk=beta_id).content == "Beta's heron nests by the weir."
+    assert not Memory.objects.filter(content="Alfa posing as beta.").exists()
 
 
 def test_the_endpoint_refuses_like_the_api(server):

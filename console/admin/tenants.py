@@ -8,6 +8,7 @@ from django.utils import timezone
 from audit.services import Actor, audit_record
 from console.actions import confirm_action, confirmed
 from console.scoping import TenantScopedAdmin, is_unrestricted
+from engram_site.exceptions import DomainError
 from memories.services import buckets
 from tenants import services
 from tenants.models import ApiToken, Bucket, OperatorMembership, Scope, Tenant
@@ -138,13 +139,29 @@ class ApiTokenCreationForm(forms.ModelForm):
     scopes = forms.MultipleChoiceField(
         choices=Scope.choices, initial=[Scope.READ, Scope.WRITE], widget=forms.CheckboxSelectMultiple
     )
+    agent_ids = forms.CharField(
+        required=False,
+        label="Agent ids",
+        help_text="Comma-separated. The token then reads, edits and deletes only these agents' memories and "
+        "writes only as them (no admin scope). Empty: every agent's memories.",
+    )
 
     class Meta:
         model = ApiToken
-        fields = ["tenant", "name", "scopes", "bucket", "expires_at"]
+        fields = ["tenant", "name", "scopes", "bucket", "agent_ids", "include_shared", "expires_at"]
+
+    def clean_agent_ids(self):
+        try:
+            return services.parse_agent_ids(self.cleaned_data.get("agent_ids") or "")
+        except DomainError as exc:
+            raise forms.ValidationError(exc.message) from None
 
     def clean(self):
         data = super().clean()
+        if data.get("agent_ids") and Scope.ADMIN in (data.get("scopes") or []):
+            raise forms.ValidationError("A token held to agents cannot have the admin scope.")
+        if data.get("include_shared") and not data.get("agent_ids"):
+            raise forms.ValidationError("'Include shared' applies only to a token held to agents.")
         bucket, tenant = data.get("bucket"), data.get("tenant")
         if bucket and tenant and bucket.tenant_id != tenant.pk:
             raise forms.ValidationError("The bucket belongs to another tenant.")
@@ -162,6 +179,7 @@ class ApiTokenAdmin(TenantScopedAdmin):
         "tenant",
         "scopes",
         "bucket",
+        "agent_ids",
         "created_at",
         "expires_at",
         "revoked_at",
@@ -187,6 +205,8 @@ class ApiTokenAdmin(TenantScopedAdmin):
             "prefix",
             "scopes",
             "bucket",
+            "agent_ids",
+            "include_shared",
             "created_at",
             "expires_at",
             "revoked_at",
@@ -195,7 +215,7 @@ class ApiTokenAdmin(TenantScopedAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ["tenant", "name", "scopes", "bucket", "expires_at"]
+            return ["tenant", "name", "scopes", "bucket", "agent_ids", "include_shared", "expires_at"]
         return self.get_readonly_fields(request, obj)
 
     def save_model(self, request, obj, form, change):
@@ -207,6 +227,8 @@ class ApiTokenAdmin(TenantScopedAdmin):
             scopes=form.cleaned_data["scopes"],
             bucket=form.cleaned_data.get("bucket"),
             expires_at=form.cleaned_data.get("expires_at"),
+            agent_ids=form.cleaned_data.get("agent_ids"),
+            include_shared=bool(form.cleaned_data.get("include_shared")),
             actor=_actor(request),
         )
         obj.pk = issued.token.pk

@@ -17,7 +17,7 @@ from django.db.models import Q
 from memories.models import PENDING_ENRICHMENT, Memory
 from memories.services.events import note_writes
 from memories.services.ingest import MemoryInput, Row, embed_rows, lemmatize_rows
-from tenants.models import Bucket
+from tenants.models import AgentRestriction, Bucket
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +70,11 @@ def _pending(*, kind: str, bucket: Bucket | None, memory_ids: Iterable | None):
     return queryset
 
 
-def pending_enrichment_count(*, bucket: Bucket | None = None, kind: str = "all") -> int:
-    return _pending(kind=kind, bucket=bucket, memory_ids=None).count()
+def pending_enrichment_count(
+    *, bucket: Bucket | None = None, kind: str = "all", agents: AgentRestriction | None = None
+) -> int:
+    """Rows waiting for enrichment (``agents``: of those a token held to agents may read)."""
+    return _pending(kind=kind, bucket=bucket, memory_ids=None).visible_to(agents).count()
 
 
 def memories_enrich_pending(

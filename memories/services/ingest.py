@@ -32,7 +32,7 @@ from memories import embedding, hooks, lemmatizer, signals
 from memories.models import Memory
 from memories.services.events import note_writes, send_safely
 from memories.text import embedding_text, hash_key
-from tenants.models import Bucket
+from tenants.models import AgentRestriction, Bucket
 
 logger = logging.getLogger(__name__)
 
@@ -256,16 +256,19 @@ def count_tokens(rows: list[Row]) -> None:
 # --- sequence context -------------------------------------------------------------------
 
 
-def _previous_in_run(bucket: Bucket, run_id: str, before: datetime, limit: int) -> tuple[list[str], int]:
+def _previous_in_run(
+    bucket: Bucket, run_id: str, before: datetime, limit: int, agents: AgentRestriction | None = None
+) -> tuple[list[str], int]:
     """The contents of the last ``limit`` memories of a run written before ``before``, oldest
-    first, and the position the run's next memory takes."""
-    previous = list(
-        Memory.objects.for_bucket(bucket)
-        .filter(run_id=run_id, created_at__lt=before)
-        .order_by("-created_at", "-id")
-        .values_list("content", "sequence_index")[:limit]
-    )
-    next_index = max((index for _content, index in previous if index is not None), default=-1) + 1
+    first, and the position the run's next memory takes. For a writer held to ``agents`` the
+    contents are of the memories it may read only: another agent's text must not become its
+    memory's context (the position still counts every memory of the run)."""
+    run = Memory.objects.for_bucket(bucket).filter(run_id=run_id, created_at__lt=before).order_by("-created_at", "-id")
+    previous = list(run.visible_to(agents).values_list("content", "sequence_index")[:limit])
+    indexes = [index for _content, index in previous]
+    if agents is not None:
+        indexes = list(run.values_list("sequence_index", flat=True)[:limit])
+    next_index = max((index for index in indexes if index is not None), default=-1) + 1
     return [content for content, _index in previous[::-1]], next_index
 
 
@@ -274,7 +277,7 @@ def run_sequence_id(bucket: Bucket, run_id: str) -> uuid.UUID:
     return uuid.uuid5(bucket.pk, f"run:{run_id}")
 
 
-def _assign_context(bucket: Bucket, rows: list[Row], *, sequence: bool) -> None:
+def _assign_context(bucket: Bucket, rows: list[Row], *, sequence: bool, agents: AgentRestriction | None = None) -> None:
     """Give each row the text of its one or two predecessors in its sequence.
 
     A sequence is a run (same ``run_id``, continuing across requests) or, for rows
@@ -295,7 +298,7 @@ def _assign_context(bucket: Bucket, rows: list[Row], *, sequence: bool) -> None:
             if key is None:
                 history[key], positions[key] = [], (uuid.uuid4(), 0)
             else:
-                history[key], first = _previous_in_run(bucket, key, row.created_at, CONTEXT_PREDECESSORS)
+                history[key], first = _previous_in_run(bucket, key, row.created_at, CONTEXT_PREDECESSORS, agents)
                 positions[key] = (run_sequence_id(bucket, key), first)
         previous = history[key][-CONTEXT_PREDECESSORS:]
         if previous:
@@ -412,6 +415,7 @@ def memories_ingest(
     actor: Actor | None = None,
     carried: list[Carried | None] | None = None,
     embed: bool = True,
+    agents: AgentRestriction | None = None,
 ) -> list[IngestResult]:
     """Store ``items`` in ``bucket`` (in order) and return one result per item.
 
@@ -424,7 +428,9 @@ def memories_ingest(
     ``carried`` (one entry per item, or None) gives an item the derived columns it brings
     along (an import): its context and sequence place replace the ones ``sequence`` would
     assign, its vectors the model's. ``embed=False`` leaves the vectors no item carries to
-    the enrichment sweep instead of computing them now.
+    the enrichment sweep instead of computing them now. ``agents``: the restriction of the
+    writing token (its items' agent ids are checked by the caller); a run's context is then
+    drawn from the memories it may read.
     """
     if not items:
         return []
@@ -444,9 +450,10 @@ def memories_ingest(
             )
         )
     if carried is None:
-        _assign_context(bucket, rows, sequence=sequence)
+        _assign_context(bucket, rows, sequence=sequence, agents=agents)
     else:
-        _assign_context(bucket, [r for r, c in zip(rows, carried, strict=True) if c is None], sequence=sequence)
+        own = [r for r, c in zip(rows, carried, strict=True) if c is None]
+        _assign_context(bucket, own, sequence=sequence, agents=agents)
         for row, extra in zip(rows, carried, strict=True):
             if extra is not None:
                 row.carry(extra)

@@ -33,7 +33,7 @@ from memories.links import RESERVED_PREFIX
 from memories.models import EMBEDDING_DIMENSIONS, Memory, MemoryVersion
 from memories.services.enrichment import pending_enrichment_count
 from memories.services.ingest import Carried, MemoryInput, memories_ingest, run_sequence_id
-from tenants.models import Bucket
+from tenants.models import AgentRestriction, Bucket
 
 MEDIA_TYPE = "application/x-ndjson"
 # Rows per export query and per import transaction.
@@ -90,10 +90,13 @@ def _snapshot():
         yield
 
 
-def _keyset_pages(bucket: Bucket, columns: list[str], batch_size: int) -> Iterator[list[dict]]:
+def _keyset_pages(
+    bucket: Bucket, columns: list[str], batch_size: int, agents: AgentRestriction | None = None
+) -> Iterator[list[dict]]:
     """The bucket's rows in (created_at, id) order, a page at a time (idx_memories_bucket_created).
-    A row without created_at (none is written so) comes last, in id order."""
-    rows = Memory.objects.for_bucket(bucket).values(*columns)
+    A row without created_at (none is written so) comes last, in id order. ``agents``: only the
+    rows a token held to agents may read."""
+    rows = Memory.objects.for_bucket(bucket).visible_to(agents).values(*columns)
     after = None
     while True:
         page = rows.filter(created_at__isnull=False)
@@ -167,20 +170,26 @@ def _histories(bucket: Bucket, memory_ids: list) -> dict:
 
 
 def memories_export(
-    *, bucket: Bucket, versions: bool = False, embeddings: bool = False, batch_size: int = EXPORT_BATCH
+    *,
+    bucket: Bucket,
+    versions: bool = False,
+    embeddings: bool = False,
+    batch_size: int = EXPORT_BATCH,
+    agents: AgentRestriction | None = None,
 ) -> Iterator[bytes]:
     """``bucket``'s memories as JSON Lines, one chunk of up to ``batch_size`` lines at a time.
 
     Expired memories are included (with their ``expires_at``). ``versions`` adds each
     memory's history, ``embeddings`` its vectors. A generator: nothing is read until the first
-    chunk is asked for, and no more than a batch is held at once.
+    chunk is asked for, and no more than a batch is held at once. ``agents``: only the memories
+    a token held to agents may read.
     """
     columns = ["id", *CLIENT_FIELDS, "context_text", "sequence_id", "sequence_index", "classified_scope",
                "classified_topic"]  # fmt: skip
     if embeddings:
         columns += ["embedding", "context_embedding"]
     with _snapshot():
-        for batch in _keyset_pages(bucket, columns, batch_size):
+        for batch in _keyset_pages(bucket, columns, batch_size, agents):
             history = _histories(bucket, [row["id"] for row in batch]) if versions else None
             lines = []
             for row in batch:
@@ -319,6 +328,7 @@ def memories_import(
     skip_invalid: bool = False,
     actor: Actor | None = None,
     batch_size: int = IMPORT_BATCH,
+    agents: AgentRestriction | None = None,
 ) -> ImportReport:
     """Import the lines ``read()`` yields into ``bucket``; return the counts.
 
@@ -356,5 +366,5 @@ def memories_import(
         _import_batch(bucket, batch, report, actor)
     if report.rejected_count == report.lines:
         _refuse(report)  # not one valid line: not memories at all (and nothing was written)
-    report.pending_enrichment = pending_enrichment_count(bucket=bucket)
+    report.pending_enrichment = pending_enrichment_count(bucket=bucket, agents=agents)
     return report
