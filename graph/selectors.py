@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from engram_site.exceptions import NotFound
 from graph.extract import first_name_variants, normalize_name
@@ -130,3 +130,9 @@ def entity_memories(*, entity: Entity) -> QuerySet[Memory]:
         .defer("embedding", "context_embedding")
         .order_by("-created_at", "id")
     )
+
+
+def entity_counts(*, bucket_ids: list) -> dict:
+    """bucket id -> number of entities (graph_entities_bucket)."""
+    rows = Entity.objects.filter(bucket_id__in=bucket_ids).values("bucket_id").annotate(n=Count("id"))
+    return {row["bucket_id"]: row["n"] for row in rows}

@@ -202,3 +202,76 @@ def test_corrections_follow_a_bucket_merge_and_go_with_an_erased_person(bucket, 
     Memory.objects.for_bucket(bucket).update(agent_id="gone")
     memories_erase(tenant=tenant, fields={"agent_id": "gone"}, actor=actor)
     assert not Correction.objects.exists()
+
+
+# --- the console -------------------------------------------------------------------------------------
+
+
+def page_of(bucket, entity) -> str:
+    return f"/admin/console/entities/{bucket.pk}/{entity.pk}/"
+
+
+def test_an_operator_corrects_entities_in_the_console_and_sees_who_did_what(client, bucket, story, operator):
+    client.force_login(operator)
+    smitty, robert = entity(bucket, "smitty"), entity(bucket, "robert smith")
+    preview = client.post(page_of(bucket, smitty), {"action": "merge", "into": "robert smith"})
+    assert preview.status_code == 200 and "Yes, merge" in preview.content.decode()
+    assert Entity.objects.filter(pk=smitty.pk).exists()  # nothing happens before the confirmation
+    done = client.post(page_of(bucket, smitty), {"action": "merge", "into": "Robert Smith", "confirm": "yes"})
+    assert done.status_code == 302 and done["Location"] == page_of(bucket, robert)
+    client.post(page_of(bucket, robert), {"action": "alias_add", "alias": "Skipper"})
+    client.post(page_of(bucket, robert), {"action": "rename", "name": "Robert J. Smith"})
+    robert.refresh_from_db()
+    assert robert.name == "Robert J. Smith" and {"smitty", "skipper", "robert smith"} <= set(robert.aliases)
+    listed = client.get(f"/admin/console/entities/{bucket.pk}/").content.decode()
+    assert listed.count("<td>graph-operator</td>") == 3
+    assert "“Smitty” merged into “Robert Smith”" in listed and "alias “skipper” added" in listed
+    page = client.get(page_of(bucket, robert)).content.decode()
+    assert "“Robert Smith” renamed “Robert J. Smith”" in page
+
+
+def test_console_edge_fix_and_delete(client, bucket, story, operator):
+    client.force_login(operator)
+    carol = entity(bucket, "carol")
+    edge = Edge.objects.get(subject=carol)
+    client.post(page_of(bucket, carol), {"action": "edge_fix", "edge": edge.pk, "predicate": "owns",
+                                         "object_kind": "text", "object": "a bakery"})  # fmt: skip
+    assert ("Carol", "owns", "a bakery") in facts(bucket)
+    assert client.post(page_of(bucket, carol), {"action": "edge_delete", "edge": edge.pk}).status_code == 200
+    client.post(page_of(bucket, carol), {"action": "edge_delete", "edge": edge.pk, "confirm": "yes"})
+    assert not Edge.objects.filter(subject=carol).exists()
+    rebuild(bucket)
+    assert not Edge.objects.filter(subject=entity(bucket, "carol")).exists()
+
+
+def test_console_split_moves_the_chosen_memories(client, bucket, story, operator):
+    client.force_login(operator)
+    robert, paris = entity(bucket, "robert smith"), story["Bob lives in Paris."]
+    form = {"action": "split", "name": "Bob Jones", "memories": [paris]}
+    assert "Yes, split" in client.post(page_of(bucket, robert), form).content.decode()
+    client.post(page_of(bucket, robert), {**form, "confirm": "yes"})
+    assert mentioned_in(bucket, "bob jones") == {paris}
+
+
+def test_console_escapes_names_and_shows_refusals(client, bucket, operator):
+    client.force_login(operator)
+    ingest(bucket, "Robert Smith works at Initech.")
+    robert = entity(bucket, "robert smith")
+    client.post(page_of(bucket, robert), {"action": "alias_add", "alias": "<script>alert(1)</script>"})
+    client.post(page_of(bucket, robert), {"action": "alias_add", "alias": "Initech"})  # an entity's name: refused
+    page = client.get(page_of(bucket, robert))
+    body = page.content.decode()
+    assert "<script>alert" not in body and "&lt;script&gt;" in body or "script alert 1 script" in body
+    assert any("merge it into" in str(m) for m in page.context["messages"])
+    assert Correction.objects.count() == 1
+
+
+def test_an_operator_of_another_tenant_cannot_see_or_correct_them(client, bucket, story, other_tenant):
+    client.force_login(make_operator("outsider-operator", other_tenant))
+    robert = entity(bucket, "robert smith")
+    before = snapshot(bucket)
+    assert client.get(page_of(bucket, robert)).status_code == 404
+    assert client.post(page_of(bucket, robert), {"action": "rename", "name": "Hijacked"}).status_code == 404
+    assert client.get(f"/admin/console/entities/{bucket.pk}/").status_code == 404
+    assert "Robert" not in client.get("/admin/console/entities/").content.decode()
+    assert snapshot(bucket) == before and not Correction.objects.exists()
