@@ -13,6 +13,7 @@ from audit.services import Actor
 from engram_site.exceptions import DomainError
 from graph import corrections
 from graph.models import Correction, Edge, Entity, Mention
+from graph.rules import Target, edge_key, rules_replay
 from memories.models import Memory
 from memories.services import buckets as memory_buckets
 from memories.services.erasure import memories_erase
@@ -275,3 +276,59 @@ def test_an_operator_of_another_tenant_cannot_see_or_correct_them(client, bucket
     assert client.get(f"/admin/console/entities/{bucket.pk}/").status_code == 404
     assert "Robert" not in client.get("/admin/console/entities/").content.decode()
     assert snapshot(bucket) == before and not Correction.objects.exists()
+
+
+# --- replaying corrections (graph/rules.py, no database) ---------------------------------------------
+
+
+def person(key, name=None) -> dict:
+    return {"key": key, "type": "PERSON", "name": name or key.title()}
+
+
+def edge(subject, predicate, obj=None, literal=None, memory="m1") -> dict:
+    return {"subject": subject, "predicate": predicate, "object": obj, "literal": literal, "memory_id": memory}
+
+
+def test_replayed_corrections_follow_later_renames_and_merges():
+    rules = rules_replay([
+        ("alias_add", {"entity": person("robert smith"), "alias": "skipper"}),
+        ("rename", {"entity": person("robert smith"), "to": person("robert j smith", "Robert J. Smith")}),
+        ("merge", {"source": person("robert j smith"), "target": person("bob smith"), "aliases": ["skipper"]}),
+    ])  # fmt: skip
+    assert {name: t.key for name, t in rules.redirects.items()} == {
+        "skipper": "bob smith", "robert smith": "bob smith", "robert j smith": "bob smith",
+    }  # fmt: skip
+    assert rules.aliases == {"bob smith": {"skipper", "robert smith"}}
+
+
+def test_renaming_back_and_splitting_off_revive_a_name():
+    rules = rules_replay([
+        ("rename", {"entity": person("ann"), "to": person("anna")}),
+        ("rename", {"entity": person("anna"), "to": person("ann")}),
+        ("merge", {"source": person("smitty"), "target": person("robert smith"), "aliases": []}),
+        ("split", {"entity": person("robert smith"), "to": person("smitty"), "aliases": [], "memory_ids": ["m1"]}),
+    ])  # fmt: skip
+    assert "ann" not in rules.redirects and rules.redirects["anna"].key == "ann"
+    assert "smitty" not in rules.redirects and rules.moves == {
+        ("m1", "robert smith"): Target("smitty", "PERSON", "Smitty")
+    }
+    assert not rules.alias_allowed("smitty", "robert smith")
+
+
+def test_a_fixed_edge_fixed_again_or_deleted_is_matched_by_what_extraction_states():
+    works = edge("robert smith", "works_at", obj="initech")
+    founded = edge("robert smith", "founded", obj="initech")
+    rules = rules_replay([
+        ("edge_fix", {"edge": works, "to": {"predicate": "founded", "object": person("initech"), "literal": None}}),
+        ("edge_fix", {"edge": founded, "to": {"predicate": "owns", "object": None, "literal": "a bakery"}}),
+    ])  # fmt: skip
+    assert rules.fixed_edges[edge_key(works)].literal == "a bakery"
+    deleted = rules_replay([
+        ("edge_fix", {"edge": works, "to": {"predicate": "founded", "object": person("initech"), "literal": None}}),
+        ("edge_delete", {"edge": founded}),
+    ])  # fmt: skip
+    assert edge_key(works) in deleted.deleted_edges
+
+
+def test_no_corrections_make_empty_rules():
+    assert not rules_replay([])
