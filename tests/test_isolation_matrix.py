@@ -431,11 +431,6 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
         Call({"bucket_id": "bucket", "entity_id": "entity"}, lambda ids: {"action": "rename", "name": "x"}, "POST"),
         Call({"bucket_id": "bucket", "entity_id": "entity"}, lambda ids: {"action": "alias_add", "alias": "x"}, "POST"),
         Call(
-            {"bucket_id": "bucket", "entity_id": "entity"},
-            lambda ids: {"action": "alias_remove", "alias": f"{A_MARK} marta"},
-            "POST",
-        ),
-        Call(
             {"bucket_id": "own_bucket", "entity_id": "entity"},
             lambda ids: {"action": "rename", "name": "x"},
             "POST",
