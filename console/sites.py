@@ -16,7 +16,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path, reverse
 
-from console import views
+from console import entities, views
 from console.login import ThrottledAuthenticationForm
 from console.scoping import superuser_only
 from console.selectors import console_summary
@@ -60,12 +60,16 @@ class ConsoleAdminSite(admin.AdminSite):
             page("topics/<uuid:bucket_id>/", views.topics_bucket, "console_topics_bucket"),
             page("topics/<uuid:bucket_id>/memories/", views.topic_detail, "console_topic_detail"),
             page("playground/", views.playground, "console_playground"),
+            page("entities/", entities.entities_index, "console_entities"),
+            page("entities/<uuid:bucket_id>/", entities.entities_bucket, "console_entities_bucket"),
+            page("entities/<uuid:bucket_id>/<uuid:entity_id>/", entities.entity_page, "console_entity"),
         ] + super().get_urls()
 
     # The console's pages, in the navigation sidebar of every admin page.
     PAGES = (
         ("Near-duplicate review", "console_review", "maintenance.view_duplicatecandidate"),
         ("Topics", "console_topics", "memories.view_memory"),
+        ("Entities", "console_entities", "memories.view_memory"),
         ("Merge buckets", "console_bucket_merge", "tenants.change_bucket"),
         ("Retrieval playground", "console_playground", "memories.view_memory"),
         ("Health", "console_health", "tenants.view_tenant"),

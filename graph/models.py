@@ -192,3 +192,60 @@ class Processed(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_id} v{self.extractor_version}"
+
+
+class CorrectionKind(models.TextChoices):
+    RENAME = "rename", "rename"
+    MERGE = "merge", "merge"
+    SPLIT = "split", "split"
+    ALIAS_ADD = "alias_add", "alias added"
+    ALIAS_REMOVE = "alias_remove", "alias removed"
+    EDGE_DELETE = "edge_delete", "edge deleted"
+    EDGE_FIX = "edge_fix", "edge fixed"
+
+
+class CorrectionQuerySet(BucketScopedQuerySet):
+    pass
+
+
+class Correction(models.Model):
+    """An operator's correction of a bucket's graph (graph/corrections.py writes them).
+
+    Unlike the rest of the graph this is a table of record: a rebuild keeps it and replays
+    it (graph/rules.py), and extraction consults it, so a correction outlives the entity
+    and edge ids it was made on. The payload therefore names entities by normalized name
+    and type, and edges by subject, predicate, object and source memory, never by id.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Tenant and bucket cascade in the database (migration 0005), like the rest of the graph.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    kind = models.CharField(max_length=20, choices=CorrectionKind.choices)
+    payload = models.JSONField(default=dict)
+    # Every normalized entity name the payload names: an entity's corrections, and the ones an
+    # erasure must drop with the person it forgets.
+    names = ArrayField(models.TextField(), default=list, blank=True)
+    actor_kind = models.CharField(max_length=16)
+    actor_id = models.CharField(max_length=64, blank=True, default="")
+    actor_label = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
+
+    objects = CorrectionQuerySet.as_manager()
+
+    class Meta:
+        db_table = "graph_corrections"
+        indexes = [
+            # Replaying a bucket's corrections in order (every extraction and rebuild), and the
+            # console's list of them: WHERE tenant_id = ? AND bucket_id = ? ORDER BY id.
+            models.Index(fields=["tenant", "bucket", "id"], name="graph_corrections_bucket"),
+            # An entity's corrections, and an erasure's: WHERE names && ARRAY[...].
+            GinIndex(fields=["names"], name="graph_corrections_names"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.actor_label or self.actor_kind}"

@@ -11,7 +11,7 @@ from django.db.models.functions import Coalesce
 
 from engram_site.exceptions import NotFound
 from graph.extract import first_name_variants, normalize_name
-from graph.models import Edge, Entity, Mention
+from graph.models import Correction, Edge, Entity, Mention
 from memories.models import Memory
 from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
@@ -140,3 +140,29 @@ def entities_by_first_name(*, bucket: Bucket, words: list[str]) -> dict[str, lis
         for first, entity_id in cur.fetchall():
             by_first.setdefault(first, []).append(entity_id)
     return {word: [e for v in sorted(forms) for e in by_first.get(v, [])][:2] for word, forms in wanted.items()}
+
+
+def corrections_of_bucket(*, bucket: Bucket) -> QuerySet[Correction]:
+    """The operator's corrections of a bucket's graph, newest first (graph_corrections_bucket)."""
+    return Correction.objects.for_bucket(bucket).order_by("-id")
+
+
+def corrections_of_entity(*, entity: Entity) -> QuerySet[Correction]:
+    """The corrections naming ``entity`` by its name or an alias (graph_corrections_names)."""
+    return corrections_of_bucket(bucket=entity.bucket).filter(names__overlap=[entity.normalized_name, *entity.aliases])
+
+
+def entity_memories(*, entity: Entity) -> QuerySet[Memory]:
+    """The memories mentioning ``entity``, newest first (graph_mentions_entity)."""
+    return (
+        Memory.objects.filter(tenant_id=entity.tenant_id, bucket_id=entity.bucket_id)
+        .filter(pk__in=Mention.objects.filter(entity_id=entity.pk).values("memory_id"))
+        .defer("embedding", "context_embedding")
+        .order_by("-created_at", "id")
+    )
+
+
+def entity_counts(*, bucket_ids: list) -> dict:
+    """bucket id -> number of entities (graph_entities_bucket)."""
+    rows = Entity.objects.filter(bucket_id__in=bucket_ids).values("bucket_id").annotate(n=Count("id"))
+    return {row["bucket_id"]: row["n"] for row in rows}

@@ -16,11 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Case, Q, When
 
 from graph import extract as extraction
 from graph import nlp
-from graph.models import Edge, Entity, Mention, Processed
+from graph.models import Correction, Edge, Entity, Mention, Processed
+from graph.rules import Rules, Target, bucket_rules
 from graph.selectors import entities_by_first_name
 from memories.models import Memory
 from memories.services.supersession import memory_supersede, supersessions_clear
@@ -47,10 +48,12 @@ class GraphReport:
 
 
 class _Entities:
-    """Resolves extracted references to Entity rows of one bucket, creating them as needed."""
+    """Resolves extracted references to Entity rows of one bucket, creating them as needed,
+    as the bucket's operator corrections say (``rules``, graph/rules.py)."""
 
-    def __init__(self, bucket: Bucket):
+    def __init__(self, bucket: Bucket, rules: Rules | None = None):
         self.bucket = bucket
+        self.rules = rules if rules is not None else Rules()
         self.by_key: dict[str, Entity] = {}
         # Placeholders merged into named entities during this run: old id -> new id.
         self.merged: dict[uuid.UUID, uuid.UUID] = {}
@@ -70,10 +73,53 @@ class _Entities:
         # Exact names win over aliases; among several, the most mentioned.
         for entity in sorted(found, key=lambda e: e.mention_count):
             for key in [*entity.aliases, entity.normalized_name]:
-                if key in wanted:
+                if key in wanted and self._may_name(key, entity):
                     self.by_key[key] = entity
 
-    def resolve(self, ref: extraction.Ref) -> Entity:
+    def _may_name(self, key: str, entity: Entity) -> bool:
+        """Whether ``key`` (its name or an alias) may find ``entity`` (an operator may have said no)."""
+        return not self.rules or key == entity.normalized_name or self.rules.alias_allowed(key, entity.normalized_name)
+
+    def target(self, target: Target) -> Entity:
+        """The entity a correction names: of that name (the same type preferred), else a new one."""
+        found = (
+            Entity.objects.for_bucket(self.bucket)
+            .filter(normalized_name=target.key)
+            .order_by(Case(When(type=target.type, then=0), default=1), "-mention_count", "id")
+            .first()
+        )
+        if found is None:
+            found = _get_or_create(self.bucket, extraction.Ref(name=target.name, key=target.key, type=target.type))
+        return found
+
+    def _add_aliases(self, entity: Entity, names: set) -> None:
+        names = {
+            n for n in names - {None, entity.normalized_name, *entity.aliases}
+            if not self.rules or self.rules.alias_allowed(n, entity.normalized_name)
+        }  # fmt: skip
+        if names:
+            entity.aliases = sorted({*entity.aliases, *names})
+            entity.save(update_fields=["aliases"])
+
+    def resolve(self, ref: extraction.Ref, memory_id: uuid.UUID | None = None) -> Entity:
+        entity = self._resolve(ref)
+        if self.rules.moves and memory_id is not None:
+            # A split moved this memory's mentions of the entity to another one.
+            moved = self.rules.moves.get((str(memory_id), entity.normalized_name))
+            if moved is not None:
+                entity = self.target(moved)
+        return entity
+
+    def _resolve(self, ref: extraction.Ref) -> Entity:
+        redirected = self.rules.redirect(ref.key) if self.rules else None
+        if redirected is not None:
+            # An operator said what this name denotes (an alias, an old name, a merge).
+            entity = self.by_key.get(ref.key)
+            if entity is None or entity.normalized_name != redirected.key:
+                entity = self.target(redirected)
+            self._add_aliases(entity, {ref.key, ref.alias})
+            self.by_key[ref.key] = entity
+            return entity
         self._lookup([ref.key] + ([ref.alias] if ref.alias else []))
         entity = self.by_key.get(ref.key)
         placeholder = self.by_key.get(ref.alias) if ref.alias else None
@@ -93,8 +139,7 @@ class _Entities:
         if entity is None:
             entity = _get_or_create(self.bucket, ref)
         if ref.alias and ref.alias not in entity.aliases and ref.alias != entity.normalized_name:
-            entity.aliases = sorted({*entity.aliases, ref.alias})
-            entity.save(update_fields=["aliases"])
+            self._add_aliases(entity, {ref.alias})
         # A better type learned later ("Alice" as a subject first, then as a PERSON).
         better_type = entity.type == "THING" and ref.type not in {"THING", "SPEAKER"}
         if (
@@ -118,7 +163,10 @@ class _Entities:
         matches = entities_by_first_name(bucket=self.bucket, words=[ref.key]).get(ref.key, [])
         if len(matches) != 1:
             return None
-        return Entity.objects.get(pk=matches[0])
+        entity = Entity.objects.get(pk=matches[0])
+        if self.rules and (ref.key, entity.normalized_name) in self.rules.blocked:
+            return None  # an operator split this name off that person
+        return entity
 
 
 def _get_or_create(bucket: Bucket, ref: extraction.Ref) -> Entity:
@@ -194,7 +242,7 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, 
         report.memories += 1
         mentioned: set[uuid.UUID] = set()
         for ref in result.mentions:
-            entity = entities.resolve(ref)
+            entity = entities.resolve(ref, memory.pk)
             if entity.pk not in mentioned:
                 mentioned.add(entity.pk)
                 new_mentions.append(
@@ -202,8 +250,8 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, 
                 )
         seen_facts = set()
         for fact in result.facts:
-            subject = entities.resolve(fact.subject)
-            obj = entities.resolve(fact.obj) if fact.obj is not None else None
+            subject = entities.resolve(fact.subject, memory.pk)
+            obj = entities.resolve(fact.obj, memory.pk) if fact.obj is not None else None
             if obj is not None and obj.pk == subject.pk:
                 continue
             signature = (subject.pk, fact.predicate, obj.pk if obj else fact.literal)
@@ -234,6 +282,8 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, 
         if edge.object_entity_id:
             edge.object_entity_id = entities.final_id(edge.object_entity_id)
     touched = {(entities.final_id(subject_id), key) for subject_id, key in touched}
+    if entities.rules.edges:
+        new_edges = _corrected_edges(new_edges, entities, touched)
     new_edges = [e for e in new_edges if e.subject_id != e.object_entity_id]
     Mention.objects.bulk_create(new_mentions, ignore_conflicts=True)
     Edge.objects.bulk_create(new_edges)
@@ -241,6 +291,60 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, 
     _refresh_mention_counts(bucket, {m.entity_id for m in new_mentions})
     _record_processed(ids)
     return touched
+
+
+def edge_signature(edge: Edge, names: dict[uuid.UUID, str]):
+    """What an edge says, as corrections name it (graph.rules.EdgeKey): ``names`` maps entity
+    ids to normalized names."""
+    obj = names.get(edge.object_entity_id) if edge.object_entity_id else None
+    literal = None if edge.object_entity_id else edge.object_literal
+    return (names.get(edge.subject_id), edge.predicate, obj, literal, str(edge.source_memory_id))
+
+
+def edge_fixed_key(predicate: str, old_predicate: str, functional_key: str | None) -> str | None:
+    """The timeline of an edge whose predicate an operator changed: a functional edge stays on
+    its timeline under the new predicate (``owns:phone`` stays while the predicate stays owns);
+    an accumulating one stays accumulating."""
+    if functional_key is None or predicate == old_predicate:
+        return functional_key
+    return predicate
+
+
+def _corrected_edges(edges: list[Edge], entities: _Entities, touched: set) -> list[Edge]:
+    """The edges an operator deleted dropped, the ones they fixed changed (graph/rules.py)."""
+    rules = entities.rules
+    ids = {e.subject_id for e in edges} | {e.object_entity_id for e in edges if e.object_entity_id}
+    names = dict(Entity.objects.filter(pk__in=ids).values_list("pk", "normalized_name"))
+    kept = []
+    for edge in edges:
+        key = edge_signature(edge, names)
+        if key in rules.deleted_edges:
+            continue
+        fix = rules.fixed_edges.get(key)
+        if fix is not None:
+            edge.functional_key = edge_fixed_key(fix.predicate, edge.predicate, edge.functional_key)
+            edge.predicate = fix.predicate
+            edge.object_entity_id = entities.target(fix.obj).pk if fix.obj is not None else None
+            edge.object_literal = fix.literal if fix.obj is None else None
+            if edge.functional_key:
+                touched.add((edge.subject_id, edge.functional_key))
+        kept.append(edge)
+    return kept
+
+
+def rules_settle(bucket: Bucket, rules: Rules) -> None:
+    """Give the bucket's entities the names and aliases the operator gave them, and take away
+    the aliases they removed (after extraction, which may have re-created the rows)."""
+    entities = Entity.objects.for_bucket(bucket)
+    for key, name in rules.names.items():
+        entities.filter(normalized_name=key).exclude(name=name).update(name=name)
+    keys = set(rules.aliases) | {key for _alias, key in rules.blocked}
+    for entity in entities.filter(normalized_name__in=keys):
+        wanted = set(entity.aliases) | rules.aliases.get(entity.normalized_name, set())
+        wanted = {a for a in wanted if (a, entity.normalized_name) not in rules.blocked} - {entity.normalized_name}
+        if wanted != set(entity.aliases):
+            entity.aliases = sorted(wanted)
+            entity.save(update_fields=["aliases"])
 
 
 def _refresh_mention_counts(bucket: Bucket, entity_ids: Iterable[uuid.UUID]) -> None:
@@ -339,6 +443,28 @@ def _recompute_supersession(bucket: Bucket, memory_ids: set[uuid.UUID]) -> int:
     return changed
 
 
+# --- for the operator's corrections (graph/corrections.py) -----------------------------------------
+
+
+def bucket_lock(bucket: Bucket) -> None:
+    """Hold the bucket's graph lock until the transaction ends (extraction takes it too)."""
+    _bucket_lock(bucket)
+
+
+def entity_merge(*, source: Entity, target: Entity) -> None:
+    _merge_entity(source=source, target=target)
+
+
+def mention_counts_refresh(*, bucket: Bucket, entity_ids: Iterable[uuid.UUID]) -> None:
+    _refresh_mention_counts(bucket, entity_ids)
+
+
+def timelines_recompute(*, bucket: Bucket, timelines: set, memory_ids: set) -> int:
+    """Recompute ``timelines`` and the supersession of the memories on them and of ``memory_ids``."""
+    affected = _recompute_timelines(bucket, timelines) | set(memory_ids)
+    return _recompute_supersession(bucket, affected)
+
+
 # --- entry points -----------------------------------------------------------------------------------
 
 
@@ -367,10 +493,13 @@ def graph_extract_memories(*, memory_ids: Iterable[uuid.UUID]) -> GraphReport:
         with transaction.atomic():
             # One extractor at a time per bucket: entity creation and timelines stay consistent.
             _bucket_lock(bucket)
-            entities = _Entities(bucket)
+            rules = bucket_rules(bucket=bucket)
+            entities = _Entities(bucket, rules)
             touched: set = set()
             for start in range(0, len(rows), BATCH):
                 touched |= _extract_batch(bucket, rows[start : start + BATCH], entities, report)
+            if rules:
+                rules_settle(bucket, rules)
             affected = _recompute_timelines(bucket, touched)
             report.superseded += _recompute_supersession(bucket, affected)
     return report
@@ -382,7 +511,8 @@ def _bucket_lock(bucket: Bucket) -> None:
 
 
 def graph_rebuild(*, bucket: Bucket) -> GraphReport:
-    """Drop and rebuild a bucket's graph from its memories, oldest first."""
+    """Drop and rebuild a bucket's graph from its memories, oldest first. The operator's
+    corrections (graph_corrections) are not dropped: extraction follows them again."""
     report = GraphReport()
     if not nlp.available():
         report.skipped = "spaCy pipeline unavailable"
@@ -394,7 +524,9 @@ def graph_rebuild(*, bucket: Bucket) -> GraphReport:
         Edge.objects.for_bucket(bucket).delete()
         Mention.objects.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk).delete()
         Entity.objects.for_bucket(bucket).delete()
-        entities = _Entities(bucket)
+        # The operator's corrections are kept and replayed (graph/rules.py).
+        rules = bucket_rules(bucket=bucket)
+        entities = _Entities(bucket, rules)
         touched: set = set()
         queryset = (
             Memory.objects.for_bucket(bucket).defer("embedding", "context_embedding").order_by("created_at", "id")
@@ -407,6 +539,8 @@ def graph_rebuild(*, bucket: Bucket) -> GraphReport:
                 batch = []
         if batch:
             touched |= _extract_batch(bucket, batch, entities, report)
+        if rules:
+            rules_settle(bucket, rules)
         affected = _recompute_timelines(bucket, touched)
         report.superseded += _recompute_supersession(bucket, affected)
         report.entities = Entity.objects.for_bucket(bucket).count()
@@ -510,6 +644,11 @@ def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict
         .exclude(pk__in=Mention.objects.filter(entity_id__in=named).values("entity_id"))
         .exclude(pk__in=Edge.objects.filter(subject_id__in=named).values("subject_id"))
         .exclude(pk__in=Edge.objects.filter(object_entity_id__in=named).values("object_entity_id"))
+    )
+    # An operator's corrections naming a forgotten entity go with it: they quote its name.
+    forgotten = list(orphans.values_list("normalized_name", flat=True))
+    counts["graph_corrections"] = (
+        Correction.objects.for_tenant(tenant).filter(names__overlap=forgotten).delete()[0] if forgotten else 0
     )
     counts["graph_entities"] = orphans.delete()[0]
     erased = set(ids)
@@ -723,5 +862,10 @@ def graph_merge_buckets(*, source: Bucket, target: Bucket) -> dict:
                 [target.pk, source.tenant_id, source.pk],
             )
             moved = cur.rowcount
+            # The operator's corrections follow the graph they corrected (replayed in id order).
+            cur.execute(
+                "UPDATE graph_corrections SET bucket_id = %s WHERE tenant_id = %s AND bucket_id = %s",
+                [target.pk, source.tenant_id, source.pk],
+            )
         _refresh_mention_counts(target, [b for _, b in pairs])
     return {"entities_merged": len(pairs), "entities_moved": moved, "mentions": mentions, "edges": edges}

@@ -21,6 +21,8 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 
 from audit.models import AuditEvent
+from graph.models import Correction, Entity
+from graph.services import graph_extract_memories
 from maintenance.models import DuplicateCandidate
 from maintenance.services import near_duplicates_find_for
 from memories import access
@@ -427,3 +429,26 @@ def test_the_api_docs_render_under_the_policy(console):
     console.shot("api-docs")
     assert "/api/v1/buckets/{bucket_id}/memories" in console.text("#swagger-ui")
     assert len(console.all(".swagger-ui .opblock")) >= 20
+
+
+def test_entity_pages_merge_and_list_the_correction(console, operator):
+    tenant = tenant_services.tenant_create(name="Acme")
+    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    graph_extract_memories(memory_ids=write(bucket, "Robert Smith works at Initech.", "Smitty moved to Austin."))
+    smitty = Entity.objects.get(normalized_name="smitty")
+
+    console.login(operator)
+    console.open(f"/admin/console/entities/{bucket.pk}/")
+    console.shot("entities")
+    assert "Smitty" in console.text("#entities")
+    console.open(f"/admin/console/entities/{bucket.pk}/{smitty.pk}/")
+    console.shot("entity")
+    console.type("#merge-into", "Robert Smith")
+    console.click("#merge-form button")
+    console.shot("merge-confirmation")
+    assert Entity.objects.filter(pk=smitty.pk).exists()
+    console.click("#confirm-correction")
+    console.shot("merged")
+    assert not Entity.objects.filter(pk=smitty.pk).exists()
+    assert "merged into" in console.text("#corrections")
+    assert Correction.objects.get().actor_label == operator.get_username()

@@ -39,7 +39,7 @@ def test_the_index_shows_pending_reviews_and_the_console_pages(admin_client, buc
     assert 'id="pending-review-count" class="console-badge">1</span>' in page
     for url in ("/admin/console/review/", "/admin/console/topics/", "/admin/console/bucket-merge/",
                 "/admin/console/playground/", "/admin/console/health/", "/admin/memories/deletedmemory/",
-                "/admin/audit/auditevent/"):  # fmt: skip
+                "/admin/audit/auditevent/", "/admin/console/entities/"):  # fmt: skip
         assert url in page
         assert admin_client.get(url).status_code == 200, url
 
@@ -205,7 +205,7 @@ def test_staff_without_permissions_cannot_use_the_console(client, bucket):
     client.login(username="viewer", password="pw-123456789")
     for url in ("/admin/console/health/", "/admin/console/review/", "/admin/console/bucket-merge/",
                 f"/admin/console/topics/{bucket.pk}/", "/admin/console/playground/",
-                "/admin/memories/deletedmemory/"):  # fmt: skip
+                "/admin/memories/deletedmemory/", f"/admin/console/entities/{bucket.pk}/"):  # fmt: skip
         assert client.get(url).status_code == 403, url
 
 

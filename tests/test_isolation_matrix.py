@@ -362,6 +362,7 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
     "admin:console_home": STATIC,
     "admin:console_health": LISTED,
     "admin:console_topics": LISTED,
+    "admin:console_entities": LISTED,
     "admin:view_on_site": "every object of the world: test_admin_view_on_site_answers_404_for_every_object",
     "admin:auth_user_password_change": [
         Call({"id": "user_a"}),
@@ -420,6 +421,51 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
         Call({"bucket_id": "bucket"}, lambda ids: {"memories": [ids["memory"]]}, "POST", targets=("memory",)),
         Call({"bucket_id": "own_bucket"}, lambda ids: {"memories": [ids["memory"]]}, "POST", targets=("memory",)),
     ],
+    "admin:console_entities_bucket": [
+        Call({"bucket_id": "bucket"}),
+        Call({"bucket_id": "bucket"}, lambda ids: {"q": "marta", "type": "PERSON"}),
+    ],
+    "admin:console_entity": [
+        Call({"bucket_id": "bucket", "entity_id": "entity"}),
+        Call({"bucket_id": "own_bucket", "entity_id": "entity"}),
+        Call({"bucket_id": "bucket", "entity_id": "entity"}, lambda ids: {"action": "rename", "name": "x"}, "POST"),
+        Call({"bucket_id": "bucket", "entity_id": "entity"}, lambda ids: {"action": "alias_add", "alias": "x"}, "POST"),
+        Call(
+            {"bucket_id": "own_bucket", "entity_id": "entity"},
+            lambda ids: {"action": "rename", "name": "x"},
+            "POST",
+        ),
+        Call(
+            {"bucket_id": "own_bucket", "entity_id": "own_entity"},
+            lambda ids: {"action": "merge", "into": f"{A_MARK} Marta", "confirm": "yes"},
+            "POST",
+            expect=None,  # a name, not an id: "no entity of this bucket is called" for both
+        ),
+        Call(
+            {"bucket_id": "own_bucket", "entity_id": "own_entity"},
+            lambda ids: {"action": "split", "name": "x", "memories": [ids["memory"]], "confirm": "yes"},
+            "POST",
+            targets=("memory",),
+        ),
+        Call(
+            {"bucket_id": "own_bucket", "entity_id": "own_entity"},
+            lambda ids: {"action": "edge_delete", "edge": ids["edge"], "confirm": "yes"},
+            "POST",
+            targets=("edge",),
+        ),
+        Call(
+            {"bucket_id": "own_bucket", "entity_id": "own_entity"},
+            lambda ids: {"action": "edge_fix", "edge": ids["edge"], "predicate": "likes", "object": "tea"},
+            "POST",
+            targets=("edge",),
+        ),
+        Call(
+            {"bucket_id": "bucket", "entity_id": "entity"},
+            lambda ids: {"action": "edge_delete", "edge": ids["edge"], "confirm": "yes"},
+            "POST",
+            targets=("edge",),
+        ),
+    ],  # fmt: skip
     "admin:memories_memory_pin": [
         Call({"object_id": "memory"}, lambda ids: {"action": "pin"}, "POST"),
         Call({"object_id": "memory"}, lambda ids: {"action": "unpin"}, "POST"),
@@ -597,7 +643,7 @@ def _admin_request(client, method: str, url: str, data, follow=False):
 def _probe_admin(client, world: World, where: str, url_for, call: Call):
     a_ids = world.ids()
     own = {"own_bucket": str(world.own["bucket"].pk), "own_tenant": str(world.b.pk),
-           "own_operator": str(world.operator_b.pk)}  # fmt: skip
+           "own_operator": str(world.operator_b.pk), "own_entity": str(world.own["entity"].pk)}  # fmt: skip
     random = {key: random_id(world.objects[key]) for key in call.aimed_at()}
     answers = []
     for ids in ({**a_ids, **own}, {**a_ids, **random, **own}):
@@ -745,6 +791,8 @@ def test_lists_and_searches_never_show_another_tenants_rows_admin(operator_b, wo
         ("/admin/console/health/", None, world.b.name),
         ("/admin/console/review/", None, B_MARK),
         ("/admin/console/topics/", None, B_MARK),
+        ("/admin/console/entities/", None, B_MARK),
+        (f"/admin/console/entities/{world.own['bucket'].pk}/", {"q": "marta"}, B_MARK),
         ("/admin/console/bucket-merge/", None, B_MARK),
         ("/admin/console/playground/", None, B_MARK),
         ("/admin/tenants/bucket/add/", None, B_MARK),
