@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     children["web"] = subprocess.Popen(web_cmd)
     worker_cmd = _worker_command()
     if worker_cmd and os.environ.get("ENGRAM_RUN_WORKER", "1") == "1":
-        children["worker"] = subprocess.Popen(worker_cmd)
+        # Below the web server's priority (ENGRAM_WORKER_NICE): requests first, enrichment
+        # on what they leave. The pool processes the worker forks inherit it.
+        niceness = settings.ENGRAM_WORKER_NICE
+        children["worker"] = subprocess.Popen(worker_cmd, preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
 
     database = (
         "embedded PostgreSQL in " + str(settings.ENGRAM_HOME / "pgdata")

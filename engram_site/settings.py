@@ -374,6 +374,9 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # Pool processes of the worker started by ./engram serve (each loads the embedding model).
 ENGRAM_WORKER_CONCURRENCY = env_int("ENGRAM_WORKER_CONCURRENCY", 2)
+# The OS scheduling priority ./engram serve lowers its worker by (nice): on a machine shared with
+# the web server, enrichment takes the cores requests leave idle. 0 leaves it equal.
+ENGRAM_WORKER_NICE = env_int("ENGRAM_WORKER_NICE", 10)
 # Rows per enrichment transaction (embeddings and lemmas filled in the background).
 ENGRAM_ENRICH_BATCH_SIZE = env_int("ENGRAM_ENRICH_BATCH_SIZE", 128)
 # Job runs older than this are deleted by the nightly cleanup.
