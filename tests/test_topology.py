@@ -1,0 +1,207 @@
+"""The production topology of docs/DEPLOYMENT.md, started here and hurt under load.
+
+Two web servers on two ports, two Celery workers and a beat process, Redis as the broker,
+PostgreSQL reached over TCP as an external server (the embedded wheel's server listening on
+127.0.0.1 stands in). Clients spread their requests over both web servers. Midway one web
+server and one worker are killed (SIGKILL, no shutdown), then started again. Then: every
+acknowledged write is stored exactly once, enrichment completes for every memory, and no
+request to the web server that stayed up failed.
+
+Every process started here is stopped here, by its process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support import ROOT, TcpPostgres, base_env, free_port, http_get, manage, wait_for
+from tests.test_faults import PROVISION, Client, PrivateRedis, run_clients, unhandled_errors
+
+pytestmark = pytest.mark.slow
+
+# The enrichment and graph sweeps every second instead of every minute: what a killed worker
+# lost is redone within the test's patience, as it would be within a minute in production.
+FAST_SWEEPS = """
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from maintenance.schedules import ensure_default_schedules
+ensure_default_schedules()
+every_second, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.SECONDS)
+PeriodicTask.objects.filter(name__in=["engram: enrichment sweep", "engram: graph extraction sweep"]).update(
+    interval=every_second, crontab=None
+)
+"""
+
+
+class Process:
+    """A command in its own process group, restartable; its output appended to ``log``."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log: Path, ready):
+        self.cmd, self.env, self.log, self.ready = cmd, env, log, ready
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as handle:
+            self.proc = subprocess.Popen(
+                self.cmd, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        wait_for(self.ready, timeout=120, proc=self.proc)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+        self.kill()
+
+
+def web(env: dict[str, str], port: int, log: Path) -> Process:
+    base = f"http://127.0.0.1:{port}"
+    cmd = [
+        sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
+        "--config", "python:engram_site.gunicorn_config", "--bind", f"127.0.0.1:{port}",
+        "--workers", "1", "--threads", "4", "--timeout", "120", "--no-control-socket",
+    ]  # fmt: skip
+    return Process(cmd, env, log, lambda: http_get(base + "/health")[0] == 200)
+
+
+def worker(env: dict[str, str], name: str, log: Path) -> Process:
+    cmd = [
+        sys.executable, "-m", "celery", "-A", "engram_site", "worker", "--concurrency", "1",
+        "--queues", env["ENGRAM_QUEUE"], "--loglevel", "info", "--without-mingle", "--without-gossip",
+        "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h",
+    ]  # fmt: skip
+    return Process(cmd, env, log, lambda: " ready." in log.read_text(errors="replace")[-20000:])
+
+
+def beat(env: dict[str, str], log: Path) -> Process:
+    cmd = [
+        sys.executable, "-m", "celery", "-A", "engram_site", "beat", "--loglevel", "info",
+        "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
+    ]  # fmt: skip
+    return Process(cmd, env, log, lambda: "beat: Starting" in log.read_text(errors="replace"))
+
+
+def test_killing_a_web_server_and_a_worker_under_load_loses_nothing(pg_home, tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    database = TcpPostgres(pg_home)
+    broker = PrivateRedis(tmp_path)
+    broker.start()
+    processes: list[Process] = []
+    try:
+        env = base_env(
+            DATABASE_URL=database.url, REDIS_URL=broker.url, CELERY_BROKER_URL="", ENGRAM_HOME=str(pg_home),
+            ENGRAM_QUEUE=f"engram-topology-{uuid.uuid4().hex[:8]}", ENGRAM_TOKEN_RATE="100000/min",
+        )  # fmt: skip
+        manage("migrate", "--noinput", env=env)
+        manage("shell", "-c", FAST_SWEEPS, env=env)
+        ids = json.loads(manage("shell", "-c", PROVISION, env=env).stdout.strip().splitlines()[-1])
+        bucket, token = ids["bucket"], ids["token"]
+
+        # The web servers store rows without vectors: the workers must embed every one.
+        web_env = {**env, "ENGRAM_EMBEDDINGS": "off"}
+        ports = [free_port(), free_port()]
+        bases = [f"http://127.0.0.1:{port}" for port in ports]
+        web_a, web_b = web(web_env, ports[0], tmp_path / "web-a.log"), web(web_env, ports[1], tmp_path / "web-b.log")
+        worker_1, worker_2 = worker(env, "w1", tmp_path / "w1.log"), worker(env, "w2", tmp_path / "w2.log")
+        scheduler = beat(env, tmp_path / "beat.log")
+        processes += [web_a, web_b, worker_1, worker_2, scheduler]
+        for process in processes:
+            process.start()
+
+        memories = f"/api/v1/buckets/{bucket}/memories"
+        stop = threading.Event()
+
+        def writing(n: int):
+            return lambda k: ("POST", memories, {"memories": [
+                {"content": f"Writer {n} batch {k} item {i}: pump {i} of line {k} delivers {k + i} litres"}
+                for i in range(3)
+            ], "sequence": False})  # fmt: skip
+
+        # Each client sticks to one server: two per server, writers and a searcher.
+        clients = [
+            Client(f"writer-{n}-{'ab'[n % 2]}", bases[n % 2], token, writing(n), stop, timeout=30) for n in range(4)
+        ] + [
+            Client(f"searcher-{side}", bases[i], token,
+                   lambda k: ("POST", f"/api/v1/buckets/{bucket}/search", {"query": "pump litres", "mode": "keyword"}),
+                   stop, timeout=30)
+            for i, side in enumerate("ab")
+        ]  # fmt: skip
+        on_b = [c for c in clients if c.name.endswith("-b")]
+        finish = run_clients(clients, stop)
+        try:
+            wait_for(lambda: all(c.answered_ok_since(0) >= 3 for c in clients), timeout=120)
+            killed_at = time.monotonic()
+            web_a.kill()
+            worker_1.kill()
+            time.sleep(3)  # the load goes on against what is left
+            web_a.start()
+            worker_1.start()
+            back_at = time.monotonic()
+            wait_for(lambda: all(c.answered_ok_since(back_at) >= 3 for c in clients), timeout=120)
+        finally:
+            finish()
+
+        calls_b = [c for client in on_b for c in client.calls]
+        assert calls_b and all(c["status"] in (200, 201) for c in calls_b), Counter(c["status"] for c in calls_b)
+        calls_a = [c for client in clients if client not in on_b for c in client.calls]
+        refused = [c for c in calls_a if c["status"] not in (200, 201)]
+        assert refused, "the killed server never refused a call: the kill was not under load"
+        # Only while it was down, and as "no answer" (status 0), never a 5xx.
+        assert all(c["status"] == 0 and c["ended"] > killed_at for c in refused), refused[:3]
+        for log in ("web-a.log", "web-b.log"):
+            assert unhandled_errors(tmp_path / log) == []
+
+        acknowledged = [
+            item["content"]
+            for client in clients
+            if client.name.startswith("writer")
+            for c in client.calls
+            if c["status"] == 201
+            for item in c["body"]["memories"]
+        ]
+        with psycopg.connect(database.url) as conn:
+            stored = Counter(r[0] for r in conn.execute("SELECT content FROM memories WHERE bucket_id = %s", [bucket]))
+        assert set(acknowledged) <= set(stored)
+        assert max(stored.values()) == 1  # exactly once
+
+        def enriched() -> bool:
+            with psycopg.connect(database.url) as conn:
+                pending = conn.execute(
+                    "SELECT count(*) FROM memories m WHERE m.bucket_id = %s AND (m.embedding IS NULL "
+                    "OR m.text_lemmatized IS NULL "
+                    "OR NOT EXISTS (SELECT 1 FROM graph_processed g WHERE g.memory_id = m.id))",
+                    [bucket],
+                ).fetchone()[0]
+            return pending == 0
+
+        wait_for(enriched, timeout=240, interval=1)
+        for process in processes:
+            process.stop()
+        assert "Traceback" not in (tmp_path / "beat.log").read_text(errors="replace")
+    finally:
+        for process in processes:
+            process.stop()
+        broker.stop()
+        with contextlib.suppress(Exception):
+            database.stop()
