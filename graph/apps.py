@@ -8,6 +8,10 @@ class GraphConfig(AppConfig):
     def ready(self):
         from graph import receivers  # noqa: F401  (connects to memories.signals)
         from graph.retrieval import graph_signal
+        from graph.tasks import retry_work
+        from memories import hooks
+        from memories.models import EnrichmentStage
         from memories.retrieval import register_graph_signal
 
         register_graph_signal(graph_signal)
+        hooks.register_retry(EnrichmentStage.GRAPH, retry_work)
