@@ -23,8 +23,20 @@ from maintenance.classifier import Classification
 from maintenance.services import memories_classify
 from memories import embedding, lemmatizer
 from memories.models import EnrichmentFailure, EnrichmentStage, Memory
-from memories.services import MemoryInput, memories_enrich_all_pending, memories_erase, memories_ingest, memory_delete
-from memories.services.enrichment_failures import RETRY_BASE_SECONDS, RETRY_MAX_SECONDS, retry_delay_seconds
+from memories.services import (
+    MemoryInput,
+    memories_enrich_all_pending,
+    memories_erase,
+    memories_ingest,
+    memory_delete,
+    memory_update,
+)
+from memories.services.enrichment_failures import (
+    RETRY_BASE_SECONDS,
+    RETRY_MAX_SECONDS,
+    failures_record,
+    retry_delay_seconds,
+)
 from tests.conftest import make_operator
 
 POISON = "This note carries the POISON marker that the stage cannot handle."
@@ -203,8 +215,6 @@ def test_a_retry_brings_the_next_sweep_forward(admin_client, bucket, settings, m
 def test_an_operator_sees_and_retries_only_failures_of_their_tenants(client, bucket, other_bucket, settings):
     ingest_without_vectors(bucket, settings, CONTENTS[:1])
     theirs = ingest(other_bucket, CONTENTS[1:2])[CONTENTS[1]]
-    from memories.services.enrichment_failures import failures_record
-
     failures_record(stage=EnrichmentStage.GRAPH, errors={theirs.pk: "an error of the other tenant"})
     outsider = failure(theirs, EnrichmentStage.GRAPH)
     before = (outsider.next_retry_at, outsider.attempts)
@@ -293,3 +303,34 @@ def test_failure_records_go_with_a_deleted_or_erased_memory(bucket, settings, mo
     report = memories_erase(tenant=bucket.tenant, fields={"agent_id": "agent-7"}, actor=Actor.system("test"))
     assert (report.memories, report.enrichment_failures) == (1, 1)
     assert not EnrichmentFailure.objects.filter(memory_id=erased.pk).exists()
+
+
+@pytest.mark.django_db
+def test_new_content_forgets_the_failures_of_the_old(bucket):
+    memory = ingest(bucket, [POISON])[POISON]
+    failures_record(stage=EnrichmentStage.GRAPH, errors={memory.pk: "the extractor tripped"})
+    memory_update(memory=memory, metadata={"note": "kept"})
+    assert EnrichmentFailure.objects.filter(memory_id=memory.pk).exists()  # same text, same failure
+    memory_update(memory=memory, content="A plain sentence about the weekly sync.")
+    assert not EnrichmentFailure.objects.filter(memory_id=memory.pk).exists()
+
+
+@pytest.mark.django_db
+def test_the_api_lists_a_buckets_failures_and_refuses_a_bad_filter(api, bucket):
+    rows = ingest(bucket, CONTENTS[:3])
+    failures_record(stage=EnrichmentStage.GRAPH, errors={rows[POISON].pk: "the extractor tripped"})
+    failures_record(stage=EnrichmentStage.EMBEDDING, errors={rows[CONTENTS[0]].pk: "an unusable vector"})
+    url = f"/api/v1/buckets/{bucket.pk}/enrichment-failures"
+
+    listed = api.get(url).json()["results"]
+    assert {(f["memory_id"], f["stage"]) for f in listed} == {
+        (str(rows[POISON].pk), "graph"),
+        (str(rows[CONTENTS[0]].pk), "embedding"),
+    }
+    graph = api.get(url, {"stage": "graph"}).json()["results"]
+    assert len(graph) == 1 and graph[0]["last_error"] == "the extractor tripped" and graph[0]["attempts"] == 1
+    assert graph[0]["next_retry_at"] > graph[0]["last_failed_at"]
+    for bad in ({"stage": "spelling"}, {"page_size": 0}, {"colour": "red"}):
+        response = api.get(url, bad)
+        assert response.status_code == 400 and response.json()["code"] == "invalid", bad
+    assert api.get(url, {"page_size": 1}).json()["next"]

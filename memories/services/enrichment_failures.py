@@ -192,6 +192,11 @@ def failures_clear(*, stage: str, memory_ids: Iterable[uuid.UUID]) -> int:
         return cur.rowcount
 
 
+def failures_forget(*, memory_ids: Iterable[uuid.UUID]) -> int:
+    """Forget every stage's failures of these memories (their content changed)."""
+    return EnrichmentFailure.objects.filter(memory_id__in=list(memory_ids)).delete()[0]
+
+
 def enrichment_failures_retry(*, failures: Iterable[EnrichmentFailure], actor: Actor) -> int:
     """Retry these failures now: their retry time becomes now (the sweeps take them again), the
     work is queued after commit, and one ``enrichment.retry`` audit event per tenant names the
