@@ -469,7 +469,7 @@ def graph_extract_pending(*, limit: int = 1000) -> GraphReport:
               -- (enrichment_failures_memory_stage serves the anti-join).
               AND NOT EXISTS (
                 SELECT 1 FROM enrichment_failures f
-                WHERE f.memory_id = m.id AND f.stage = %s AND f.next_retry_at > now()
+                WHERE f.memory_id = m.id AND f.stage = %s AND f.next_retry_at > statement_timestamp()
               )
             ORDER BY m.created_at LIMIT %s
             """,

@@ -116,7 +116,9 @@ def after_retry(*, stage: str, memory_ids: Iterable[uuid.UUID]) -> None:
     try:
         ids = _ids(memory_ids)
         if stage in ("embedding", "lemmas"):
-            signatures = [signature(ENRICH_TASK, args=(ids,), immutable=True)]
+            # Once embedded, the memory gets the follow-up work a new one gets.
+            follow = _follow_up(ids) if stage == "embedding" else []
+            signatures = [signature(ENRICH_TASK, args=(ids,), immutable=True), *follow]
         else:
             signatures = _retries[stage](ids) if stage in _retries else []
         if ids and signatures:

@@ -152,13 +152,15 @@ def failures_record(*, stage: str, errors: dict[uuid.UUID, str]) -> int:
         logger.warning("enrichment stage %s failed for memory %s: %s", stage, memory_id, message)
     with connection.cursor() as cur:
         # The delay after attempt n is base * 2^(n-1): the updated row's old attempts is n-1.
+        # statement_timestamp(), as Django's Now() in the sweeps' "next_retry_at > now": a long
+        # transaction's start time would make a fresh record look due already.
         cur.execute(
             """
             INSERT INTO enrichment_failures AS f
                 (memory_id, tenant_id, bucket_id, stage, attempts, last_error,
                  first_failed_at, last_failed_at, next_retry_at)
-            SELECT m.id, m.tenant_id, m.bucket_id, %(stage)s, 1, e.error, now(), now(),
-                   now() + make_interval(secs => %(base)s)
+            SELECT m.id, m.tenant_id, m.bucket_id, %(stage)s, 1, e.error, statement_timestamp(), statement_timestamp(),
+                   statement_timestamp() + make_interval(secs => %(base)s)
             FROM unnest(%(ids)s::uuid[], %(errors)s::text[]) AS e(id, error)
             JOIN memories m ON m.id = e.id
             ON CONFLICT (memory_id, stage) DO UPDATE SET
