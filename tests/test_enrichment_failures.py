@@ -31,12 +31,14 @@ from memories.services import (
     memory_delete,
     memory_update,
 )
+from memories.services.buckets import bucket_merge
 from memories.services.enrichment_failures import (
     RETRY_BASE_SECONDS,
     RETRY_MAX_SECONDS,
     failures_record,
     retry_delay_seconds,
 )
+from tenants.services import bucket_create
 from tests.conftest import make_operator
 
 POISON = "This note carries the POISON marker that the stage cannot handle."
@@ -334,3 +336,13 @@ def test_the_api_lists_a_buckets_failures_and_refuses_a_bad_filter(api, bucket):
         response = api.get(url, bad)
         assert response.status_code == 400 and response.json()["code"] == "invalid", bad
     assert api.get(url, {"page_size": 1}).json()["next"]
+
+
+@pytest.mark.django_db
+def test_a_bucket_merge_takes_the_failures_along(tenant, bucket):
+    source = bucket_create(tenant=tenant, name="source")
+    memory = ingest(source, [POISON])[POISON]
+    failures_record(stage=EnrichmentStage.GRAPH, errors={memory.pk: "the extractor tripped"})
+    bucket_merge(source=source, target=bucket, remove_source=True, actor=Actor.system("test"))
+    moved = failure(memory, EnrichmentStage.GRAPH)
+    assert moved.bucket_id == bucket.pk and moved.last_error == "the extractor tripped"
