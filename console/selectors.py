@@ -15,7 +15,7 @@ from django.db.models import Count, Q
 from console.scoping import is_unrestricted, scope_queryset
 from maintenance.models import DuplicateCandidate, JobRun, JobStatus
 from maintenance.services import HNSW_INDEXES
-from memories.models import PENDING_ENRICHMENT, Memory
+from memories.models import PENDING_ENRICHMENT, EnrichmentFailure, Memory
 from memories.services import ENRICHMENT_KINDS
 from tenants.models import Bucket, Tenant
 
@@ -76,6 +76,19 @@ class HealthReport:
     totals: dict
     # False for tenant operators: jobs, indexes and schedules span every tenant.
     system: bool = True
+    # Rows an enrichment stage keeps failing on (the most attempts first), and how many there are.
+    failures: list[EnrichmentFailure] = field(default_factory=list)
+    failures_total: int = 0
+
+
+# How many failure records the health page lists (the most attempts first).
+FAILURES_SHOWN = 100
+
+
+def enrichment_failures(*, user):
+    """The enrichment failures of the tenants ``user`` operates, the most attempts first."""
+    failures = scope_queryset(EnrichmentFailure.objects.select_related("tenant", "bucket"), user=user)
+    return failures.order_by("-attempts", "-last_failed_at", "pk")
 
 
 def _index_health(name: str) -> IndexHealth:
@@ -92,8 +105,8 @@ def _index_health(name: str) -> IndexHealth:
 
 
 def health_report(*, user) -> HealthReport:
-    """Per tenant counts (the tenants ``user`` operates), job runs, HNSW indexes and
-    schedules (superusers only), in a handful of queries."""
+    """Per tenant counts and enrichment failures (the tenants ``user`` operates), job runs,
+    HNSW indexes and schedules (superusers only), in a handful of queries."""
 
     def scoped(queryset):
         return scope_queryset(queryset, user=user)
@@ -136,9 +149,11 @@ def health_report(*, user) -> HealthReport:
         name: sum(getattr(t, name) for t in rows)
         for name in ("buckets", "memories", "pending_embeddings", "pending_lemmas", "pending_reviews")
     }
+    failures = enrichment_failures(user=user)
+    failed = {"failures": list(failures[:FAILURES_SHOWN]), "failures_total": failures.count()}
     if not is_unrestricted(user):
         return HealthReport(
-            tenants=rows, jobs=[], last_success={}, indexes=[], schedules=[], totals=totals, system=False
+            tenants=rows, jobs=[], last_success={}, indexes=[], schedules=[], totals=totals, system=False, **failed
         )
 
     # The last run of every job (jobruns_name_started), and its last success.
@@ -162,5 +177,6 @@ def health_report(*, user) -> HealthReport:
         PeriodicTask.objects.filter(Q(task__startswith="maintenance.") | Q(task__startswith="graph.")).order_by("name")
     )
     return HealthReport(
-        tenants=rows, jobs=jobs, last_success=last_success, indexes=indexes, schedules=schedules, totals=totals
-    )
+        tenants=rows, jobs=jobs, last_success=last_success, indexes=indexes, schedules=schedules, totals=totals,
+        **failed,
+    )  # fmt: skip

@@ -53,6 +53,7 @@ class ConsoleAdminSite(admin.AdminSite):
         return [
             page("", views.home, "console_home"),
             page("health/", views.health, "console_health"),
+            page("health/retry/", views.enrichment_retry, "console_enrichment_retry"),
             page("review/", views.review_queue, "console_review"),
             page("review/confirm/", views.review_confirm, "console_review_confirm"),
             page("bucket-merge/", views.bucket_merge, "console_bucket_merge"),

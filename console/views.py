@@ -34,6 +34,7 @@ from memories.models import Memory
 from memories.retrieval import memories_search
 from memories.services import buckets as memory_buckets
 from memories.services import topics as topic_services
+from memories.services.enrichment_failures import enrichment_failures_retry
 from tenants.models import Bucket
 from tenants.selectors import parse_uuid
 
@@ -77,10 +78,32 @@ def home(request):
 
 
 def health(request):
-    """Per tenant counts, waiting enrichment, pending reviews, jobs, HNSW indexes."""
+    """Per tenant counts, waiting enrichment, enrichment failures, pending reviews, jobs, HNSW indexes."""
     _require(request, "tenants.view_tenant")
     report = selectors.health_report(user=request.user)
     return TemplateResponse(request, "console/health.html", _context(request, "Health", report=report))
+
+
+def enrichment_retry(request):
+    """Retry selected enrichment failures now (their retry time becomes now and the work is
+    queued); audited as ``enrichment.retry``. A failure outside the operator's tenants is 404."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    _require(request, "tenants.view_tenant", "memories.change_memory")
+    back = reverse("admin:console_health") + "#health-failures"
+    ids = request.POST.getlist("failures")
+    if not ids:
+        messages.warning(request, "Select at least one failure to retry.")
+        return redirect(back)
+    if not all(i.isdigit() for i in ids):
+        raise Http404
+    failures = list(selectors.enrichment_failures(user=request.user).filter(pk__in={int(i) for i in ids}))
+    if len(failures) != len(set(ids)):
+        # One the operator cannot see (or that is gone: its stage succeeded): nothing retried.
+        raise Http404
+    n = enrichment_failures_retry(failures=failures, actor=_actor(request))
+    messages.success(request, f"Queued {n} failed enrichment step(s) again; the sweeps also take them from now on.")
+    return redirect(back)
 
 
 # --- near-duplicate review ------------------------------------------------------------------------

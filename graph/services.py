@@ -23,7 +23,8 @@ from graph import nlp
 from graph.models import Correction, Edge, Entity, Mention, Processed
 from graph.rules import Rules, Target, bucket_rules
 from graph.selectors import entities_by_first_name
-from memories.models import Memory
+from memories.models import EnrichmentStage, Memory
+from memories.services.enrichment_failures import error_text, failures_clear, failures_record
 from memories.services.supersession import memory_supersede, supersessions_clear
 from tenants.models import Bucket, Tenant
 
@@ -42,6 +43,8 @@ class GraphReport:
     superseded: int = 0
     skipped: str | None = None
     errors: list[str] = field(default_factory=list)
+    # Memories the extractor failed on, recorded in enrichment_failures (stage "graph").
+    failures_recorded: int = 0
 
 
 # --- entity resolution ----------------------------------------------------------------------
@@ -198,8 +201,11 @@ def _merge_entity(*, source: Entity, target: Entity) -> None:
 # --- extraction -------------------------------------------------------------------------------
 
 
-def _parse(memories: list[Memory]):
-    """(memory, speaker, parsed text, parsed context) per memory; a leading "Name:" is the speaker."""
+def _parse(memories: list[Memory]) -> tuple[list, dict[uuid.UUID, str]]:
+    """(memory, speaker, parsed text, parsed context) per memory; a leading "Name:" is the speaker.
+
+    When the pipeline fails on the batch, the memories are parsed one by one and those it
+    fails on come back as ``{memory id: error}`` instead."""
     pipeline = nlp.get_pipeline()
     speakers, texts = [], []
     for memory in memories:
@@ -207,12 +213,29 @@ def _parse(memories: list[Memory]):
         speakers.append(speaker)
         texts.append(text)
     contexts = [m.context_text[-2000:] if m.context_text else "" for m in memories]
-    docs = list(pipeline.pipe(texts, batch_size=64))
-    context_docs = list(pipeline.pipe(contexts, batch_size=64))
-    return [
+    try:
+        docs = list(pipeline.pipe(texts, batch_size=64))
+        context_docs = list(pipeline.pipe(contexts, batch_size=64))
+    except Exception:
+        logger.exception("the spaCy pipeline failed on a batch of %d memories; parsing one by one", len(memories))
+        return _parse_one_by_one(pipeline, memories, speakers, texts, contexts)
+    parsed = [
         (memory, speaker, doc, context_doc if memory.context_text else None)
         for memory, speaker, doc, context_doc in zip(memories, speakers, docs, context_docs, strict=True)
     ]
+    return parsed, {}
+
+
+def _parse_one_by_one(pipeline, memories, speakers, texts, contexts) -> tuple[list, dict[uuid.UUID, str]]:
+    parsed, failed = [], {}
+    for memory, speaker, text, context in zip(memories, speakers, texts, contexts, strict=True):
+        try:
+            doc, context_doc = pipeline(text), pipeline(context)
+        except Exception as exc:
+            failed[memory.pk] = error_text(exc)
+            continue
+        parsed.append((memory, speaker, doc, context_doc if memory.context_text else None))
+    return parsed, failed
 
 
 def _object_key(edge: Edge) -> str:
@@ -232,12 +255,13 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, 
 
     new_edges: list[Edge] = []
     new_mentions: list[Mention] = []
-    for memory, speaker, doc, context_doc in _parse(memories):
+    parsed, failed = _parse(memories)
+    for memory, speaker, doc, context_doc in parsed:
         try:
             result = extraction.extract(doc, speaker=speaker, context_doc=context_doc)
-        except Exception as exc:  # one odd memory must not stop a rebuild
+        except Exception as exc:  # one odd memory must not stop a batch, nor a rebuild
             logger.exception("extraction failed for memory %s", memory.pk)
-            report.errors.append(f"{memory.pk}: {exc}")
+            failed[memory.pk] = error_text(exc)
             continue
         report.memories += 1
         mentioned: set[uuid.UUID] = set()
@@ -289,7 +313,14 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: _Entities, 
     Edge.objects.bulk_create(new_edges)
     report.edges += len(new_edges)
     _refresh_mention_counts(bucket, {m.entity_id for m in new_mentions})
-    _record_processed(ids)
+    # A memory the extractor failed on is not marked processed: it gets a failure record (and
+    # its retry time) instead, and the sweep comes back to it then.
+    done = [i for i in ids if i not in failed]
+    _record_processed(done)
+    failures_clear(stage=EnrichmentStage.GRAPH, memory_ids=done)
+    failures_record(stage=EnrichmentStage.GRAPH, errors=failed)
+    report.errors += [f"{memory_id}: {error}" for memory_id, error in failed.items()]
+    report.failures_recorded += len(failed)
     return touched
 
 
@@ -567,10 +598,16 @@ def graph_extract_pending(*, limit: int = 1000) -> GraphReport:
             """
             SELECT m.id FROM memories m
             LEFT JOIN graph_processed p ON p.memory_id = m.id
-            WHERE p.memory_id IS NULL OR p.extractor_version < %s
+            WHERE (p.memory_id IS NULL OR p.extractor_version < %s)
+              -- A memory the extractor failed on waits for its retry time
+              -- (enrichment_failures_memory_stage serves the anti-join).
+              AND NOT EXISTS (
+                SELECT 1 FROM enrichment_failures f
+                WHERE f.memory_id = m.id AND f.stage = %s AND f.next_retry_at > statement_timestamp()
+              )
             ORDER BY m.created_at LIMIT %s
             """,
-            [EXTRACTOR_VERSION, limit],
+            [EXTRACTOR_VERSION, EnrichmentStage.GRAPH.value, limit],
         )
         ids = [row[0] for row in cur.fetchall()]
     if not ids:

@@ -43,10 +43,14 @@ def _extract_pending(*, recorder: jobs.JobRecorder, limit: int = 1000) -> None:
             return
         if not report.memories and not report.errors:
             return
-        recorder.add(memories=report.memories, edges=report.edges, superseded=report.superseded)
-        if report.errors:
-            recorder.fail("; ".join(report.errors[:5]))
-            return
+        # A memory the extractor fails on has a failure record (enrichment_failures) and waits
+        # for its retry time; the run goes on with the others.
+        recorder.add(
+            memories=report.memories,
+            edges=report.edges,
+            superseded=report.superseded,
+            failures_recorded=report.failures_recorded,
+        )
 
 
 @shared_task(name="graph.extract_pending", **SCHEDULED)
@@ -64,6 +68,11 @@ def rebuild_bucket(bucket_id: str) -> dict:
             recorder.fail("; ".join(report.errors[:5]))
 
     return jobs.run_job("graph_rebuild", run, lock=False).as_dict()
+
+
+def retry_work(memory_ids: list[str]) -> list:
+    """What an operator's retry of the graph stage queues (memories.hooks.register_retry)."""
+    return [extract_memories.si(memory_ids)]
 
 
 def enqueue_extraction(memory_ids) -> None:

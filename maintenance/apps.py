@@ -10,5 +10,7 @@ class MaintenanceConfig(AppConfig):
         # Imported here, not at the top: models and tasks can only load once apps are ready.
         from maintenance import receivers
         from memories import hooks
+        from memories.models import EnrichmentStage
 
         hooks.register_follow_up(receivers.follow_up_work)
+        hooks.register_retry(EnrichmentStage.CLASSIFICATION, receivers.retry_classification)

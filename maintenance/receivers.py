@@ -28,6 +28,11 @@ def follow_up_work(memory_ids: list[str]) -> list[Signature]:
     ]
 
 
+def retry_classification(memory_ids: list[str]) -> list[Signature]:
+    """What an operator's retry of the classification stage queues (memories.hooks.register_retry)."""
+    return [tasks.classify_memories.si(memory_ids)]
+
+
 @receiver(signals.bucket_merge_planning)
 def plan_candidates_merge(sender, *, source, target, **kwargs) -> dict:
     return {"duplicate_candidates": DuplicateCandidate.objects.for_bucket(source).count()}

@@ -28,12 +28,12 @@ from django.utils import timezone
 from audit.services import Actor, audit_record
 from engram_site.exceptions import Conflict, DomainError, NotFound
 from maintenance import neighbours, signals
-from maintenance.classifier import ClassifyInput, get_classifier
+from maintenance.classifier import Classification, ClassifyInput, get_classifier
 from maintenance.jobs import JobRecorder
 from maintenance.models import DuplicateCandidate, DuplicateStatus, ScanCursor
 from memories import hooks, lemmatizer
 from memories.links import RESERVED_PREFIX
-from memories.models import Memory
+from memories.models import EnrichmentStage, Memory
 from memories.services.classification import memories_label
 from memories.services.enrichment import (
     ENRICHMENT_KINDS,
@@ -41,6 +41,7 @@ from memories.services.enrichment import (
     memories_enrich_all_pending,
     pending_enrichment_count,
 )
+from memories.services.enrichment_failures import deferred, failures_clear, failures_record, isolate
 from memories.services.links import links_add
 from memories.services.merge import memories_absorb
 from memories.text import text_hash
@@ -216,8 +217,11 @@ def memories_classify(
         queryset = queryset.for_bucket(bucket)
     if memory_ids is not None:
         queryset = queryset.filter(pk__in=list(memory_ids))
+    else:
+        # The sweep leaves a row the classifier failed on until its retry time.
+        queryset = queryset.filter(~deferred(EnrichmentStage.CLASSIFICATION))
     recorder.set_total(queryset.count())
-    counts = {"classified": 0, "general": 0, "specific": 0}
+    counts = {"classified": 0, "general": 0, "specific": 0, "failures_recorded": 0}
     last_id = None
     while True:
         page = queryset if last_id is None else queryset.filter(pk__gt=last_id)
@@ -225,16 +229,25 @@ def memories_classify(
         if not rows:
             break
         last_id = rows[-1][0]
-        results = classifier.classify([ClassifyInput(content=content, embedding=vector) for _, content, vector in rows])
+        items = [
+            _Classified(id=i, input=ClassifyInput(content=content, embedding=vector)) for i, content, vector in rows
+        ]
+        # A row the classifier fails on is found (the batch is halved) and recorded; the rest
+        # of the batch is labelled.
+        found = isolate(items, lambda batch: _classify(classifier, batch), key=lambda item: item.id)
+        done = [item for item in items if item.id not in found.errors]
         counts["classified"] += memories_label(
-            ids=[r[0] for r in rows],
-            scopes=[c.scope for c in results],
-            topics=[c.topic for c in results],
-            by=[c.by for c in results],
+            ids=[item.id for item in done],
+            scopes=[item.result.scope for item in done],
+            topics=[item.result.topic for item in done],
+            by=[item.result.by for item in done],
             force=force,
         )
-        for result in results:
-            counts[result.scope] += 1
+        failures_clear(stage=EnrichmentStage.CLASSIFICATION, memory_ids=[item.id for item in done])
+        failures_record(stage=EnrichmentStage.CLASSIFICATION, errors=found.errors)
+        counts["failures_recorded"] += len(found.errors)
+        for item in done:
+            counts[item.result.scope] += 1
         recorder.advance(len(rows))
     failures = getattr(classifier, "failures", 0)
     if failures:
@@ -242,6 +255,22 @@ def memories_classify(
     counts["classifier"] = classifier.name
     recorder.set(**counts)
     return counts
+
+
+@dataclass
+class _Classified:
+    id: uuid.UUID
+    input: ClassifyInput
+    result: Classification | None = None
+
+
+def _classify(classifier, items: list[_Classified]) -> dict:
+    results = classifier.classify([item.input for item in items])
+    if len(results) != len(items):
+        raise ValueError(f"the classifier answered {len(results)} labels for {len(items)} memories")
+    for item, result in zip(items, results, strict=True):
+        item.result = result
+    return {}
 
 
 # --- incremental bucket scans (near-duplicates, links) ------------------------------------------------

@@ -99,6 +99,34 @@ def after_enrichment(*, memory_ids: Iterable[uuid.UUID]) -> None:
         logger.exception("after_enrichment failed for some memories")
 
 
+# Who redoes a stage for an operator's retry (memories/services/enrichment_failures.py):
+# enrichment is the memories app's own task; the graph and maintenance apps register theirs
+# (graph extraction, classification) in their AppConfig.ready.
+_retries: dict[str, Callable[[list[str]], list[Signature]]] = {}
+
+
+def register_retry(stage: str, factory: Callable[[list[str]], list[Signature]]) -> None:
+    """Queue ``factory(memory_ids)``'s signatures when an operator retries ``stage`` for them."""
+    _retries[stage] = factory
+
+
+def after_retry(*, stage: str, memory_ids: Iterable[uuid.UUID]) -> None:
+    """Queue the work of ``stage`` for memories an operator retries. Never raises: the
+    sweeps take them anyway, their retry time being now."""
+    try:
+        ids = _ids(memory_ids)
+        if stage in ("embedding", "lemmas"):
+            # Once embedded, the memory gets the follow-up work a new one gets.
+            follow = _follow_up(ids) if stage == "embedding" else []
+            signatures = [signature(ENRICH_TASK, args=(ids,), immutable=True), *follow]
+        else:
+            signatures = _retries[stage](ids) if stage in _retries else []
+        if ids and signatures:
+            publish(lambda: chain(*signatures), what=f"{stage} retry", count=len(ids))
+    except Exception:
+        logger.exception("after_retry failed for some memories")
+
+
 def reset_backoff() -> None:
     """Forget a broker failure (tests; a process that knows the broker is back)."""
     global _suspended_until

@@ -407,3 +407,57 @@ class DeletedMemory(models.Model):
         if agents.include_shared:
             condition |= Q(row__agent_id=None) | Q(row__agent_id__isnull=True)
         return condition
+
+
+class EnrichmentStage(models.TextChoices):
+    """The derived data computed after a write, each of which can fail for one row."""
+
+    EMBEDDING = "embedding", "embedding"  # embedding and context_embedding
+    LEMMAS = "lemmas", "lemmas"  # text_lemmatized and context_lemmatized
+    GRAPH = "graph", "graph extraction"
+    CLASSIFICATION = "classification", "classification"
+
+
+class EnrichmentFailure(models.Model):
+    """One stage that failed for one memory: how often, the last error, and when to try again.
+
+    A side table, not columns on ``memories``: the hot table is not rewritten when a stage
+    fails, and the sweeps skip a row whose ``next_retry_at`` is in the future with an anti-join
+    on this (small) table. The row goes when the stage succeeds, and with its memory
+    (a foreign key ON DELETE CASCADE, migration 0013; an erasure also deletes it by name).
+    Written only by memories/services/enrichment_failures.py.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    memory = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    stage = models.CharField(max_length=20, choices=EnrichmentStage.choices)
+    attempts = models.PositiveIntegerField(default=1)
+    last_error = models.TextField()
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    next_retry_at = models.DateTimeField()
+
+    objects = BucketScopedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "enrichment_failures"
+        indexes = [
+            # The console's and the API's lists of a tenant's (or a bucket's) failures.
+            models.Index(fields=["tenant", "bucket", "last_failed_at"], name="idx_enrich_failures_bucket"),
+        ]
+        constraints = [
+            # One record per memory and stage: the upsert of a failure (ON CONFLICT), and the
+            # sweeps' anti-join "no failure of this stage waiting for its retry time".
+            models.UniqueConstraint(fields=["memory", "stage"], name="enrichment_failures_memory_stage"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_id} {self.stage} × {self.attempts}"

@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from engram_site.exceptions import NotFound
 from memories import access
 from memories.filters import MemoryFilters
-from memories.models import PENDING_ENRICHMENT, DeletedMemory, Memory, MemoryVersion
+from memories.models import PENDING_ENRICHMENT, DeletedMemory, EnrichmentFailure, Memory, MemoryVersion
 from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
 
@@ -54,6 +54,12 @@ def deleted_memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = No
 
 def deleted_memory_list(*, bucket: Bucket, agents: AgentRestriction | None = None) -> QuerySet[DeletedMemory]:
     return DeletedMemory.objects.for_bucket(bucket).visible_to(agents)
+
+
+def enrichment_failure_list(*, bucket: Bucket, stage: str | None = None) -> QuerySet[EnrichmentFailure]:
+    """The bucket's enrichment failures (idx_enrich_failures_bucket), of one stage if given."""
+    failures = EnrichmentFailure.objects.for_bucket(bucket)
+    return failures.filter(stage=stage) if stage else failures
 
 
 def memory_history(*, tenant: Tenant, memory_id, token: ApiToken | None = None) -> tuple[str, QuerySet]:

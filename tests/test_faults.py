@@ -31,7 +31,7 @@ import psycopg
 import pytest
 
 from memories import embedding
-from memories.models import Memory
+from memories.models import EnrichmentFailure, Memory
 from tests.conftest import make_client
 from tests.scripts.http_writer import call
 from tests.support import (
@@ -437,12 +437,17 @@ def test_one_text_the_model_cannot_embed_holds_back_no_other_row(api, bucket, mo
     ids = write(api, bucket, [*CORPUS[:2], "This poison text makes the model return NaN.", *CORPUS[2:]])
     rows = Memory.objects.filter(pk__in=ids)
     assert list(rows.filter(embedding__isnull=True).values_list("pk", flat=True)) == [uuid.UUID(ids[2])]
-    # The sweep retries it, gives up on it for this run, and does not loop on it.
+    # The sweep retries it, records the failure (its retry time backs off), and does not loop on it.
     report = memories_enrich_all_pending(batch_size=2)
-    assert (report.embedded, report.failed) == (0, 1)
+    assert (report.embedded, report.failed, report.failures_recorded) == (0, 0, 1)
+    recorded = EnrichmentFailure.objects.get(memory_id=ids[2], stage="embedding")
+    assert "unusable vector" in recorded.last_error
+    assert memories_enrich_all_pending().scanned == 0  # until its retry time
     monkeypatch.undo()
+    EnrichmentFailure.objects.filter(pk=recorded.pk).update(next_retry_at=recorded.first_failed_at)  # time passes
     assert memories_enrich_all_pending().embedded == 1
     assert not rows.filter(embedding__isnull=True).exists()
+    assert not EnrichmentFailure.objects.exists()
 
 
 @pytest.mark.django_db

@@ -49,8 +49,9 @@ from django_celery_beat.models import (
 from audit.services import Actor, audit_record
 from graph.models import Edge, Entity, Mention
 from maintenance.models import DuplicateCandidate, JobRun, JobStatus
-from memories.models import DeletedMemory, Memory
+from memories.models import DeletedMemory, EnrichmentFailure, Memory
 from memories.services import MemoryInput, memories_ingest, memory_delete
+from memories.services.enrichment_failures import failures_record
 from sources.services import source_submit_document
 from tenants import services
 from tenants.models import OperatorMembership, Scope
@@ -125,10 +126,11 @@ def world(tenant, other_tenant) -> World:
     group = Group.objects.create(name=f"{A_MARK} group")
     interval = IntervalSchedule.objects.create(every=7, period=IntervalSchedule.DAYS)
     now = timezone.now()
+    failures_record(stage="graph", errors={m1: f"{A_MARK} the extractor tripped over Marta"})
     objects = {
         "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
         "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
-        "candidate": _candidate(a1, m1, m2), "token": token,
+        "candidate": _candidate(a1, m1, m2), "token": token, "failure": EnrichmentFailure.objects.get(memory_id=m1),
         "event": event, "membership": membership, "user_a": user_a, "group": group,
         "jobrun": JobRun.objects.create(name=f"{A_MARK}_job", status=JobStatus.FAILED, started_at=now, error=A_MARK),
         "interval": interval,
@@ -143,6 +145,7 @@ def world(tenant, other_tenant) -> World:
     b_ids = _memories(b1, f"{B_MARK} Bruno sails to Lisbon.", f"{B_MARK} Bruno sails toward Lisbon.")
     b_entity, b_edge = _graph(b1, b_ids[0], B_MARK)
     _candidate(b1, *b_ids)
+    failures_record(stage="graph", errors={b_ids[0]: f"{B_MARK} the extractor tripped over Bruno"})
     source_submit_document(bucket=b1, title=f"{B_MARK} notes", text=f"{B_MARK} Bruno likes coffee.")
     audit_record(
         actor=Actor.system(B_MARK), action="memory.create", tenant=other_tenant, object_type="memory",
@@ -153,7 +156,8 @@ def world(tenant, other_tenant) -> World:
     everything.permissions.set(Permission.objects.all())
     operator_b.groups.add(everything)
     OperatorMembership.objects.create(user=operator_b, tenant=other_tenant)
-    own = {"tenant": other_tenant, "bucket": b1, "memory": _memory(b_ids[0]), "entity": b_entity, "edge": b_edge}
+    own = {"tenant": other_tenant, "bucket": b1, "memory": _memory(b_ids[0]), "entity": b_entity, "edge": b_edge,
+           "failure": EnrichmentFailure.objects.get(memory_id=b_ids[0])}  # fmt: skip
     return World(a=tenant, b=other_tenant, objects=objects, own=own, operator_b=operator_b,
                  a_memory_contents=contents)  # fmt: skip
 
@@ -296,6 +300,9 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     },
     "bucket-sources": {"GET": [Call({"bucket_id": "bucket"})]},
     "bucket-deleted": {"GET": [Call({"bucket_id": "bucket"})]},
+    "bucket-enrichment-failures": {
+        "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"stage": "graph"})]
+    },
     "memory-history": {"GET": [Call({"memory_id": "memory"}), Call({"memory_id": "deleted"})]},
     "memory-restore": {"POST": [Call({"memory_id": "deleted"})]},
     "source-detail": {"GET": [Call({"source_id": "source"})], "DELETE": [Call({"source_id": "source"})]},
@@ -471,6 +478,10 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
         Call({"object_id": "memory"}, lambda ids: {"action": "unpin"}, "POST"),
     ],
     "admin:memories_deletedmemory_restore": [Call({"object_id": "deleted"}, method="POST")],
+    "admin:console_enrichment_retry": [
+        Call(data=lambda ids: {"failures": [ids["failure"]]}, method="POST", targets=("failure",)),
+        Call(data=lambda ids: {"failures": [ids["failure"], ids["own_failure"]]}, method="POST", targets=("failure",)),
+    ],
     "admin:console_playground": [
         Call(
             data=lambda ids, m=m: {"bucket": ids["bucket"], "query": "lighthouse", "mode": m, "limit": 5},
@@ -643,7 +654,8 @@ def _admin_request(client, method: str, url: str, data, follow=False):
 def _probe_admin(client, world: World, where: str, url_for, call: Call):
     a_ids = world.ids()
     own = {"own_bucket": str(world.own["bucket"].pk), "own_tenant": str(world.b.pk),
-           "own_operator": str(world.operator_b.pk), "own_entity": str(world.own["entity"].pk)}  # fmt: skip
+           "own_operator": str(world.operator_b.pk), "own_entity": str(world.own["entity"].pk),
+           "own_failure": str(world.own["failure"].pk)}  # fmt: skip
     random = {key: random_id(world.objects[key]) for key in call.aimed_at()}
     answers = []
     for ids in ({**a_ids, **own}, {**a_ids, **random, **own}):
@@ -763,6 +775,7 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
         ("GET", f"/api/v1/buckets/{b1}/edges", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/edges", {"entity": a["entity"]}, None),
         ("GET", f"/api/v1/buckets/{b1}/sources", None, B_MARK),
+        ("GET", f"/api/v1/buckets/{b1}/enrichment-failures", None, B_MARK),
         ("POST", "/api/v1/buckets", {"name": "fresh"}, None),
     ]
     for mode in ("hybrid", "keyword", "vector", "graph"):
@@ -788,7 +801,7 @@ def test_lists_and_searches_never_show_another_tenants_rows_admin(operator_b, wo
     pages = [
         ("/admin/", None, None),
         ("/admin/tenants/", None, None),
-        ("/admin/console/health/", None, world.b.name),
+        ("/admin/console/health/", None, B_MARK),  # B's enrichment failure
         ("/admin/console/review/", None, B_MARK),
         ("/admin/console/topics/", None, B_MARK),
         ("/admin/console/entities/", None, B_MARK),
@@ -828,6 +841,7 @@ def test_lists_and_searches_never_show_another_tenants_rows_admin(operator_b, wo
     report = operator_b.get("/admin/console/health/").context["report"]
     assert [row.tenant.pk for row in report.tenants] == [world.b.pk] and report.totals["memories"] == 2
     assert not report.system and not report.jobs and not report.indexes
+    assert [f.tenant_id for f in report.failures] == [world.b.pk] and report.failures_total == 1
     assert operator_b.get("/admin/").context["console"]["pending_reviews"] == 1
 
 

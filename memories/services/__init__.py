@@ -8,6 +8,8 @@ One module per kind of change:
 - :mod:`~memories.services.history` — the version each change of a memory records;
 - :mod:`~memories.services.lifecycle` — deleted memories kept restorable, restoring, the purge job;
 - :mod:`~memories.services.enrichment` — derived columns a write could not compute;
+- :mod:`~memories.services.enrichment_failures` — rows a derived step keeps failing on (for
+  every step, the graph's and classification's included): their records, backoff and retry;
 - :mod:`~memories.services.merge` — one memory absorbing another, a bucket's rows moving;
 - :mod:`~memories.services.transfer` — a bucket's memories exported and imported as JSON Lines;
 - :mod:`~memories.services.buckets` — merging and deleting buckets (their memories and what

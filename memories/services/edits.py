@@ -15,6 +15,7 @@ from engram_site.exceptions import Conflict, NotFound
 from memories import signals
 from memories.links import RESERVED_PREFIX
 from memories.models import Memory, VersionKind
+from memories.services.enrichment_failures import failures_forget
 from memories.services.events import note_writes, send_safely
 from memories.services.history import version_record
 from memories.services.ingest import MemoryInput, Row, count_tokens, embed_rows, lemmatize_rows
@@ -91,6 +92,9 @@ def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> M
             extra={"existing_id": str(other) if other else None},
         ) from None
     memory.refresh_from_db()
+    if "content" in changes:
+        # The text a step failed on is gone: the steps start afresh (a new failure is recorded anew).
+        failures_forget(memory_ids=[memory.pk])
     if previous:
         kind = VersionKind.RECLASSIFIED if set(previous) <= RECLASSIFYING else VersionKind.EDITED
         version_record(memory=memory, kind=kind, previous=previous, actor=actor)

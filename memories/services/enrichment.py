@@ -1,7 +1,9 @@
 """The enrichment sweep: derived columns (lemmas, embeddings) a write could not compute.
 
 A write stores its row even when the model or the lemmatizer is down, leaving the derived
-column NULL; this sweep fills those rows in (``idx_memories_enrich_pending``).
+column NULL; this sweep fills those rows in (``idx_memories_enrich_pending``). A row the model
+fails on by itself is found (memories/services/enrichment_failures.py), recorded with its error
+and skipped until its retry time, while the rest of its batch is enriched.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import Q
 
-from memories.models import PENDING_ENRICHMENT, Memory
+from memories import embedding, lemmatizer
+from memories.models import PENDING_ENRICHMENT, EnrichmentStage, Memory
+from memories.services.enrichment_failures import deferred, failures_clear, failures_record, isolate
 from memories.services.events import note_writes
 from memories.services.ingest import MemoryInput, Row, embed_rows, lemmatize_rows
 from tenants.models import AgentRestriction, Bucket
@@ -41,13 +45,18 @@ class EnrichmentReport:
     lemmatized: int = 0
     context_embedded: int = 0
     context_lemmatized: int = 0
+    # Rows left as they were because the model or the lemmatizer failed as a whole.
     failed: int = 0
+    # Rows a stage failed on by themselves: recorded in enrichment_failures, retried later.
+    failures_recorded: int = 0
     errors: list[str] = field(default_factory=list)
     # Rows that got their embedding in this sweep (classification, near-duplicate
     # scans and links need it and can follow).
     embedded_ids: list[uuid.UUID] = field(default_factory=list)
 
-    COUNTERS = ("scanned", "embedded", "lemmatized", "context_embedded", "context_lemmatized", "failed")
+    COUNTERS = (
+        "scanned", "embedded", "lemmatized", "context_embedded", "context_lemmatized", "failed", "failures_recorded",
+    )  # fmt: skip
 
     def add(self, other: EnrichmentReport) -> None:
         for name in self.COUNTERS:
@@ -60,9 +69,14 @@ class EnrichmentReport:
 
 
 def _pending(*, kind: str, bucket: Bucket | None, memory_ids: Iterable | None):
+    """The rows the sweep takes: missing a column of ``kind`` whose stage is not waiting for its
+    retry time (a row whose embedding keeps failing still gets its lemmas)."""
     if kind not in ENRICHMENT_KINDS:
         raise ValueError(f"unknown enrichment kind {kind!r}; expected one of {sorted(ENRICHMENT_KINDS)}")
-    queryset = Memory.objects.filter(ENRICHMENT_KINDS[kind])
+    vectors = _EMBEDDINGS_MISSING & ~deferred(EnrichmentStage.EMBEDDING)
+    lemmas = _LEMMAS_MISSING & ~deferred(EnrichmentStage.LEMMAS)
+    due = {"all": vectors | lemmas, "embeddings": vectors, "lemmas": lemmas}[kind]
+    queryset = Memory.objects.filter(ENRICHMENT_KINDS[kind] & due)
     if bucket is not None:
         queryset = queryset.for_bucket(bucket)
     if memory_ids is not None:
@@ -92,13 +106,25 @@ def memories_enrich_pending(
     the same work twice; each batch commits on its own, so a sweep that dies
     loses at most its current batch and the next sweep resumes where the NULLs
     are. Call repeatedly until ``scanned`` is 0.
+
+    A row the model (or lemmatizer) fails on by itself does not hold back the batch: it is
+    found by halving the failed call, gets a failure record for its stage (attempts, error,
+    next retry time with exponential backoff) in the batch's transaction, and is skipped until
+    that time (``failures_recorded``). A model that fails on everything blames no row:
+    ``failed`` counts the rows left as they were, and ``errors`` says why.
     """
     report = EnrichmentReport()
     want_lemmas = kind in ("all", "lemmas")
     want_vectors = kind in ("all", "embeddings")
     with transaction.atomic():
         queryset = _pending(kind=kind, bucket=bucket, memory_ids=memory_ids)
-        memories = list(queryset.order_by("created_at").select_for_update(skip_locked=True, of=("self",))[:batch_size])
+        memories = list(
+            queryset.annotate(
+                embedding_deferred=deferred(EnrichmentStage.EMBEDDING), lemmas_deferred=deferred(EnrichmentStage.LEMMAS)
+            )
+            .order_by("created_at")
+            .select_for_update(skip_locked=True, of=("self",))[:batch_size]
+        )
         report.scanned = len(memories)
         if not memories:
             return report
@@ -112,22 +138,23 @@ def memories_enrich_pending(
             )
             for m in memories
         ]
-        if want_lemmas:
-            lemmatize_rows(
-                [
-                    r
-                    for r, m in zip(rows, memories, strict=True)
-                    if m.text_lemmatized is None or (m.context_text and m.context_lemmatized is None)
-                ]
-            )
-        if want_vectors:
-            embed_rows(
-                [
-                    r
-                    for r, m in zip(rows, memories, strict=True)
-                    if m.embedding is None or (m.context_text and m.context_embedding is None)
-                ]
-            )
+        lemma_rows = [
+            r
+            for r, m in zip(rows, memories, strict=True)
+            if want_lemmas
+            and not m.lemmas_deferred
+            and (m.text_lemmatized is None or (m.context_text and m.context_lemmatized is None))
+        ]
+        vector_rows = [
+            r
+            for r, m in zip(rows, memories, strict=True)
+            if want_vectors
+            and not m.embedding_deferred
+            and (m.embedding is None or (m.context_text and m.context_embedding is None))
+        ]
+        lemmas = isolate(lemma_rows, _lemmatize, key=_row_id, probe=_lemmatizer_problem)
+        vectors = isolate(vector_rows, _embed, key=_row_id, probe=_embedding_problem)
+        left = {r.id for r in lemma_rows if lemmas.outage} | {r.id for r in vector_rows if vectors.outage}
         for row, memory in zip(rows, memories, strict=True):
             fields = []
             if memory.text_lemmatized is None and row.text_lemmatized is not None:
@@ -150,11 +177,62 @@ def memories_enrich_pending(
             if fields:
                 memory.save(update_fields=fields)
                 note_writes(memory.bucket_id, 1)
-            else:
+            if memory.pk in left:
                 report.failed += 1
-    if report.failed:
-        report.errors.append(f"{report.failed} row(s) could not be enriched (model or lemmatizer unavailable)")
+        # The rows a stage failed on by themselves get (or update) a failure record; the rows
+        # it succeeded for lose theirs. An outage blames no row.
+        recorded: set = set()
+        for stage, attempted, result in (
+            (EnrichmentStage.LEMMAS, lemma_rows, lemmas),
+            (EnrichmentStage.EMBEDDING, vector_rows, vectors),
+        ):
+            if result.outage:
+                report.errors.append(f"{len(attempted)} row(s) could not be enriched ({stage}): {result.outage}")
+                continue
+            failures_record(stage=stage, errors=result.errors)
+            failures_clear(stage=stage, memory_ids=[r.id for r in attempted if r.id not in result.errors])
+            recorded |= set(result.errors)
+        report.failures_recorded = len(recorded)
     return report
+
+
+def _row_id(row: Row):
+    return row.id
+
+
+def _embed(rows: list[Row]) -> dict:
+    """Embed ``rows`` in place; the ids of those whose vector the model got wrong. Raises when
+    the model call fails (:func:`~memories.services.enrichment_failures.isolate` halves the batch)."""
+    for row in rows:
+        row.embedding = row.context_embedding = None
+    embed_rows(list(rows), strict=True)
+    return {
+        r.id: "the embedding model returned an unusable vector (NaN, zero or not of unit length)"
+        for r in rows
+        if r.embedding is None or (r.context_text and r.context_embedding is None)
+    }
+
+
+def _lemmatize(rows: list[Row]) -> dict:
+    lemmatize_rows(list(rows), strict=True)
+    return {}
+
+
+def _embedding_problem() -> str | None:
+    """Why the embedding model fails on a text it always embeds, or None: it works."""
+    try:
+        vector = embedding.embed_texts(["A short note to check that the model works."])[0]
+    except embedding.EmbeddingUnavailable as exc:
+        return str(exc)
+    return None if embedding.usable(vector) else "the embedding model returns unusable vectors"
+
+
+def _lemmatizer_problem() -> str | None:
+    try:
+        lemmatizer.lemmatize_many(["A short note to check that the lemmatizer works."])
+    except Exception as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def memories_enrich_all_pending(
@@ -165,7 +243,7 @@ def memories_enrich_all_pending(
     memory_ids: Iterable | None = None,
     on_batch: Callable[[EnrichmentReport], None] | None = None,
 ) -> EnrichmentReport:
-    """Run the sweep until nothing is left or a batch makes no progress.
+    """Run the sweep until nothing is left or the model (or lemmatizer) fails on a whole batch.
 
     ``on_batch`` is called with each committed batch's report (progress bars,
     job heartbeats, follow-up work for the rows just embedded).

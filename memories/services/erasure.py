@@ -4,7 +4,7 @@ and everything kept about it, hard-deleted at once.
 :func:`memories_erase` deletes the memories whose ``agent_id``, ``run_id``, ``attributed_to`` and
 ``source_actor_id`` equal the given values (every one given), live or deleted (``memories_deleted``),
 in every bucket of the tenant or in one; with them their history (``memory_versions``), their
-access times, the sequence context other memories quoted from them, and — through
+access times, their enrichment failure records, the sequence context other memories quoted from them, and — through
 :data:`memories.signals.memories_erasing` — what the apps above keep: graph mentions, edges and
 the entities nothing else names, the documents and conversations they came from or that were
 submitted with those values, review candidates. Audit events that quoted them keep their ids
@@ -22,7 +22,7 @@ from django.db.models import Q
 from audit.services import Actor, audit_record, audit_scrub
 from engram_site.exceptions import DomainError
 from memories import signals
-from memories.models import DeletedMemory, Memory, MemoryAccess, MemoryVersion
+from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAccess, MemoryVersion
 from memories.services.events import forget_stats
 from memories.services.ingest import CONTEXT_PREDECESSORS
 from tenants.models import Bucket, Tenant
@@ -41,6 +41,7 @@ class ErasureReport:
     deleted_memories: int = 0  # rows in memories_deleted (deleted, restorable until now)
     versions: int = 0
     access_times: int = 0
+    enrichment_failures: int = 0  # failure records (their errors may quote the text)
     contexts_cleared: int = 0  # other memories whose sequence context quoted an erased one
     graph_mentions: int = 0
     graph_edges: int = 0
@@ -141,6 +142,10 @@ def _erase(
                 setattr(report, name, getattr(report, name) + count)
     report.contexts_cleared = _clear_contexts(tenant, erased, ids)
     report.access_times = MemoryAccess.objects.filter(memory_id__in=live_ids).delete()[0]
+    # They would go with the rows (ON DELETE CASCADE); deleted here to be counted.
+    report.enrichment_failures = EnrichmentFailure.objects.filter(tenant_id=tenant.pk, memory_id__in=live_ids).delete()[
+        0
+    ]
     # idx_versions_memory finds a memory's history; what the memories said before an edit is
     # scrubbed from the audit log too.
     history = MemoryVersion.objects.filter(tenant_id=tenant.pk, memory_id__in=ids)

@@ -122,11 +122,14 @@ def join_context(context_text: str, content: str) -> str:
 
 
 @tracing.traced("engram.write.lemmatize")
-def lemmatize_rows(rows: list[Row]) -> None:
+def lemmatize_rows(rows: list[Row], *, strict: bool = False) -> None:
+    """Set the rows' lemmas; without the lemmatizer they stay None (``strict``: it raises)."""
     contexts = [r for r in rows if r.context_text]
     try:
         lemmas = lemmatizer.lemmatize_many([r.item.content for r in rows] + [r.context_text for r in contexts])
     except lemmatizer.LemmatizerUnavailable as exc:
+        if strict:
+            raise
         logger.warning("lemmatizer unavailable, storing rows without lemmas: %s", exc)
         return
     for row, lemma in zip(rows, lemmas[: len(rows)], strict=True):
@@ -142,7 +145,9 @@ def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
 
 
 @tracing.traced("engram.write.embed")
-def embed_rows(rows: list[Row]) -> None:
+def embed_rows(rows: list[Row], *, strict: bool = False) -> None:
+    """Set the rows' vectors; a failed model call leaves them None (``strict``: it raises),
+    a vector the model got wrong leaves that one None."""
     contexts = [r for r in rows if r.context_text]
     try:
         # Memories and their (about three times longer) context texts in separate calls: a
@@ -152,6 +157,8 @@ def embed_rows(rows: list[Row]) -> None:
         vectors = embedding.embed_texts([embedding_text(r.item.content, r.item.attributed_to) for r in rows])
         context_vectors = embedding.embed_texts([join_context(r.context_text, r.item.content) for r in contexts])
     except embedding.EmbeddingUnavailable as exc:
+        if strict:
+            raise
         logger.warning("embedding model unavailable, storing rows without embeddings: %s", exc)
         return
     # A vector the model got wrong (NaN, zeros) is left NULL like a missing one: the row

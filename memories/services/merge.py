@@ -231,9 +231,9 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
             [target.pk, source.tenant_id, source.pk],
         )
         ids = [row[0] for row in cur.fetchall()]
-        # Their histories and the bucket's deleted memories go along (a removed source bucket
-        # would take them with it).
-        for table in ("memory_versions", "memories_deleted"):
+        # Their histories, enrichment failures and the bucket's deleted memories go along (a
+        # removed source bucket would take them with it; the console lists failures by bucket).
+        for table in ("memory_versions", "memories_deleted", "enrichment_failures"):
             cur.execute(
                 f"UPDATE {table} SET bucket_id = %s WHERE tenant_id = %s AND bucket_id = %s",
                 [target.pk, source.tenant_id, source.pk],
