@@ -49,7 +49,9 @@ class EnrichmentFailuresApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Params(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
-        failures = selectors.enrichment_failure_list(bucket=bucket, stage=params.validated_data.get("stage"))
+        failures = selectors.enrichment_failure_list(
+            bucket=bucket, stage=params.validated_data.get("stage"), agents=request.auth.agents
+        )
         paginator = FailureCursorPagination()
         page = paginator.paginate_queryset(failures, request, view=self)
         return paginator.get_paginated_response(EnrichmentFailureOut(page, many=True).data)

@@ -461,3 +461,8 @@ class EnrichmentFailure(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_id} {self.stage} × {self.attempts}"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        """The failures of the memories an agent-limited token reads."""
+        return agents.q("memory__agent_id")

@@ -56,9 +56,11 @@ def deleted_memory_list(*, bucket: Bucket, agents: AgentRestriction | None = Non
     return DeletedMemory.objects.for_bucket(bucket).visible_to(agents)
 
 
-def enrichment_failure_list(*, bucket: Bucket, stage: str | None = None) -> QuerySet[EnrichmentFailure]:
+def enrichment_failure_list(
+    *, bucket: Bucket, stage: str | None = None, agents: AgentRestriction | None = None
+) -> QuerySet[EnrichmentFailure]:
     """The bucket's enrichment failures (idx_enrich_failures_bucket), of one stage if given."""
-    failures = EnrichmentFailure.objects.for_bucket(bucket)
+    failures = EnrichmentFailure.objects.for_bucket(bucket).visible_to(agents)
     return failures.filter(stage=stage) if stage else failures
 
 

@@ -1043,6 +1043,7 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
     },  # fmt: skip
     "bucket-sources": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
     "bucket-deleted": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
+    "bucket-enrichment-failures": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS)]},
     # Admin scope: a token held to agents cannot have it (tenants.services.token_issue).
     "bucket-merge": {
         "POST": [
