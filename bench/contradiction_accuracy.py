@@ -115,7 +115,7 @@ def report(results: dict[str, dict], total: int) -> str:
     lines += [
         "",
         "Recall counts every labelled contradiction, including the `world` ones (a contradiction only world "
-        "knowledge shows, e.g. \"I've never been to Japan\" / \"I visited Tokyo\"), which no cue is meant to find.",
+        'knowledge shows, e.g. "I\'ve never been to Japan" / "I visited Tokyo"), which no cue is meant to find.',
         "",
         "## Per cue",
         "",

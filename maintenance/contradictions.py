@@ -58,8 +58,10 @@ STOPWORDS = {
     "lot", "lots", "always", "usually", "anymore", "any more", "longer",
 }  # fmt: skip
 # Words that mark a statement as hedged, past or about someone else's view: no contradiction.
-HEDGES = {"maybe", "perhaps", "might", "used", "sometimes", "occasionally", "once", "wish", "if", "whether",
-          "thinks", "says", "said", "told", "wants", "hope", "trying", "try", "plan", "planning", "until", "?"}  # fmt: skip
+HEDGES = {
+    "maybe", "perhaps", "might", "used", "sometimes", "occasionally", "once", "wish", "if", "whether", "thinks",
+    "says", "said", "told", "wants", "hope", "trying", "try", "plan", "planning", "until", "?",
+}  # fmt: skip
 
 
 # Fixed phrases read as one word, before negations are counted ("can't stand" is "hate").
@@ -112,10 +114,18 @@ _ELLIPTIC = {"had", "ate", "ordered", "made", "got", "went", "drank", "cooked", 
              "just", "bought", "visited", "took", "spent", "love", "loved", "hate", "hated", "enjoyed"}  # fmt: skip
 
 
+_MY = re.compile(r"^\W*my (?:only |all-time |)([a-z]+)", re.IGNORECASE)
+
+
 def subject(text: str) -> str | None:
-    """Who a statement is about: "speaker" (I / my / the user), a leading name, or None."""
+    """Who a statement is about: "speaker" (I / the user), "speaker:<what>" for a statement that
+    starts with "my <what>" (my husband, my sister, my name: a fact about that, not about what
+    the speaker does), a leading name, or None."""
     if _SENTENCE_START.search(text):
         return "speaker"
+    mine = _MY.match(text)
+    if mine:
+        return "speaker:" + mine.group(1).lower().replace("favorite", "favourite")
     match = _NAME.match(text)
     if match and (match.group(1).lower() in _ELLIPTIC or match.group(1).endswith("ed")):
         return "speaker"
@@ -216,11 +226,10 @@ _GLUTEN = {"bread", "pasta", "baguette", "croissant", "bagel", "pizza", "beer", 
 _PORK = {"pork", "bacon", "ham", "salami", "pepperoni", "prosciutto", "chorizo", "sausage", "sausages"}
 
 # (pattern naming a diet, its label, the foods it excludes)
+_BECOME = r"\b(?:am|is|be|been|went|gone|turned|become|became|going|stay|staying) (?:a |fully |strictly |strict )?"
 _DIETS = [
-    (re.compile(r"\b(?:am|is|be|been|went|gone|turned|become|became|going|stay|staying) (?:a |fully |strictly |strict )?vegan\b"
-                r"|\bvegan (?:since|for)\b|\bplant-based\b"), "vegan", _MEAT | _FISH | _DAIRY_EGG),
-    (re.compile(r"\b(?:am|is|be|went|gone|turned|become|became|going|stay|staying|been) (?:a |fully |strictly |strict )?"
-                r"vegetarian\b|\bvegetarian (?:since|for)\b"), "vegetarian", _MEAT | _FISH),
+    (re.compile(_BECOME + r"vegan\b|\bvegan (?:since|for)\b|\bplant-based\b"), "vegan", _MEAT | _FISH | _DAIRY_EGG),
+    (re.compile(_BECOME + r"vegetarian\b|\bvegetarian (?:since|for)\b"), "vegetarian", _MEAT | _FISH),
     (re.compile(r"\b(?:am|is|went|gone|became|been) (?:a )?pescatarian\b"), "pescatarian", _MEAT),
     (re.compile(r"\b(?:do|does|did) not eat (?:any )?(?:meat|animal products)\b|\bnever eat (?:any )?meat\b"
                 r"|\bgave up meat\b|\bstopped eating meat\b|\bno longer eat meat\b"), "no meat", _MEAT),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+from audit.services import Actor
 from memories.models import Memory, VersionKind
 from memories.services.history import Change, versions_record
 from memories.services.links import links_add, links_remove
@@ -16,12 +17,19 @@ from tenants.models import Bucket
 
 
 def memory_supersede(
-    *, memory_id: uuid.UUID, at: datetime | None, by: uuid.UUID | None, previous_by: uuid.UUID | None
+    *,
+    memory_id: uuid.UUID,
+    at: datetime | None,
+    by: uuid.UUID | None,
+    previous_by: uuid.UUID | None,
+    actor: Actor | None = None,
 ) -> None:
     """``by`` superseded ``memory_id`` at ``at`` (both None: nothing supersedes it any more).
 
     The successor's ``supersedes`` link follows: removed from ``previous_by`` (the successor
-    recorded until now) when that changes, added to ``by``.
+    recorded until now) when that changes, added to ``by``. The ``superseded`` version names
+    ``actor`` (None: Engram itself, e.g. the graph's timelines; an operator resolving a
+    contradiction otherwise).
     """
     before = (
         Memory.objects.filter(pk=memory_id).values("tenant_id", "bucket_id", "superseded_at", "superseded_by").first()
@@ -32,7 +40,7 @@ def memory_supersede(
         Memory.objects.filter(pk=memory_id).update(superseded_at=at, superseded_by=by)
         previous = {"superseded_at": before["superseded_at"], "superseded_by": before["superseded_by"]}
         change = Change(memory_id, before["tenant_id"], before["bucket_id"], previous, {"by": by})
-        versions_record(kind=VersionKind.SUPERSEDED, changes=[change])
+        versions_record(kind=VersionKind.SUPERSEDED, changes=[change], actor=actor)
     if previous_by and previous_by != by:
         links_remove(memory_id=previous_by, target=memory_id, kind="supersedes")
     if by:
