@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from console.scoping import is_unrestricted, scope_queryset
-from maintenance.models import DuplicateCandidate, JobRun, JobStatus
+from maintenance.models import ConflictCandidate, DuplicateCandidate, JobRun, JobStatus
 from maintenance.services import HNSW_INDEXES
 from memories.models import PENDING_ENRICHMENT, Memory
 from memories.services import ENRICHMENT_KINDS
@@ -24,9 +24,13 @@ def pending_review_count(*, user) -> int:
     return scope_queryset(DuplicateCandidate.objects.pending(), user=user).count()
 
 
+def open_conflict_count(*, user) -> int:
+    return scope_queryset(ConflictCandidate.objects.open(), user=user).count()
+
+
 def console_summary(*, user) -> dict:
     """What the admin index shows above the model list."""
-    return {"pending_reviews": pending_review_count(user=user)}
+    return {"pending_reviews": pending_review_count(user=user), "open_conflicts": open_conflict_count(user=user)}
 
 
 def bucket_choices(*, user, tenant: Tenant | None = None) -> list[tuple[str, list[tuple[str, str]]]]:
