@@ -124,6 +124,24 @@ def test_finding_a_pair_changes_no_memory(bucket):
     assert MemoryVersion.objects.count() == versions
 
 
+def test_finding_pairs_leaves_search_results_unchanged(bucket):
+    """Only an operator's resolution changes ranking: finding pairs must not (recall is unchanged)."""
+    from datetime import UTC, datetime
+
+    from memories.retrieval import memories_search
+
+    write(bucket, VEGETARIAN, STEAK, "I don't drink coffee.", "I drink coffee.", *UNRELATED)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def ranked(mode):
+        hits = memories_search(bucket=bucket, query="what do I eat and drink", mode=mode, now=now, record_access=False)
+        return [(hit.row["id"], round(hit.score, 9)) for hit in hits.hits]
+
+    before = {mode: ranked(mode) for mode in ("hybrid", "keyword", "vector")}
+    assert scan()["conflicts"] == 2
+    assert {mode: ranked(mode) for mode in ("hybrid", "keyword", "vector")} == before
+
+
 # --- the API: list and the three resolutions ------------------------------------------------------
 
 
