@@ -14,13 +14,17 @@ knowledge graph's timelines handle). A fixed seed splits it in two halves: the
 detector's rules were adjusted looking at the ``dev`` half only; ``held-out`` is
 reported as it came out.
 
-No database, no model: the detector is plain Python.
+No database, no model: the detector is plain Python. ``--similarity`` also embeds both sides
+of every pair with the embedding model and reports how many contradictions the background
+check would show the detector at all (cosine at or above its candidate floor; in a real
+bucket a pair must also be among each other's 10 nearest neighbours).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 from collections import Counter
@@ -29,7 +33,14 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
-from maintenance.contradictions import CUES, DETECTOR_VERSION, detect  # noqa: E402
+from maintenance.contradictions import (  # noqa: E402
+    CANDIDATE_MIN_SIMILARITY,
+    CUES,
+    DETECTOR_VERSION,
+    detect,
+    diet_probe,
+    words,
+)
 
 SEED = 20261126
 
@@ -84,6 +95,56 @@ def evaluate(pairs: list[dict]) -> dict:
         "world": sum(1 for r in rows if r["label"] and r["kind"] == "world"),
         "world_found": sum(1 for r in rows if r["label"] and r["kind"] == "world" and r["found"]),
     }  # fmt: skip
+
+
+def similarities(pairs: list[dict]) -> list[float]:
+    """Cosine similarity of each pair's two texts, with Engram's embedding model."""
+    import django
+    import numpy as np
+    from django.conf import settings
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings.configure(ENGRAM_EMBEDDINGS_ENABLED=True)
+    django.setup()
+    from memories.embedding import embed_texts
+
+    vectors = embed_texts([p["a"] for p in pairs] + [p["b"] for p in pairs])
+    a, b = vectors[: len(pairs)], vectors[len(pairs) :]
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return [float(x) for x in (a * b).sum(axis=1)]
+
+
+def similarity_report(pairs: list[dict], sims: list[float]) -> list[str]:
+    lines = [
+        "",
+        "## Would the background check show the pair to the detector?",
+        "",
+        f"Cosine similarity of the two texts (Engram's embedding model); the check compares a memory with its 10 "
+        f"nearest neighbours at or above {CANDIDATE_MIN_SIMILARITY}.",
+        "",
+        "| pairs | n | min | median | at or above the floor |",
+        "|---|---|---|---|---|",
+    ]
+    for label, keep in (("contradictions", 1), ("hard negatives", 0)):
+        values = sorted(s for p, s in zip(pairs, sims, strict=True) if p["label"] == keep)
+        above = sum(1 for s in values if s >= CANDIDATE_MIN_SIMILARITY)
+        lines.append(f"| {label} | {len(values)} | {values[0]:.2f} | {values[len(values) // 2]:.2f} | {above} |")
+    found = [(p, s) for p, s in zip(pairs, sims, strict=True) if p["label"] and detect(p["a"], p["b"])]
+    below = [p for p, s in found if s < CANDIDATE_MIN_SIMILARITY]
+
+    def probed(p) -> bool:  # the diet probe's words (lemmas in the database; plain words here)
+        return bool(diet_probe(p["a"]) & set(words(p["b"])) or diet_probe(p["b"]) & set(words(p["a"])))
+
+    lost = [p for p in below if not probed(p)]
+    lines += [
+        "",
+        f"Contradictions the detector finds but the similarity floor would hide: {len(below)} of {len(found)}; "
+        f"of those, the diet probe (a full-text search of the bucket for the foods a diet excludes, or for "
+        f"diet words) still shows it the pair for {len(below) - len(lost)}.",
+    ]
+    lines += [f"- not shown: “{p['a']}” / “{p['b']}”" for p in lost]
+    return lines
 
 
 def _pct(x: float) -> str:
@@ -157,6 +218,7 @@ def main() -> int:
     parser.add_argument("--half", choices=["dev", "held-out", "both"], default="both")
     parser.add_argument("--show-errors", action="store_true")
     parser.add_argument("--out", help="write the markdown report here")
+    parser.add_argument("--similarity", action="store_true", help="also embed the pairs (loads the model)")
     args = parser.parse_args()
     pairs = load(Path(args.data))
     halves = split(pairs)
@@ -165,6 +227,8 @@ def main() -> int:
     if len(names) == 2:
         results["all"] = evaluate(pairs)
     text = report(results, len(pairs))
+    if args.similarity:
+        text += "\n".join(similarity_report(pairs, similarities(pairs))) + "\n"
     if args.out:
         Path(args.out).write_text(text + "\n")
     if args.show_errors or not args.out:

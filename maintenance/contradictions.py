@@ -28,6 +28,13 @@ from dataclasses import dataclass
 
 DETECTOR_VERSION = 1
 
+# Which pairs are shown to the detector (maintenance.services.conflicts_scan): each memory and
+# its CANDIDATE_K nearest neighbours of the bucket with cosine similarity >= CANDIDATE_MIN_SIMILARITY.
+# A contradiction speaks of the same thing, so it sits near; the floor is low on purpose ("I'm
+# vegetarian" and "I had steak again" are not close in meaning) and the cues decide.
+CANDIDATE_K = 10
+CANDIDATE_MIN_SIMILARITY = 0.25
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -284,6 +291,31 @@ def _diet_vs_food(stated: str, other: str) -> Finding | None:
         ):
             return Finding("diet", f"Stated allergy ({allergen}) against eating it.", 0.8)
     return None
+
+
+# What a statement of a diet is said with (lemmas, for the bucket's full-text index).
+_DIET_WORDS = frozenset({
+    "vegetarian", "vegan", "pescatarian", "teetotal", "teetotaler", "sober", "allergic", "celiac", "coeliac",
+    "lactose", "halal", "kosher", "gluten", "meat", "alcohol", "pork", "dairy", "drinking", "plant",
+})  # fmt: skip
+_ALL_EXCLUDED = _MEAT | _FISH | _DAIRY_EGG | _ALCOHOL | _GLUTEN | _PORK
+
+
+def diet_probe(text: str) -> frozenset[str]:
+    """Words to look for among a bucket's other memories (by full text, not by meaning):
+    a statement of a diet looks for the foods it excludes, a meal for statements of a diet.
+    Empty for anything else. Diet pairs are far apart in meaning ("I'm vegetarian" / "I had
+    steak again"), so the nearest neighbours alone would miss them."""
+    low = normalise(text)
+    if any(pattern.search(low) for pattern, _label, _foods in _DIETS) or _ALLERGY.search(low):
+        excluded = set().union(*(foods for pattern, _label, foods in _DIETS if pattern.search(low)))
+        allergy = _ALLERGY.search(low)
+        if allergy:
+            excluded.add(allergy.group(1).split()[0])
+        return frozenset(w for w in excluded if re.fullmatch(r"[a-z]+", w))
+    if _CONSUME.search(low) and _mentions(_ALL_EXCLUDED, low):
+        return _DIET_WORDS
+    return frozenset()
 
 
 def _diet(a: str, b: str) -> Finding | None:

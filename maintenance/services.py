@@ -419,27 +419,46 @@ def near_duplicates_find_for(*, memory_ids: Iterable, threshold: float | None = 
 
 # --- contradictions ----------------------------------------------------------------------------------
 
-# Each memory is compared with its CONFLICT_K nearest neighbours of the bucket: a contradiction
-# speaks of the same thing, so it sits near. The floor is low on purpose ("I'm vegetarian" and
-# "I had steak again" are not close in meaning); the detector's cues decide.
-CONFLICT_K = 10
-CONFLICT_MIN_SIMILARITY = 0.25
+CONFLICT_K = contradictions.CANDIDATE_K
+CONFLICT_MIN_SIMILARITY = contradictions.CANDIDATE_MIN_SIMILARITY
+
+
+# At most this many memories of the bucket found by the diet probe's words, newest first.
+CONFLICT_LEXICAL_LIMIT = 20
+
+
+def _lexical_partners(*, tenant_id, bucket_id, memory_id, content: str) -> list[uuid.UUID]:
+    """Memories of the bucket that share a diet probe's words with ``content`` (contradictions.diet_probe)."""
+    words = sorted(contradictions.diet_probe(content))
+    if not words:
+        return []
+    with connection.cursor() as cur:
+        # idx_memories_lemmatized_tsv serves the @@; the probe's words are [a-z]+ only.
+        cur.execute(
+            "SELECT id FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id <> %s"
+            " AND lemmatized_tsv @@ to_tsquery('simple', %s) ORDER BY created_at DESC LIMIT %s",
+            [tenant_id, bucket_id, memory_id, " | ".join(words), CONFLICT_LEXICAL_LIMIT],
+        )
+        return [row[0] for row in cur.fetchall()]
 
 
 def _store_conflicts(*, tenant_id, bucket_id, memory_id, found: list[neighbours.Neighbour]) -> int:
-    """Run the detector on ``memory_id`` and each neighbour; store the pairs it raises."""
-    if not found:
-        return 0
-    similarity = {n.id: n.similarity for n in found}
-    rows = {
-        r["id"]: r
-        for r in Memory.objects.filter(pk__in=[memory_id, *similarity]).values(
-            "id", "content", "created_at", "superseded_by"
-        )
-    }
-    me = rows.get(memory_id)
+    """Run the detector on ``memory_id`` and each neighbour, and each memory its diet probe
+    finds; store the pairs it raises."""
+    me = Memory.objects.filter(pk=memory_id).values("id", "content", "created_at", "superseded_by").first()
     if me is None:
         return 0
+    similarity: dict = {n.id: n.similarity for n in found}
+    for other_id in _lexical_partners(
+        tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, content=me["content"]
+    ):
+        similarity.setdefault(other_id, None)
+    if not similarity:
+        return 0
+    rows = {
+        r["id"]: r
+        for r in Memory.objects.filter(pk__in=list(similarity)).values("id", "content", "created_at", "superseded_by")
+    }
     params: list = []
     for other_id in similarity:
         other = rows.get(other_id)

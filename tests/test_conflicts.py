@@ -95,12 +95,29 @@ def test_a_contradiction_is_stored_once_with_its_reason_and_found_again_by_no_sc
     assert ConflictCandidate.objects.for_bucket(bucket).count() == 1
 
 
-def test_the_check_follows_enrichment_and_the_scan_is_scheduled():
-    signatures = receivers.follow_up_work(["x"])
-    assert "maintenance.find_conflicts" in [s.task for s in signatures]
-    from maintenance.schedules import DEFAULT_SCHEDULES
+def test_the_check_runs_in_the_worker_after_enrichment_not_in_the_write(
+    bucket, settings, celery_eager, django_capture_on_commit_callbacks
+):
+    settings.ENGRAM_EMBEDDINGS_ENABLED = False
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        write(bucket, VEGETARIAN, STEAK)
+    assert not ConflictCandidate.objects.exists()  # the write itself found nothing
+    settings.ENGRAM_EMBEDDINGS_ENABLED = True
+    for callback in callbacks:  # the commit: enrichment and its follow-up chain run (eagerly, here)
+        callback()
+    assert ConflictCandidate.objects.for_bucket(bucket).get().code == "diet"
+    assert "maintenance.find_conflicts" in [s.task for s in receivers.follow_up_work(["x"])]
 
-    assert "maintenance.scan_conflicts" in [s.task for s in DEFAULT_SCHEDULES]
+
+def test_a_diet_pair_is_found_by_full_text_even_without_a_near_neighbour(bucket):
+    """ "vegetarian" and "steak" are far apart in meaning: the diet probe finds the pair by its words."""
+    vegetarian, steak, *others = write(bucket, VEGETARIAN, STEAK, *UNRELATED)
+    assert services._lexical_partners(
+        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=steak, content=STEAK
+    ) == [vegetarian]
+    stored = services._store_conflicts(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=steak, found=[])
+    assert stored == 1
+    assert ConflictCandidate.objects.get().similarity is None  # not found by meaning
 
 
 def test_pairs_never_cross_buckets(bucket, other_bucket):
