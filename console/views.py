@@ -256,7 +256,8 @@ def conflicts_resolve(request):
     _require(request, "maintenance.change_conflictcandidate", "memories.change_memory")
     back = reverse("admin:console_conflicts") + (f"?{request.POST['query']}" if request.POST.get("query") else "")
     candidate_id, _, decision = request.POST.get("pair", "").partition(":")
-    candidate = _conflicts(request).filter(pk=int(candidate_id)).first() if candidate_id.isdigit() else None
+    known = candidate_id.isdigit() and int(candidate_id) < 2**63  # beyond bigint: no such row
+    candidate = _conflicts(request).filter(pk=int(candidate_id)).first() if known else None
     if candidate is None:
         # A pair the operator cannot see (or that is gone): nothing is decided, nothing told.
         raise Http404

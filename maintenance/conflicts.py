@@ -67,6 +67,8 @@ def conflict_get(*, bucket: Bucket, candidate_id) -> ConflictCandidate:
         pk = int(str(candidate_id))
     except ValueError:
         raise NotFound("Conflict not found.") from None
+    if not 0 < pk < 2**63:  # beyond bigint: no such row (and no database error)
+        raise NotFound("Conflict not found.")
     candidate = ConflictCandidate.objects.for_bucket(bucket).filter(pk=pk).first()
     if candidate is None:
         raise NotFound("Conflict not found.")

@@ -263,6 +263,7 @@ def test_bad_resolutions_are_400_and_change_nothing(found, bucket, api):
     assert Memory.objects.filter(pk__in=[vegetarian, steak], superseded_by__isnull=True).count() == 2
     assert api.post(url(bucket, "/999999/resolve"), {"action": "keep_both"}, format="json").status_code == 404
     assert api.post(url(bucket, "/x/resolve"), {"action": "keep_both"}, format="json").status_code == 404
+    assert api.post(url(bucket, f"/{10**30}/resolve"), {"action": "keep_both"}, format="json").status_code == 404
 
 
 def test_a_read_token_lists_but_cannot_resolve(found, bucket, tenant):

@@ -78,6 +78,7 @@ def test_a_bad_or_unknown_pair_is_refused(admin_client, bucket):
     candidate, _ = conflict(bucket, "I like cats.", "I dislike cats.")
     assert admin_client.post(RESOLVE, {"pair": "999999:keep_both"}).status_code == 404
     assert admin_client.post(RESOLVE, {"pair": "x:keep_both"}).status_code == 404
+    assert admin_client.post(RESOLVE, {"pair": f"{10**30}:keep_both"}).status_code == 404
     assert admin_client.get(RESOLVE).status_code == 405
     admin_client.post(RESOLVE, {"pair": f"{candidate.pk}:burn"})
     assert ConflictCandidate.objects.get(pk=candidate.pk).status == ConflictStatus.OPEN
