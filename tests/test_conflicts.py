@@ -225,6 +225,18 @@ def test_supersede_marks_the_other_memory_with_history_and_search_demotes_it(fou
     assert flagged.get(str(vegetarian)) is True
 
 
+def test_the_graphs_recomputation_does_not_undo_a_persons_supersession(found, bucket, api):
+    from memories.services.supersession import memory_supersede
+
+    candidate, vegetarian, steak = found
+    api.post(url(bucket, f"/{candidate.pk}/resolve"), {"action": "supersede", "keep": _side(candidate, steak)},
+             format="json")  # fmt: skip
+    # What the graph's pass does for a memory none of its timelines closes (actor None: Engram).
+    memory_supersede(memory_id=vegetarian, at=None, by=None, previous_by=steak)
+    assert Memory.objects.get(pk=vegetarian).superseded_by == steak
+    assert MemoryVersion.objects.filter(memory_id=vegetarian, kind=VersionKind.SUPERSEDED).count() == 1
+
+
 def test_merge_keeps_one_memory_with_new_content_and_history(found, bucket, api):
     candidate, vegetarian, steak = found
     response = api.post(
