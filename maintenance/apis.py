@@ -58,6 +58,17 @@ class ConflictResolveOut(serializers.Serializer):
     other_id = serializers.UUIDField(allow_null=True, help_text="the memory superseded, or absorbed by the merge")
 
 
+class ConflictResolveIn(StrictSerializer):
+    action = serializers.ChoiceField(choices=conflicts.ACTIONS)
+    keep = serializers.ChoiceField(
+        choices=conflicts.SIDES, required=False,
+        help_text="supersede: the memory that stays current; merge: the one that absorbs the other",
+    )  # fmt: skip
+    content = StrictCharField(
+        max_length=MAX_CONTENT_CHARS, required=False, help_text="merge only: new content of the kept memory"
+    )
+
+
 class ConflictListApi(APIView):
     class Params(StrictSerializer):
         status = serializers.ChoiceField(choices=ConflictStatus.choices, required=False, help_text="default: open")
@@ -81,19 +92,9 @@ class ConflictListApi(APIView):
 
 
 class ConflictResolveApi(APIView):
-    class Input(StrictSerializer):
-        action = serializers.ChoiceField(choices=conflicts.ACTIONS)
-        keep = serializers.ChoiceField(
-            choices=conflicts.SIDES, required=False,
-            help_text="supersede: the memory that stays current; merge: the one that absorbs the other",
-        )  # fmt: skip
-        content = StrictCharField(
-            max_length=MAX_CONTENT_CHARS, required=False, help_text="merge only: new content of the kept memory"
-        )
-
     @extend_schema(
         operation_id="conflicts_resolve",
-        request=Input,
+        request=ConflictResolveIn,
         responses={200: ConflictResolveOut, **errors(404, 409, *BODY)},
         description=(
             "Resolve an open pair: keep_both (never raised again), supersede (the other memory is marked superseded "
@@ -104,7 +105,7 @@ class ConflictResolveApi(APIView):
     def post(self, request, bucket_id, conflict_id):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         candidate = conflicts.conflict_get(bucket=bucket, candidate_id=conflict_id)
-        data = self.Input(data=request.data)
+        data = ConflictResolveIn(data=request.data)
         data.is_valid(raise_exception=True)
         result = conflicts.conflict_resolve(candidate=candidate, actor=request_actor(request), **data.validated_data)
         return Response(ConflictResolveOut(result).data)
