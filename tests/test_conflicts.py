@@ -308,6 +308,24 @@ def test_a_merge_elsewhere_repoints_the_pair_to_the_survivor(found, bucket):
     assert candidate.status == ConflictStatus.OPEN
 
 
+def test_a_bucket_merge_moves_the_pairs_and_the_scan_compares_the_moved_memories(bucket):
+    from audit.services import Actor
+    from memories.services.buckets import bucket_merge
+    from tenants import services as tenant_services
+
+    source = tenant_services.bucket_create(tenant=bucket.tenant, name="source")
+    write(bucket, VEGETARIAN)
+    scan()
+    write(source, STEAK, "I don't drink coffee.", "I drink coffee.")
+    scan()
+    assert ConflictCandidate.objects.for_bucket(source).count() == 1  # coffee, inside the source
+    bucket_merge(source=source, target=bucket, remove_source=True, actor=Actor.system("test"))
+    assert ConflictCandidate.objects.for_bucket(bucket).count() == 1
+    # The target's cursor went back to the oldest moved memory: the steak meets the vegetarian.
+    scan()
+    assert sorted(ConflictCandidate.objects.for_bucket(bucket).values_list("code", flat=True)) == ["diet", "negation"]
+
+
 def test_an_erasure_counts_and_deletes_the_pairs(found, bucket, tenant):
     from audit.services import Actor
     from memories.services.erasure import memories_erase
