@@ -59,6 +59,7 @@ class TenantHealth:
     pending_embeddings: int = 0
     pending_lemmas: int = 0
     pending_reviews: int = 0
+    open_conflicts: int = 0
 
 
 @dataclass
@@ -135,10 +136,18 @@ def health_report(*, user) -> HealthReport:
     ):
         if tenant_id in tenants:
             tenants[tenant_id].pending_reviews = n
+    for tenant_id, n in (
+        scoped(ConflictCandidate.objects.open())
+        .values("tenant_id")
+        .annotate(n=Count("id"))
+        .values_list("tenant_id", "n")
+    ):
+        if tenant_id in tenants:
+            tenants[tenant_id].open_conflicts = n
     rows = list(tenants.values())
     totals = {
         name: sum(getattr(t, name) for t in rows)
-        for name in ("buckets", "memories", "pending_embeddings", "pending_lemmas", "pending_reviews")
+        for name in ("buckets", "memories", "pending_embeddings", "pending_lemmas", "pending_reviews", "open_conflicts")
     }
     if not is_unrestricted(user):
         return HealthReport(

@@ -37,6 +37,8 @@ def test_the_queue_shows_open_pairs_side_by_side_with_content_escaped(admin_clie
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "(&lt;smoke&gt;)" in page  # the reason is escaped too
     assert f'value="{candidate.pk}:supersede_a"' in page and f'value="{candidate.pk}:merge_b"' in page
+    health = admin_client.get("/admin/console/health/").context["report"]
+    assert [row.open_conflicts for row in health.tenants] == [1] and health.totals["open_conflicts"] == 1
     ConflictCandidate.objects.filter(pk=candidate.pk).update(status=ConflictStatus.KEPT_BOTH)
     assert 'id="conflicts-empty"' in admin_client.get(QUEUE).content.decode()
 
