@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from console.scoping import is_unrestricted, scope_queryset
-from maintenance.models import DuplicateCandidate, JobRun, JobStatus
+from maintenance.models import ConflictCandidate, DuplicateCandidate, JobRun, JobStatus
 from maintenance.services import HNSW_INDEXES
 from memories.models import PENDING_ENRICHMENT, EnrichmentFailure, Memory
 from memories.services import ENRICHMENT_KINDS
@@ -24,9 +24,13 @@ def pending_review_count(*, user) -> int:
     return scope_queryset(DuplicateCandidate.objects.pending(), user=user).count()
 
 
+def open_conflict_count(*, user) -> int:
+    return scope_queryset(ConflictCandidate.objects.open(), user=user).count()
+
+
 def console_summary(*, user) -> dict:
     """What the admin index shows above the model list."""
-    return {"pending_reviews": pending_review_count(user=user)}
+    return {"pending_reviews": pending_review_count(user=user), "open_conflicts": open_conflict_count(user=user)}
 
 
 def bucket_choices(*, user, tenant: Tenant | None = None) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -55,6 +59,7 @@ class TenantHealth:
     pending_embeddings: int = 0
     pending_lemmas: int = 0
     pending_reviews: int = 0
+    open_conflicts: int = 0
 
 
 @dataclass
@@ -144,10 +149,18 @@ def health_report(*, user) -> HealthReport:
     ):
         if tenant_id in tenants:
             tenants[tenant_id].pending_reviews = n
+    for tenant_id, n in (
+        scoped(ConflictCandidate.objects.open())
+        .values("tenant_id")
+        .annotate(n=Count("id"))
+        .values_list("tenant_id", "n")
+    ):
+        if tenant_id in tenants:
+            tenants[tenant_id].open_conflicts = n
     rows = list(tenants.values())
     totals = {
         name: sum(getattr(t, name) for t in rows)
-        for name in ("buckets", "memories", "pending_embeddings", "pending_lemmas", "pending_reviews")
+        for name in ("buckets", "memories", "pending_embeddings", "pending_lemmas", "pending_reviews", "open_conflicts")
     }
     failures = enrichment_failures(user=user)
     failed = {"failures": list(failures[:FAILURES_SHOWN]), "failures_total": failures.count()}

@@ -56,6 +56,8 @@ class ConsoleAdminSite(admin.AdminSite):
             page("health/retry/", views.enrichment_retry, "console_enrichment_retry"),
             page("review/", views.review_queue, "console_review"),
             page("review/confirm/", views.review_confirm, "console_review_confirm"),
+            page("conflicts/", views.conflicts_queue, "console_conflicts"),
+            page("conflicts/resolve/", views.conflicts_resolve, "console_conflicts_resolve"),
             page("bucket-merge/", views.bucket_merge, "console_bucket_merge"),
             page("topics/", views.topics_index, "console_topics"),
             page("topics/<uuid:bucket_id>/", views.topics_bucket, "console_topics_bucket"),
@@ -69,6 +71,7 @@ class ConsoleAdminSite(admin.AdminSite):
     # The console's pages, in the navigation sidebar of every admin page.
     PAGES = (
         ("Near-duplicate review", "console_review", "maintenance.view_duplicatecandidate"),
+        ("Contradiction review", "console_conflicts", "maintenance.view_conflictcandidate"),
         ("Topics", "console_topics", "memories.view_memory"),
         ("Entities", "console_entities", "memories.view_memory"),
         ("Merge buckets", "console_bucket_merge", "tenants.change_bucket"),

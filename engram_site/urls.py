@@ -9,6 +9,7 @@ from engram_site import health, metrics
 api_v1 = [
     path("", include("tenants.urls")),
     path("", include("memories.urls")),
+    path("", include("maintenance.urls")),
     path("", include("graph.urls")),
     path("", include("sources.urls")),
 ]

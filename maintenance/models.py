@@ -154,3 +154,77 @@ class ScanCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} @ {self.position_at}"
+
+
+class ConflictStatus(models.TextChoices):
+    OPEN = "open", "open"
+    KEPT_BOTH = "kept_both", "kept both"
+    SUPERSEDED = "superseded", "superseded"
+    MERGED = "merged", "merged"
+
+
+class ConflictCandidateQuerySet(BucketScopedQuerySet):
+    def open(self) -> ConflictCandidateQuerySet:
+        return self.filter(status=ConflictStatus.OPEN)
+
+
+class ConflictCandidate(models.Model):
+    """Two memories of one bucket that likely contradict each other ("I'm vegetarian" /
+    "I had steak again"): a pair for an operator to resolve — keep both, supersede one,
+    or merge them.
+
+    Found by the contradiction detector (``maintenance/contradictions.py``) in the
+    background, after enrichment and in the hourly catch-up scan. ``code`` names the cue
+    (``one_value``, ``diet``, ``negation``, ``antonym``) and ``reason`` says it for a
+    person. The pair is stored ordered (``memory_a < memory_b``), one row per pair, so a
+    pair an operator resolved is never raised again. A merge deletes one memory: the pair
+    goes with it (the audit event ``conflict.merge`` is the record). Tenant, bucket and
+    both memories cascade in the database (migration 0007).
+    """
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    memory_a = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    memory_b = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    code = models.CharField(max_length=20)
+    reason = models.TextField()
+    score = models.FloatField()
+    # Cosine similarity of the two embeddings when the pair was found.
+    similarity = models.FloatField(null=True, blank=True)
+    detector_version = models.IntegerField(default=1)
+    status = models.CharField(max_length=20, choices=ConflictStatus.choices, default=ConflictStatus.OPEN)
+    found_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    # The memory that stayed current (superseded) or absorbed the other (merged).
+    kept_memory_id = models.UUIDField(null=True, blank=True)
+
+    objects = ConflictCandidateQuerySet.as_manager()
+
+    class Meta:
+        db_table = "conflict_candidates"
+        ordering = ["-found_at", "-id"]
+        constraints = [
+            # One row per pair: the detector inserts with ON CONFLICT DO NOTHING on this index.
+            models.UniqueConstraint(fields=["memory_a", "memory_b"], name="conflict_pair_unique"),
+            models.CheckConstraint(condition=Q(memory_a__lt=F("memory_b")), name="conflict_pair_ordered"),
+        ]
+        indexes = [
+            # The API list and the review queue: WHERE tenant_id = ? AND bucket_id = ? AND status = ?
+            # ORDER BY found_at DESC, id DESC.
+            models.Index(fields=["tenant", "bucket", "status", "-found_at", "-id"], name="conflict_review"),
+            # Cascade from a deleted memory and the merge's re-pointing look pairs up by memory_b
+            # (memory_a is the leading column of the unique index).
+            models.Index(fields=["memory_b"], name="conflict_memory_b"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_a_id} ≠ {self.memory_b_id} ({self.code})"

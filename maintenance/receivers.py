@@ -7,7 +7,8 @@ from celery import Signature
 from django.dispatch import receiver
 
 from maintenance import tasks
-from maintenance.models import DuplicateCandidate
+from maintenance.conflicts import conflicts_erase, conflicts_repoint
+from maintenance.models import ConflictCandidate, DuplicateCandidate
 from maintenance.services import duplicate_candidates_erase, duplicate_candidates_repoint, maintenance_bucket_merge
 from memories import signals
 
@@ -16,14 +17,16 @@ from memories import signals
 def move_candidates_to_survivors(sender, *, mapping, **kwargs):
     # Inside the merge's transaction: an error here rolls the merge back.
     duplicate_candidates_repoint(mapping=mapping)
+    conflicts_repoint(mapping=mapping)
 
 
 def follow_up_work(memory_ids: list[str]) -> list[Signature]:
     """What new memories need once they have their embedding: classification, the
-    near-duplicate scan, links (queued by memories.hooks after enrichment)."""
+    near-duplicate scan, the contradiction check, links (queued by memories.hooks after enrichment)."""
     return [
         tasks.classify_memories.si(memory_ids),
         tasks.find_duplicates.si(memory_ids),
+        tasks.find_conflicts.si(memory_ids),
         tasks.link_new_memories.si(memory_ids),
     ]
 
@@ -35,7 +38,10 @@ def retry_classification(memory_ids: list[str]) -> list[Signature]:
 
 @receiver(signals.bucket_merge_planning)
 def plan_candidates_merge(sender, *, source, target, **kwargs) -> dict:
-    return {"duplicate_candidates": DuplicateCandidate.objects.for_bucket(source).count()}
+    return {
+        "duplicate_candidates": DuplicateCandidate.objects.for_bucket(source).count(),
+        "conflict_candidates": ConflictCandidate.objects.for_bucket(source).count(),
+    }
 
 
 @receiver(signals.bucket_merged)
@@ -47,4 +53,7 @@ def move_candidates_and_cursors(sender, *, source, target, oldest_moved, **kwarg
 @receiver(signals.memories_erasing)
 def erase_candidates(sender, *, tenant, memory_ids, **kwargs) -> dict:
     # Inside the erasure's transaction: an error here rolls the erasure back.
-    return {"duplicate_candidates": duplicate_candidates_erase(tenant=tenant, memory_ids=memory_ids)}
+    return {
+        "duplicate_candidates": duplicate_candidates_erase(tenant=tenant, memory_ids=memory_ids),
+        "conflict_candidates": conflicts_erase(tenant=tenant, memory_ids=memory_ids),
+    }

@@ -1,6 +1,6 @@
 """The default beat schedules (django-celery-beat's DatabaseScheduler).
 
-Migrations 0002-0005 each create the rows they add from a frozen copy (a new default
+Migrations 0002-0007 each create the rows they add from a frozen copy (a new default
 schedule needs a new migration; tests/test_migrations_frozen.py checks that they add up to
 this list); ``ensure_default_schedules`` re-adds missing ones. Both only add schedules that
 are missing (matched by name), so an operator's edits in the admin — another interval, a
@@ -44,6 +44,13 @@ DEFAULT_SCHEDULES = [
         task="maintenance.scan_near_duplicates",
         description="Find pairs of memories above the similarity threshold; store them for review.",
         crontab="7 * * * *",
+        expire_seconds=3600,
+    ),
+    DefaultSchedule(
+        name="engram: scan contradictions",
+        task="maintenance.scan_conflicts",
+        description="Find pairs of memories that likely contradict each other; store them for review.",
+        crontab="27 * * * *",
         expire_seconds=3600,
     ),
     DefaultSchedule(

@@ -46,6 +46,11 @@ def find_duplicates(memory_ids: list[str]) -> dict:
     return services.near_duplicates_find_for(memory_ids=memory_ids)
 
 
+@shared_task(name="maintenance.find_conflicts", **HINT)
+def find_conflicts(memory_ids: list[str]) -> dict:
+    return services.conflicts_find_for(memory_ids=memory_ids)
+
+
 @shared_task(name="maintenance.link_new_memories", **HINT)
 def link_new_memories(memory_ids: list[str]) -> dict:
     return services.links_find_for(memory_ids=memory_ids)
@@ -78,6 +83,11 @@ def classify() -> dict:
 @shared_task(name="maintenance.scan_near_duplicates", **SCHEDULED)
 def scan_near_duplicates() -> dict:
     return jobs.run_job("scan_near_duplicates", services.near_duplicates_scan, lock=True, keep_idle=False).as_dict()
+
+
+@shared_task(name="maintenance.scan_conflicts", **SCHEDULED)
+def scan_conflicts() -> dict:
+    return jobs.run_job("scan_conflicts", services.conflicts_scan, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.link_memories", **SCHEDULED)

@@ -49,6 +49,7 @@ class ErasureOut(serializers.Serializer):
     sources = serializers.IntegerField(help_text="documents and conversations")
     source_chunks = serializers.IntegerField()
     duplicate_candidates = serializers.IntegerField()
+    conflict_candidates = serializers.IntegerField(help_text="contradiction review pairs")
     audit_events_scrubbed = serializers.IntegerField(help_text="audit events whose details quoted an erased memory")
 
 

@@ -252,6 +252,7 @@ OPERATOR_PERMISSIONS = (
     "tenants.view_apitoken", "tenants.add_apitoken", "tenants.delete_apitoken",
     "memories.view_memory", "memories.change_memory", "memories.delete_memory",
     "maintenance.view_duplicatecandidate", "maintenance.change_duplicatecandidate",
+    "maintenance.view_conflictcandidate", "maintenance.change_conflictcandidate",
     "audit.view_auditevent",
     "sources.view_source", "sources.delete_source",
 )  # fmt: skip

@@ -150,7 +150,7 @@ def world(tenant, other_tenant) -> World:
 
 TABLES = ["memories", "memories_deleted", "memory_versions", "memory_access", "graph_entities", "graph_mentions",
           "graph_edges", "graph_processed", "sources", "source_chunks", "source_chunk_memories",
-          "duplicate_candidates", "audit_events"]  # fmt: skip
+          "duplicate_candidates", "conflict_candidates", "audit_events"]  # fmt: skip
 
 
 def snapshot() -> dict:

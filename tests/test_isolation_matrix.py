@@ -48,7 +48,7 @@ from django_celery_beat.models import (
 
 from audit.services import Actor, audit_record
 from graph.models import Edge, Entity, Mention
-from maintenance.models import DuplicateCandidate, JobRun, JobStatus
+from maintenance.models import ConflictCandidate, DuplicateCandidate, JobRun, JobStatus
 from memories.models import DeletedMemory, EnrichmentFailure, Memory
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from memories.services.enrichment_failures import failures_record
@@ -106,6 +106,14 @@ def _candidate(bucket, x, y) -> DuplicateCandidate:
     )
 
 
+def _conflict(bucket, x, y) -> ConflictCandidate:
+    a, b = sorted([x, y])
+    return ConflictCandidate.objects.create(
+        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_a_id=a, memory_b_id=b, code="negation",
+        reason="The same statement, negated in one memory only.", score=0.8,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def world(tenant, other_tenant) -> World:
     a1 = services.bucket_create(tenant=tenant, name=f"{A_MARK}-one")
@@ -130,7 +138,8 @@ def world(tenant, other_tenant) -> World:
     objects = {
         "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
         "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
-        "candidate": _candidate(a1, m1, m2), "token": token, "failure": EnrichmentFailure.objects.get(memory_id=m1),
+        "candidate": _candidate(a1, m1, m2), "conflict": _conflict(a1, m1, m2), "token": token,
+        "failure": EnrichmentFailure.objects.get(memory_id=m1),
         "event": event, "membership": membership, "user_a": user_a, "group": group,
         "jobrun": JobRun.objects.create(name=f"{A_MARK}_job", status=JobStatus.FAILED, started_at=now, error=A_MARK),
         "interval": interval,
@@ -146,6 +155,7 @@ def world(tenant, other_tenant) -> World:
     b_entity, b_edge = _graph(b1, b_ids[0], B_MARK)
     _candidate(b1, *b_ids)
     failures_record(stage="graph", errors={b_ids[0]: f"{B_MARK} the extractor tripped over Bruno"})
+    _conflict(b1, *b_ids)
     source_submit_document(bucket=b1, title=f"{B_MARK} notes", text=f"{B_MARK} Bruno likes coffee.")
     audit_record(
         actor=Actor.system(B_MARK), action="memory.create", tenant=other_tenant, object_type="memory",
@@ -286,6 +296,22 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
         "PATCH": [Call({"memory_id": "memory"}, lambda ids: {"content": "overwritten", "hint_tags": ["x"]})],
         "DELETE": [Call({"memory_id": "memory"})],
     },
+    "bucket-conflicts": {
+        "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"status": "kept_both"})]
+    },
+    "bucket-conflict-resolve": {
+        "POST": [
+            Call({"bucket_id": "bucket", "conflict_id": "conflict"}, lambda ids: {"action": "keep_both"}),
+            Call({"bucket_id": "bucket", "conflict_id": "conflict"}, lambda ids: {"action": "supersede", "keep": "a"}),
+            Call({"bucket_id": "bucket", "conflict_id": "conflict"}, lambda ids: {"action": "merge", "keep": "b"}),
+            # The outsider's own bucket with A's pair: still another bucket's pair, so missing.
+            Call(
+                {"bucket_id": "own_bucket", "conflict_id": "conflict"},
+                lambda ids: {"action": "keep_both"},
+                targets=("conflict",),
+            ),
+        ],
+    },
     "bucket-entities": {
         "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"q": "marta"})]
     },
@@ -398,6 +424,21 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
             targets=("candidate",),
         ),
     ],  # fmt: skip
+    "admin:console_conflicts": [
+        Call(data=lambda ids: {"tenant": ids["tenant"]}, targets=("tenant",)),
+        Call(data=lambda ids: {"bucket": ids["bucket"]}, targets=("bucket",)),
+    ],
+    "admin:console_conflicts_resolve": [
+        Call(data=lambda ids, d=d: {"pair": f"{ids['conflict']}:{d}"}, method="POST", targets=("conflict",))
+        for d in ("keep_both", "supersede_a", "merge_b")
+    ]
+    + [
+        Call(
+            data=lambda ids: {"pair": f"{ids['conflict']}:merge_a", "confirm": "yes", "content": "planted"},
+            method="POST",
+            targets=("conflict",),
+        )
+    ],
     "admin:console_bucket_merge": [
         Call(data=lambda ids: {"source": ids["bucket"]}, targets=("bucket",)),
         Call(data=lambda ids: _confirm_merge(ids), method="POST", targets=("bucket", "bucket2")),
@@ -776,6 +817,7 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
         ("GET", f"/api/v1/buckets/{b1}/edges", {"entity": a["entity"]}, None),
         ("GET", f"/api/v1/buckets/{b1}/sources", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/enrichment-failures", None, B_MARK),
+        ("GET", f"/api/v1/buckets/{b1}/conflicts", None, B_MARK),
         ("POST", "/api/v1/buckets", {"name": "fresh"}, None),
     ]
     for mode in ("hybrid", "keyword", "vector", "graph"):
@@ -803,6 +845,7 @@ def test_lists_and_searches_never_show_another_tenants_rows_admin(operator_b, wo
         ("/admin/tenants/", None, None),
         ("/admin/console/health/", None, B_MARK),  # B's enrichment failure
         ("/admin/console/review/", None, B_MARK),
+        ("/admin/console/conflicts/", None, B_MARK),
         ("/admin/console/topics/", None, B_MARK),
         ("/admin/console/entities/", None, B_MARK),
         (f"/admin/console/entities/{world.own['bucket'].pk}/", {"q": "marta"}, B_MARK),

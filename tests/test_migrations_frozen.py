@@ -24,6 +24,7 @@ SCHEDULE_MIGRATIONS = (
     "0004_sources_schedule",
     "0005_access_times_schedule",
     "0006_purge_schedule",
+    "0007_conflicts",
 )
 
 
@@ -126,5 +127,6 @@ def test_schedule_migrations_rerun_keep_edits_and_reverse_only_their_own_rows():
         "engram: apply access times",
         "engram: graph extraction sweep",
         "engram: purge memories",
+        "engram: scan contradictions",
         "engram: sources sweep",
     ]

@@ -49,6 +49,7 @@ class ErasureReport:
     sources: int = 0
     source_chunks: int = 0
     duplicate_candidates: int = 0
+    conflict_candidates: int = 0
     audit_events_scrubbed: int = 0
 
     def as_dict(self) -> dict:
@@ -59,7 +60,15 @@ class ErasureReport:
 
 
 # The counts the receivers of memories_erasing answer with.
-_COUNTED = ("graph_mentions", "graph_edges", "graph_entities", "sources", "source_chunks", "duplicate_candidates")
+_COUNTED = (
+    "graph_mentions",
+    "graph_edges",
+    "graph_entities",
+    "sources",
+    "source_chunks",
+    "duplicate_candidates",
+    "conflict_candidates",
+)
 
 
 @dataclass(frozen=True)

@@ -9,34 +9,64 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from memories.models import Memory, VersionKind
+from audit.models import ActorKind
+from audit.services import Actor
+from memories.models import Memory, MemoryVersion, VersionKind
 from memories.services.history import Change, versions_record
 from memories.services.links import links_add, links_remove
 from tenants.models import Bucket
 
 
 def memory_supersede(
-    *, memory_id: uuid.UUID, at: datetime | None, by: uuid.UUID | None, previous_by: uuid.UUID | None
+    *,
+    memory_id: uuid.UUID,
+    at: datetime | None,
+    by: uuid.UUID | None,
+    previous_by: uuid.UUID | None,
+    actor: Actor | None = None,
 ) -> None:
     """``by`` superseded ``memory_id`` at ``at`` (both None: nothing supersedes it any more).
 
     The successor's ``supersedes`` link follows: removed from ``previous_by`` (the successor
-    recorded until now) when that changes, added to ``by``.
+    recorded until now) when that changes, added to ``by``. The ``superseded`` version names
+    ``actor`` (None: Engram itself, e.g. the graph's timelines; an operator or a token resolving
+    a contradiction otherwise).
+
+    A person's decision stands: Engram (``actor`` None) does not change a supersession that an
+    operator or a token made (the graph's hourly recomputation would otherwise undo it).
     """
     before = (
         Memory.objects.filter(pk=memory_id).values("tenant_id", "bucket_id", "superseded_at", "superseded_by").first()
     )
     if before is None:
         return
+    changing = (before["superseded_at"], before["superseded_by"]) != (at, by)
+    if actor is None and changing and _decided_by_a_person(memory_id, successor=before["superseded_by"]):
+        return
     if (before["superseded_at"], before["superseded_by"]) != (at, by):
         Memory.objects.filter(pk=memory_id).update(superseded_at=at, superseded_by=by)
         previous = {"superseded_at": before["superseded_at"], "superseded_by": before["superseded_by"]}
         change = Change(memory_id, before["tenant_id"], before["bucket_id"], previous, {"by": by})
-        versions_record(kind=VersionKind.SUPERSEDED, changes=[change])
+        versions_record(kind=VersionKind.SUPERSEDED, changes=[change], actor=actor)
     if previous_by and previous_by != by:
         links_remove(memory_id=previous_by, target=memory_id, kind="supersedes")
     if by:
         links_add(memory_id=by, links=[(memory_id, "supersedes")])
+
+
+def _decided_by_a_person(memory_id: uuid.UUID, *, successor: uuid.UUID | None) -> bool:
+    """Was the memory's current supersession made by an operator or a token (and does the
+    memory that superseded it still exist)?"""
+    if successor is None or not Memory.objects.filter(pk=successor).exists():
+        return False
+    # idx_versions_memory: the memory's latest supersession, and who made it.
+    latest = (
+        MemoryVersion.objects.filter(memory_id=memory_id, kind=VersionKind.SUPERSEDED)
+        .order_by("-id")
+        .values_list("actor_kind", flat=True)
+        .first()
+    )
+    return latest in (ActorKind.OPERATOR, ActorKind.TOKEN)
 
 
 def supersessions_clear(*, bucket: Bucket) -> int:

@@ -1,0 +1,111 @@
+"""Contradiction review over the API: the open (or resolved) pairs of a bucket, and their resolution."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit.services import request_actor
+from engram_site.fields import StrictCharField, StrictSerializer
+from engram_site.openapi import BODY, errors, limit_offset_page
+from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
+from maintenance import conflicts
+from maintenance.models import ConflictStatus
+from memories.apis import MAX_CONTENT_CHARS
+from tenants.selectors import bucket_get
+
+# How much of each memory a list item shows; the memory itself is at /memories/{id}.
+SHORT_CONTENT_CHARS = 500
+
+
+class ConflictMemoryOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    content = serializers.SerializerMethodField(help_text=f"the first {SHORT_CONTENT_CHARS} characters")
+    created_at = serializers.DateTimeField()
+    superseded = serializers.SerializerMethodField()
+
+    def get_content(self, memory) -> str:
+        text = memory.content
+        return text if len(text) <= SHORT_CONTENT_CHARS else text[: SHORT_CONTENT_CHARS - 1] + "…"
+
+    def get_superseded(self, memory) -> bool:
+        return memory.superseded_by is not None
+
+
+class ConflictOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    bucket_id = serializers.UUIDField()
+    memory_a = ConflictMemoryOut()
+    memory_b = ConflictMemoryOut()
+    code = serializers.CharField(help_text="the cue: one_value, diet, negation or antonym")
+    reason = serializers.CharField()
+    score = serializers.FloatField()
+    similarity = serializers.FloatField(allow_null=True)
+    status = serializers.ChoiceField(choices=ConflictStatus.choices)
+    found_at = serializers.DateTimeField()
+    resolved_at = serializers.DateTimeField(allow_null=True)
+    resolved_by = serializers.CharField()
+    kept_memory_id = serializers.UUIDField(allow_null=True)
+
+
+class ConflictResolveOut(serializers.Serializer):
+    id = serializers.IntegerField(source="candidate_id")
+    action = serializers.CharField()
+    status = serializers.ChoiceField(choices=ConflictStatus.choices)
+    kept_id = serializers.UUIDField(allow_null=True)
+    other_id = serializers.UUIDField(allow_null=True, help_text="the memory superseded, or absorbed by the merge")
+
+
+class ConflictResolveIn(StrictSerializer):
+    action = serializers.ChoiceField(choices=conflicts.ACTIONS)
+    keep = serializers.ChoiceField(
+        choices=conflicts.SIDES, required=False,
+        help_text="supersede: the memory that stays current; merge: the one that absorbs the other",
+    )  # fmt: skip
+    content = StrictCharField(
+        max_length=MAX_CONTENT_CHARS, required=False, help_text="merge only: new content of the kept memory"
+    )
+
+
+class ConflictListApi(APIView):
+    class Params(StrictSerializer):
+        status = serializers.ChoiceField(choices=ConflictStatus.choices, required=False, help_text="default: open")
+        limit = page_size_field()
+        offset = offset_field()
+
+    @extend_schema(
+        operation_id="conflicts_list",
+        parameters=[Params],
+        responses={200: limit_offset_page("ConflictPage", ConflictOut(many=True)), **errors(400, 404)},
+        description="Pairs of memories of the bucket that likely contradict each other, newest found first.",
+    )
+    def get(self, request, bucket_id):
+        bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
+        params = self.Params(data=request.query_params.dict())
+        params.is_valid(raise_exception=True)
+        pairs = conflicts.conflict_list(bucket=bucket, status=params.validated_data.get("status", ConflictStatus.OPEN))
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(pairs, request, view=self)
+        return paginator.get_paginated_response(ConflictOut(page, many=True).data)
+
+
+class ConflictResolveApi(APIView):
+    @extend_schema(
+        operation_id="conflicts_resolve",
+        request=ConflictResolveIn,
+        responses={200: ConflictResolveOut, **errors(404, 409, *BODY)},
+        description=(
+            "Resolve an open pair: keep_both (never raised again), supersede (the other memory is marked superseded "
+            "by the kept one: its history records it and search demotes it) or merge (the kept memory absorbs the "
+            "other, optionally with new content). 409 if the pair was already resolved."
+        ),
+    )
+    def post(self, request, bucket_id, conflict_id):
+        bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
+        candidate = conflicts.conflict_get(bucket=bucket, candidate_id=conflict_id)
+        data = ConflictResolveIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        result = conflicts.conflict_resolve(candidate=candidate, actor=request_actor(request), **data.validated_data)
+        return Response(ConflictResolveOut(result).data)

@@ -1,0 +1,203 @@
+"""The contradiction review queue: listing the pairs the detector raised and resolving them.
+
+Three resolutions, each in one transaction with its audit event:
+
+- **keep both** — the memories do not contradict (or both stay true); only the pair's
+  status changes, and the pair is never raised again (the detector inserts with
+  ON CONFLICT DO NOTHING on the pair).
+- **supersede** — one memory stays current and the other is marked superseded by it
+  (``memories.services.supersession.memory_supersede``: a ``superseded`` version in
+  the memory's history, a ``supersedes`` link, and retrieval demotes it).
+- **merge** — one memory absorbs the other (``memories.services.merge.memories_absorb``:
+  ``merged`` / ``edited`` versions, the absorbed row restorable until the purge), and
+  may take new content that states what is true now (an ``edited`` version). The pair
+  goes with the absorbed memory; the audit event ``conflict.merge`` keeps its content.
+
+Found pairs are written by ``maintenance.services.conflicts_scan`` / ``conflicts_find_for``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from audit.services import Actor, audit_record
+from engram_site.exceptions import Conflict, DomainError, NotFound
+from maintenance.models import ConflictCandidate, ConflictStatus
+from memories.models import Memory
+from memories.services.edits import memory_update
+from memories.services.merge import memories_absorb
+from memories.services.supersession import memory_supersede
+from tenants.models import Bucket, Tenant
+
+ACTIONS = ("keep_both", "supersede", "merge")
+SIDES = ("a", "b")
+
+
+@dataclass(frozen=True)
+class ConflictResolution:
+    candidate_id: int
+    action: str
+    status: str
+    kept_id: uuid.UUID | None = None
+    other_id: uuid.UUID | None = None
+
+
+def conflict_list(*, bucket: Bucket, status: str | None = None):
+    """The bucket's pairs (of one status, if given), newest found first, with both memories."""
+    pairs = ConflictCandidate.objects.for_bucket(bucket).select_related("memory_a", "memory_b")
+    if status:
+        pairs = pairs.filter(status=status)
+    return pairs.defer(
+        *(
+            f"memory_{side}__{name}"
+            for side in "ab"
+            for name in ("embedding", "context_embedding", "text_lemmatized", "context_lemmatized")
+        )  # fmt: skip
+    ).order_by("-found_at", "-id")
+
+
+def conflict_get(*, bucket: Bucket, candidate_id) -> ConflictCandidate:
+    """One pair of ``bucket``, or NotFound (another bucket's or tenant's pair looks missing)."""
+    try:
+        pk = int(str(candidate_id))
+    except ValueError:
+        raise NotFound("Conflict not found.") from None
+    if not 0 < pk < 2**63:  # beyond bigint: no such row (and no database error)
+        raise NotFound("Conflict not found.")
+    candidate = ConflictCandidate.objects.for_bucket(bucket).filter(pk=pk).first()
+    if candidate is None:
+        raise NotFound("Conflict not found.")
+    return candidate
+
+
+def _sides(candidate: ConflictCandidate, keep: str | None) -> tuple[uuid.UUID, uuid.UUID]:
+    if keep not in SIDES:
+        raise DomainError(f"keep must be one of {list(SIDES)}.", code="invalid")
+    if keep == "a":
+        return candidate.memory_a_id, candidate.memory_b_id
+    return candidate.memory_b_id, candidate.memory_a_id
+
+
+def conflict_resolve(
+    *, candidate: ConflictCandidate, action: str, actor: Actor, keep: str | None = None, content: str | None = None
+) -> ConflictResolution:
+    """Resolve an open pair: ``keep_both``; ``supersede`` (``keep``: the side that stays
+    current, "a" or "b"); or ``merge`` (``keep``: the side that absorbs the other, with
+    ``content`` as its new text if given). A pair already resolved raises Conflict (409);
+    nothing changes on any error."""
+    if action not in ACTIONS:
+        raise DomainError(f"action must be one of {list(ACTIONS)}.", code="invalid")
+    if action == "keep_both" and (keep is not None or content is not None):
+        raise DomainError("keep_both takes neither keep nor content.", code="invalid")
+    if action == "supersede" and content is not None:
+        raise DomainError("Only a merge takes new content.", code="invalid")
+    if content is not None and not content.strip():
+        raise DomainError("content must not be blank.", code="invalid")
+    with transaction.atomic():
+        locked = ConflictCandidate.objects.select_for_update().filter(pk=candidate.pk).first()
+        if locked is None:
+            raise NotFound("Conflict not found.")
+        if locked.status != ConflictStatus.OPEN:
+            raise Conflict(f"This pair was already resolved ({locked.get_status_display()}).", code="already_resolved")
+        kept, other = _sides(locked, keep) if action != "keep_both" else (None, None)
+        locked.resolved_at, locked.resolved_by, locked.kept_memory_id = timezone.now(), actor.label[:200], kept
+        details = {
+            "candidate_id": locked.pk, "bucket_id": str(locked.bucket_id), "code": locked.code,
+            "reason": locked.reason, "memory_a_id": str(locked.memory_a_id), "memory_b_id": str(locked.memory_b_id),
+        }  # fmt: skip
+        if action == "keep_both":
+            locked.status = ConflictStatus.KEPT_BOTH
+            locked.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
+        elif action == "supersede":
+            _supersede(kept=kept, other=other, actor=actor)
+            locked.status = ConflictStatus.SUPERSEDED
+            locked.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
+            details |= {"kept_id": str(kept), "superseded_id": str(other)}
+        else:
+            gone = Memory.objects.filter(pk=other).values("content", "created_at", "hint_tags").first() or {}
+            locked.status = ConflictStatus.MERGED
+            locked.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
+            # The pair names the absorbed memory: the merge's re-pointing deletes it
+            # (conflicts_repoint), so the audit event below is the record of the decision.
+            memories_absorb(mapping={other: kept}, actor=actor)
+            if content is not None:
+                memory_update(memory=Memory(pk=kept), actor=actor, content=content)
+            details |= {
+                "kept_id": str(kept), "removed_id": str(other), "content_replaced": content is not None,
+                "removed": {**gone, "content": gone.get("content", "")[:2000]},
+            }  # fmt: skip
+        audit_record(
+            actor=actor,
+            action=f"conflict.{action}",
+            tenant=Tenant(pk=locked.tenant_id),
+            object_type="memory",
+            object_ids=[locked.memory_a_id, locked.memory_b_id],
+            details=details,
+        )
+    return ConflictResolution(
+        candidate_id=locked.pk, action=action, status=str(locked.status), kept_id=kept, other_id=other
+    )
+
+
+def _supersede(*, kept: uuid.UUID, other: uuid.UUID, actor: Actor) -> None:
+    """``other`` is superseded by ``kept``, now; if ``kept`` was itself marked superseded by
+    ``other`` (the graph's timelines, say), that is undone, so the two never point at each other."""
+    rows = {
+        m.pk: m
+        for m in Memory.objects.select_for_update().filter(pk__in=[kept, other]).only("id", "superseded_by")
+        .order_by("pk")  # one lock order for every writer of these rows
+    }  # fmt: skip
+    if set(rows) != {kept, other}:
+        raise NotFound("Memory not found.")
+    if rows[kept].superseded_by == other:
+        memory_supersede(memory_id=kept, at=None, by=None, previous_by=other, actor=actor)
+    memory_supersede(memory_id=other, at=timezone.now(), by=kept, previous_by=rows[other].superseded_by, actor=actor)
+
+
+# --- following the memories table (maintenance/receivers.py) -------------------------------------------
+
+
+def conflicts_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
+    """Pairs naming an absorbed memory name its survivor instead (``memories_absorbing``).
+
+    A pair that becomes a memory with itself is deleted; a pair that already exists keeps one
+    row, and a resolution wins over an open state, so a pair an operator resolved is never
+    raised again.
+    """
+    if not mapping:
+        return 0
+    changed = 0
+    ids = list(mapping)
+    # memory_a leads conflict_pair_unique, memory_b has conflict_memory_b.
+    pairs = ConflictCandidate.objects.filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
+    for candidate in pairs.order_by("pk").select_for_update():
+        a = mapping.get(candidate.memory_a_id, candidate.memory_a_id)
+        b = mapping.get(candidate.memory_b_id, candidate.memory_b_id)
+        if a == b:
+            candidate.delete()
+            continue
+        a, b = sorted([a, b])  # uuid order == PostgreSQL's uuid order (conflict_pair_ordered)
+        existing = ConflictCandidate.objects.filter(memory_a_id=a, memory_b_id=b).exclude(pk=candidate.pk).first()
+        if existing is not None:
+            if existing.status == ConflictStatus.OPEN and candidate.status != ConflictStatus.OPEN:
+                existing.status, existing.resolved_at = candidate.status, candidate.resolved_at
+                existing.resolved_by, existing.kept_memory_id = candidate.resolved_by, candidate.kept_memory_id
+                existing.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
+            candidate.delete()
+            continue
+        candidate.memory_a_id, candidate.memory_b_id = a, b
+        candidate.save(update_fields=["memory_a", "memory_b"])
+        changed += 1
+    return changed
+
+
+def conflicts_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> int:
+    """Delete the pairs of erased memories (``memories_erasing``), resolved or not; returns how many."""
+    ids = list(memory_ids)
+    pairs = ConflictCandidate.objects.for_tenant(tenant).filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
+    return pairs.delete()[0]

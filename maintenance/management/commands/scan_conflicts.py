@@ -1,0 +1,21 @@
+"""Store pairs of memories that likely contradict each other as open review candidates."""
+
+from maintenance import services
+from maintenance.management.base import JobCommand
+
+
+class Command(JobCommand):
+    help = (
+        "Compare memories of a bucket with their nearest neighbours using the local contradiction detector "
+        "(maintenance/contradictions.py) and store the pairs it raises as open conflict candidates. Incremental: "
+        "only memories added since the last scan, unless --full."
+    )
+    job_name = "scan_conflicts"
+    lock = True
+
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        parser.add_argument("--full", action="store_true", help="rescan every memory, not only new ones")
+
+    def job(self, **options):
+        return services.conflicts_scan, {"bucket": self.bucket(options), "full": options["full"]}
