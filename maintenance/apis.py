@@ -14,6 +14,7 @@ from engram_site.pagination import LimitOffsetPagination, offset_field, page_siz
 from maintenance import conflicts
 from maintenance.models import ConflictStatus
 from memories.apis import MAX_CONTENT_CHARS
+from tenants.agents import check_writable
 from tenants.selectors import bucket_get
 
 # How much of each memory a list item shows; the memory itself is at /memories/{id}.
@@ -85,7 +86,9 @@ class ConflictListApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Params(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
-        pairs = conflicts.conflict_list(bucket=bucket, status=params.validated_data.get("status", ConflictStatus.OPEN))
+        pairs = conflicts.conflict_list(
+            bucket=bucket, status=params.validated_data.get("status", ConflictStatus.OPEN), agents=request.auth.agents
+        )
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(pairs, request, view=self)
         return paginator.get_paginated_response(ConflictOut(page, many=True).data)
@@ -104,8 +107,12 @@ class ConflictResolveApi(APIView):
     )
     def post(self, request, bucket_id, conflict_id):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
-        candidate = conflicts.conflict_get(bucket=bucket, candidate_id=conflict_id)
+        candidate = conflicts.conflict_get(bucket=bucket, candidate_id=conflict_id, agents=request.auth.agents)
         data = ConflictResolveIn(data=request.data)
         data.is_valid(raise_exception=True)
+        # Resolving changes both memories (a version each at least): a token held to agents may
+        # not change a shared one.
+        for memory in (candidate.memory_a, candidate.memory_b):
+            check_writable(request.auth.agents, memory.agent_id)
         result = conflicts.conflict_resolve(candidate=candidate, actor=request_actor(request), **data.validated_data)
         return Response(ConflictResolveOut(result).data)

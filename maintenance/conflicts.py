@@ -47,9 +47,10 @@ class ConflictResolution:
     other_id: uuid.UUID | None = None
 
 
-def conflict_list(*, bucket: Bucket, status: str | None = None):
-    """The bucket's pairs (of one status, if given), newest found first, with both memories."""
-    pairs = ConflictCandidate.objects.for_bucket(bucket).select_related("memory_a", "memory_b")
+def conflict_list(*, bucket: Bucket, status: str | None = None, agents=None):
+    """The bucket's pairs (of one status, if given), newest found first, with both memories;
+    for an agent-limited token (``agents``), the pairs whose two memories it reads."""
+    pairs = ConflictCandidate.objects.for_bucket(bucket).visible_to(agents).select_related("memory_a", "memory_b")
     if status:
         pairs = pairs.filter(status=status)
     return pairs.defer(
@@ -61,7 +62,7 @@ def conflict_list(*, bucket: Bucket, status: str | None = None):
     ).order_by("-found_at", "-id")
 
 
-def conflict_get(*, bucket: Bucket, candidate_id) -> ConflictCandidate:
+def conflict_get(*, bucket: Bucket, candidate_id, agents=None) -> ConflictCandidate:
     """One pair of ``bucket``, or NotFound (another bucket's or tenant's pair looks missing)."""
     try:
         pk = int(str(candidate_id))
@@ -69,7 +70,7 @@ def conflict_get(*, bucket: Bucket, candidate_id) -> ConflictCandidate:
         raise NotFound("Conflict not found.") from None
     if not 0 < pk < 2**63:  # beyond bigint: no such row (and no database error)
         raise NotFound("Conflict not found.")
-    candidate = ConflictCandidate.objects.for_bucket(bucket).filter(pk=pk).first()
+    candidate = ConflictCandidate.objects.for_bucket(bucket).visible_to(agents).filter(pk=pk).first()
     if candidate is None:
         raise NotFound("Conflict not found.")
     return candidate

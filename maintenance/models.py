@@ -228,3 +228,8 @@ class ConflictCandidate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_a_id} ≠ {self.memory_b_id} ({self.code})"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        """The pairs an agent-limited token sees: both memories readable by it."""
+        return agents.q("memory_a__agent_id") & agents.q("memory_b__agent_id")
