@@ -53,6 +53,7 @@ class ConsoleAdminSite(admin.AdminSite):
         return [
             page("", views.home, "console_home"),
             page("health/", views.health, "console_health"),
+            page("usage/", views.usage, "console_usage"),
             page("review/", views.review_queue, "console_review"),
             page("review/confirm/", views.review_confirm, "console_review_confirm"),
             page("bucket-merge/", views.bucket_merge, "console_bucket_merge"),
@@ -69,6 +70,7 @@ class ConsoleAdminSite(admin.AdminSite):
         ("Merge buckets", "console_bucket_merge", "tenants.change_bucket"),
         ("Retrieval playground", "console_playground", "memories.view_memory"),
         ("Health", "console_health", "tenants.view_tenant"),
+        ("Usage", "console_usage", "tenants.view_tenant"),
     )
 
     def each_context(self, request):
