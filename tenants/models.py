@@ -242,18 +242,23 @@ class TenantUsage(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, db_index=False, related_name="+")
     day = models.DateField()
-    memories_written = models.BigIntegerField(default=0)
-    searches = models.BigIntegerField(default=0)
-    tokens_returned = models.BigIntegerField(default=0)
-    latency_histogram = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    memories_written = models.BigIntegerField(default=0, db_default=0)
+    searches = models.BigIntegerField(default=0, db_default=0)
+    tokens_returned = models.BigIntegerField(default=0, db_default=0)
+    latency_histogram = ArrayField(
+        models.BigIntegerField(),
+        default=list,
+        db_default=models.Value([], ArrayField(models.BigIntegerField())),
+        blank=True,
+    )
     memories_stored = models.BigIntegerField(null=True, blank=True)
     storage_bytes = models.BigIntegerField(null=True, blank=True)
     # Requests refused by a quota, by quota.
-    refused_reads = models.BigIntegerField(default=0)
-    refused_writes = models.BigIntegerField(default=0)
-    refused_memories = models.BigIntegerField(default=0)
-    refused_batch = models.BigIntegerField(default=0)
-    refused_document_bytes = models.BigIntegerField(default=0)
+    refused_reads = models.BigIntegerField(default=0, db_default=0)
+    refused_writes = models.BigIntegerField(default=0, db_default=0)
+    refused_memories = models.BigIntegerField(default=0, db_default=0)
+    refused_batch = models.BigIntegerField(default=0, db_default=0)
+    refused_document_bytes = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         db_table = "tenant_usage"
