@@ -86,13 +86,15 @@ def quota_check_size(*, tenant: Tenant, name: str, asked: int, refusal: str) -> 
 class TenantQuotaThrottle(BaseThrottle):
     """Reads and writes per minute per tenant (its quotas), counted across processes.
 
-    Runs after authentication and the scope check (DRF's order), for token requests only.
+    Runs after authentication and the scope check (DRF's order), for token requests only; a
+    view with ``quota_exempt`` (the MCP envelope, whose tools make API requests of their own)
+    is not counted.
     A refused request is not counted, so a client that waits ``Retry-After`` gets through.
     """
 
     def allow_request(self, request, view) -> bool:
         token = request.auth
-        if not isinstance(token, ApiToken):
+        if not isinstance(token, ApiToken) or getattr(view, "quota_exempt", False):
             return True
         kind = "writes" if required_scope(request, view) != Scope.READ else "reads"
         name = f"{kind}_per_minute"

@@ -173,3 +173,14 @@ def test_the_usage_page_draws_real_traffic_in_a_browser(console, operator):  # n
     console.find("#tenant-usage svg")
     console.shot("tenant-usage")
     assert console.all("#tenant-usage #chart-writes rect.bar")
+
+
+@pytest.mark.django_db
+def test_a_tenant_operator_cannot_change_its_tenants_quotas(client, tenant):
+    tenant.settings = {"quotas": {"max_batch": 5}}
+    tenant.save()
+    client.force_login(make_operator("op", tenant))
+    form = {"name": "Renamed", "slug": tenant.slug, "is_active": "on", "max_batch": "", "max_memories": "999"}
+    assert client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", form).status_code == 302
+    tenant.refresh_from_db()
+    assert tenant.name == "Renamed" and tenant.settings["quotas"] == {"max_batch": 5}

@@ -74,6 +74,15 @@ class TenantAdmin(TenantScopedAdmin):
         # The id and time come from database defaults: nothing to show before the row exists.
         return self.readonly_fields if obj is not None else []
 
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        if is_unrestricted(request.user):
+            return form
+        # A tenant operator sees the tenant's quotas but cannot lift them: superusers set them.
+        # (A disabled field keeps its initial value whatever is posted.)
+        fields = {name: forms.IntegerField(required=False, disabled=True) for name in QUOTA_LIMITS}
+        return type(f"Operator{form.__name__}", (form,), fields)
+
     def get_fieldsets(self, request, obj=None):
         if obj is None:
             return self.fieldsets
