@@ -175,6 +175,8 @@ class ConversationsApi(APIView):
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
+        # Becomes memories later, in the worker: refuse it while the tenant is at its limit.
+        quota_check_memories(tenant=request.auth.tenant, incoming=1)
         messages = [services.MessageInput(**m) for m in values.pop("messages")]
         result = services.source_submit_conversation(
             bucket=bucket,

@@ -4,6 +4,8 @@ counted in the tenant's usage, and another tenant is not affected."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from memories.models import Memory
@@ -91,6 +93,22 @@ def test_a_document_over_max_document_bytes_is_refused_with_403_and_stores_no_so
     assert "max_document_bytes" in response.json()["detail"]
     assert not Source.objects.filter(bucket=bucket).exists()
     assert refused(tenant)["document_bytes"] == 1
+
+
+def test_conversations_and_imports_are_refused_while_the_tenant_is_at_max_memories(api, tenant, bucket):
+    api.post(memories_url(bucket), batch("first fact", "second fact"), format="json")
+    set_quotas(tenant, max_memories=2)
+    conversation = {"messages": [{"role": "user", "content": "I moved to Porto."}]}
+    response = api.post(f"/api/v1/buckets/{bucket.pk}/conversations", conversation, format="json")
+    assert response.status_code == 403 and response.json()["code"] == "quota_memories"
+    line = json.dumps({"content": "imported fact"}) + "\n"
+    response = api.generic(
+        "POST", f"/api/v1/buckets/{bucket.pk}/import", line.encode(), content_type="application/x-ndjson"
+    )
+    assert response.status_code == 403 and response.json()["code"] == "quota_memories"
+    assert not Source.objects.filter(bucket=bucket).exists()
+    assert Memory.objects.filter(bucket=bucket).count() == 2
+    assert refused(tenant)["memories"] == 2
 
 
 def test_reads_over_reads_per_minute_answer_429_with_retry_after(api, tenant, bucket):
