@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.db.models import Count, Q
 
+from console import charts
 from console.scoping import is_unrestricted, scope_queryset
 from maintenance.models import ConflictCandidate, DuplicateCandidate, JobRun, JobStatus
 from maintenance.services import HNSW_INDEXES
 from memories.models import PENDING_ENRICHMENT, EnrichmentFailure, Memory
 from memories.services import ENRICHMENT_KINDS
+from memories.storage import usage_storage_refresh
+from tenants import usage
 from tenants.models import Bucket, Tenant
 
 
@@ -193,3 +196,47 @@ def health_report(*, user) -> HealthReport:
         tenants=rows, jobs=jobs, last_success=last_success, indexes=indexes, schedules=schedules, totals=totals,
         **failed,
     )  # fmt: skip
+
+
+# --- usage ----------------------------------------------------------------------------------------
+
+
+USAGE_DAYS = 30
+
+
+def tenant_usage_context(*, tenants: list[Tenant]) -> dict:
+    """Charts of ``tenants``' usage added up (one tenant: its own), for console/_usage.html.
+
+    Flushes this process's pending counts first and measures storage when it is due
+    (memories/storage.py), so the page shows what just happened."""
+    usage.flush()
+    ids = [t.pk for t in tenants]
+    usage_storage_refresh(tenant_ids=ids)
+    series = usage.usage_days(tenant_ids=ids, days=USAGE_DAYS)
+    days = charts.combine([series[t.pk] for t in tenants])
+    return {
+        "days": days,
+        "series": series,
+        "charts": charts.usage_charts(days) if days else [],
+        "refusals_today": days[-1].refused if days and days[-1].refusals else {},
+    }
+
+
+def usage_report(*, user, tenant: Tenant | None = None) -> dict:
+    """The usage page: charts of one tenant or of all the tenants ``user`` operates, and a
+    row of 30-day totals per tenant."""
+    visible = list(scope_queryset(Tenant.objects.order_by("name"), user=user))
+    context = tenant_usage_context(tenants=[tenant] if tenant is not None else visible)
+    everyone = usage.usage_days(tenant_ids=[t.pk for t in visible], days=USAGE_DAYS) if tenant else context["series"]
+    rows = []
+    for t in visible:
+        days = everyone[t.pk]
+        rows.append({
+            "tenant": t,
+            "written": sum(d.memories_written for d in days),
+            "searches": sum(d.searches for d in days),
+            "tokens": sum(d.tokens_returned for d in days),
+            "refused": sum(d.refusals for d in days),
+            "today": days[-1],
+        })  # fmt: skip
+    return {**context, "rows": rows, "selected": tenant}

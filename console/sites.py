@@ -54,6 +54,7 @@ class ConsoleAdminSite(admin.AdminSite):
             page("", views.home, "console_home"),
             page("health/", views.health, "console_health"),
             page("health/retry/", views.enrichment_retry, "console_enrichment_retry"),
+            page("usage/", views.usage, "console_usage"),
             page("review/", views.review_queue, "console_review"),
             page("review/confirm/", views.review_confirm, "console_review_confirm"),
             page("conflicts/", views.conflicts_queue, "console_conflicts"),
@@ -77,6 +78,7 @@ class ConsoleAdminSite(admin.AdminSite):
         ("Merge buckets", "console_bucket_merge", "tenants.change_bucket"),
         ("Retrieval playground", "console_playground", "memories.view_memory"),
         ("Health", "console_health", "tenants.view_tenant"),
+        ("Usage", "console_usage", "tenants.view_tenant"),
     )
 
     def each_context(self, request):

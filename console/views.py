@@ -107,6 +107,24 @@ def enrichment_retry(request):
     return redirect(back)
 
 
+# --- usage ----------------------------------------------------------------------------------------
+
+
+def usage(request):
+    """Charts per day of writes, searches, latency, tokens, storage and quota refusals: every
+    tenant the operator operates added up, or one (``?tenant=<id>``, 404 outside them)."""
+    _require(request, "tenants.view_tenant")
+    tenant = None
+    if request.GET.get("tenant"):
+        pk = parse_uuid(request.GET["tenant"])
+        tenant = operator_tenants(request.user).filter(pk=pk).first() if pk else None
+        if tenant is None:
+            raise Http404
+    report = selectors.usage_report(user=request.user, tenant=tenant)
+    title = f"Usage — {tenant.name}" if tenant else "Usage"
+    return TemplateResponse(request, "console/usage.html", _context(request, title, **report))
+
+
 # --- near-duplicate review ------------------------------------------------------------------------
 
 

@@ -271,7 +271,7 @@ MAX_URL_BYTES = 4096
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.auth.TokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.HasTenantToken"],
-    "DEFAULT_THROTTLE_CLASSES": ["tenants.throttling.TokenRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["tenants.throttling.TokenRateThrottle", "tenants.quotas.TenantQuotaThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "token": env_str("ENGRAM_TOKEN_RATE", "6000/min"),
         "auth_failures": env_str("ENGRAM_AUTH_FAILURE_RATE", "30/min"),

@@ -41,6 +41,8 @@ class JsonAnswers(BaseContentNegotiation):
 
 class McpApi(APIView):
     permission_classes = [HoldsToken]
+    # The tools' own API requests count against the tenant's rate quotas, not the envelope.
+    quota_exempt = True
     parser_classes: list = []  # the body goes to the MCP server as it came
     renderer_classes = [JSONRenderer]
     content_negotiation_class = JsonAnswers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 from django.utils import timezone
@@ -30,9 +31,12 @@ from memories import provenance, ranking, retrieval, selectors, services
 from memories.filters import MemoryFilters
 from memories.links import RESERVED_PREFIX, link_kinds
 from memories.models import Attribution, Scope
+from memories.quotas import quota_check_memories
 from memories.serializers import SearchFiltersIn, TagsField, list_filter_fields
+from tenants import usage
 from tenants.agents import check_writable, write_agent
 from tenants.models import Scope as TokenScope
+from tenants.quotas import quota_check_size
 from tenants.selectors import bucket_get
 
 MAX_CONTENT_CHARS = 20_000
@@ -215,7 +219,7 @@ class BucketMemoriesApi(APIView):
     @extend_schema(
         operation_id="memories_create",
         request=MemoryWrite,
-        responses={201: IngestOut, **errors(404, *BODY)},
+        responses={201: IngestOut, **errors(403, 404, *BODY)},
         description=(
             'Write one memory (a memory object) or a batch ({"memories": [...], "sequence": true}, up to '
             f"{MAX_BATCH} items). Results come back in input order; a memory whose normalised text already exists "
@@ -237,6 +241,10 @@ class BucketMemoriesApi(APIView):
             items, sequence = [_to_input(single.validated_data, request.auth.agents)], True
         else:
             raise serializers.ValidationError({"non_field_errors": ['Send one memory object or {"memories": [...]}.']})
+        # Quotas before anything is written (403 with a quota_* code).
+        tenant = request.auth.tenant
+        quota_check_size(tenant=tenant, name="max_batch", asked=len(items), refusal="batch")
+        quota_check_memories(tenant=tenant, incoming=len(items))
         results = services.memories_ingest(
             bucket=bucket, items=items, sequence=sequence, actor=request_actor(request), agents=request.auth.agents
         )
@@ -437,6 +445,7 @@ class SearchApi(APIView):
         params = self.Input(data=request.data)
         params.is_valid(raise_exception=True)
         data = params.validated_data
+        started = time.perf_counter()
         result = retrieval.memories_search(
             bucket=bucket,
             query=data["query"],
@@ -454,4 +463,9 @@ class SearchApi(APIView):
             "warnings": result.warnings,
             "total_tokens": sum(h.row["token_count"] or 0 for h in result.hits),
         }
+        usage.record_search(
+            tenant_id=bucket.tenant_id,
+            milliseconds=(time.perf_counter() - started) * 1000,
+            tokens=payload["total_tokens"],
+        )
         return Response(payload)

@@ -42,6 +42,7 @@ from memories import embedding
 from memories.apis import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField
 from memories.links import RESERVED_PREFIX
 from memories.models import Scope, VersionKind
+from memories.quotas import quota_check_memories
 from memories.serializers import TagsField
 from memories.services import CONTEXT_PREDECESSORS, MemoryInput
 from memories.services.transfer import (
@@ -372,6 +373,9 @@ class BucketImportApi(APIView):
         chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
         if not chunked and declared.isdigit() and int(declared) > settings.ENGRAM_IMPORT_MAX_BYTES:
             raise ImportTooLarge()  # refused before a byte is read
+        # The lines are counted while they are written: refuse the import only while the tenant
+        # is already at its max_memories (an import can pass it by its own size).
+        quota_check_memories(tenant=request.auth.tenant, incoming=1)
         body = request.data
         if not isinstance(body, ImportBody):
             # No Content-Type (DRF then parses nothing), or an empty body.

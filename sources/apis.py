@@ -19,9 +19,11 @@ from engram_site.openapi import BODY, cursor_page, errors
 from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
 from memories.apis import MAX_ID_CHARS, MetadataField
 from memories.models import Attribution
+from memories.quotas import quota_check_memories
 from sources import selectors, services
 from sources.models import SourceKind, SourceStatus
 from tenants.agents import check_writable, write_agent
+from tenants.quotas import quota_check_size
 from tenants.selectors import bucket_get
 
 MAX_TITLE_CHARS = 500
@@ -113,7 +115,7 @@ class DocumentsApi(APIView):
     @extend_schema(
         operation_id="documents_create",
         request=Input,
-        responses={202: SubmitOut, **errors(404, *BODY)},
+        responses={202: SubmitOut, **errors(403, 404, *BODY)},
         description=(
             "Submit a document (plain text or Markdown). It is cut into chunks and distilled into memories in the "
             "background: follow GET /api/v1/sources/{id}. An identical document already in the bucket returns that "
@@ -124,6 +126,11 @@ class DocumentsApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
+        tenant = request.auth.tenant
+        size = len(data.validated_data["text"].encode("utf-8"))
+        quota_check_size(tenant=tenant, name="max_document_bytes", asked=size, refusal="document_bytes")
+        # A document becomes memories later, in the worker: refuse it while the tenant is at its limit.
+        quota_check_memories(tenant=tenant, incoming=1)
         values = _held_to_agents(request, dict(data.validated_data))
         result = services.source_submit_document(
             bucket=bucket, submitted_by=_submitted_by(request), actor=request_actor(request),
@@ -184,6 +191,8 @@ class ConversationsApi(APIView):
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
         values = _held_to_agents(request, dict(data.validated_data))
+        # Becomes memories later, in the worker: refuse it while the tenant is at its limit.
+        quota_check_memories(tenant=request.auth.tenant, incoming=1)
         messages = [services.MessageInput(**m) for m in values.pop("messages")]
         result = services.source_submit_conversation(
             bucket=bucket,

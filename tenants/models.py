@@ -32,6 +32,8 @@ class TenantSettings:
         "classification_enabled": True,
         # Retrieval defaults, overridable per request (see docs/RETRIEVAL.md).
         "retrieval": {},
+        # Limits set in the console (tenants/quotas.py); a missing key means no limit.
+        "quotas": {},
     }
 
 
@@ -281,3 +283,47 @@ class OperatorMembership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} operates {self.tenant}"
+
+
+# --- usage: per tenant and day (tenants/usage.py records it, console draws it) -----------------
+
+
+class TenantUsage(models.Model):
+    """What one tenant did on one day (UTC): one row, counts added by batched upserts.
+
+    ``latency_histogram`` counts searches per fixed latency bucket
+    (``tenants.usage.LATENCY_BOUNDS_MS``), from which p50/p95 are estimated. ``memories_stored``
+    and ``storage_bytes`` are the last measurement of that day (None until one ran).
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, db_index=False, related_name="+")
+    day = models.DateField()
+    memories_written = models.BigIntegerField(default=0, db_default=0)
+    searches = models.BigIntegerField(default=0, db_default=0)
+    tokens_returned = models.BigIntegerField(default=0, db_default=0)
+    latency_histogram = ArrayField(
+        models.BigIntegerField(),
+        default=list,
+        db_default=models.Value([], ArrayField(models.BigIntegerField())),
+        blank=True,
+    )
+    memories_stored = models.BigIntegerField(null=True, blank=True)
+    storage_bytes = models.BigIntegerField(null=True, blank=True)
+    # Requests refused by a quota, by quota.
+    refused_reads = models.BigIntegerField(default=0, db_default=0)
+    refused_writes = models.BigIntegerField(default=0, db_default=0)
+    refused_memories = models.BigIntegerField(default=0, db_default=0)
+    refused_batch = models.BigIntegerField(default=0, db_default=0)
+    refused_document_bytes = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        db_table = "tenant_usage"
+        ordering = ["tenant_id", "day"]
+        constraints = [
+            # The upsert's conflict target, and the charts' read: WHERE tenant_id = ? AND day >= ?
+            # (also the tenant's cascade, by its leading column).
+            models.UniqueConstraint(fields=["tenant", "day"], name="tenant_usage_tenant_day_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.day}"

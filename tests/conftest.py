@@ -54,15 +54,19 @@ def _clear_cache():
 
     from memories import access
     from memories.retrieval import bucket_stats
+    from tenants import usage
 
     cache.clear()
     caches["shared"].clear()
     access.discard()
+    usage.discard()
+    usage.discard()
     bucket_stats.clear()
     yield
     cache.clear()
     caches["shared"].clear()
     access.discard()
+    usage.discard()
 
 
 @pytest.fixture

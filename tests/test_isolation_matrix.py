@@ -401,6 +401,7 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
         Call({"id": "user_a"}),
         Call({"id": "user_a"}, lambda ids: {"password1": "Zz-0987654321", "password2": "Zz-0987654321"}, "POST"),
     ],
+    "admin:console_usage": [Call(data=lambda ids: {"tenant": ids["tenant"]}, targets=("tenant",))],
     "admin:console_review": [
         Call(data=lambda ids: {"tenant": ids["tenant"]}, targets=("tenant",)),
         Call(data=lambda ids: {"bucket": ids["bucket"]}, targets=("bucket",)),
@@ -844,6 +845,7 @@ def test_lists_and_searches_never_show_another_tenants_rows_admin(operator_b, wo
         ("/admin/", None, None),
         ("/admin/tenants/", None, None),
         ("/admin/console/health/", None, B_MARK),  # B's enrichment failure
+        ("/admin/console/usage/", None, world.b.name),
         ("/admin/console/review/", None, B_MARK),
         ("/admin/console/conflicts/", None, B_MARK),
         ("/admin/console/topics/", None, B_MARK),

@@ -13,9 +13,11 @@ from types import SimpleNamespace
 import anyio
 import httpx
 import httpx2
+import psycopg
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
+from psycopg.types.json import Jsonb
 
 from memories.models import Memory
 from tenants import services as tenant_services
@@ -55,7 +57,7 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory):
         env = base_env(DATABASE_URL=test_database_url(), ENGRAM_EMBEDDINGS="off", ENGRAM_MAX_BODY_BYTES="100000")
         with web_server(env, log=log) as base:
             yield SimpleNamespace(base=base, url=base + "/mcp", main=str(main.pk), notes=str(notes.pk),
-                                  tokens=tokens, log=log)  # fmt: skip
+                                  tokens=tokens, log=log, tenant=tenant)  # fmt: skip
     finally:
         with django_db_blocker.unblock():
             tenant.delete()
@@ -110,6 +112,32 @@ def test_a_memory_round_trips_through_the_six_tools(server, mode):
     refused, message = steps["gone"]
     assert refused and "not found" in message.lower()
     assert not Memory.objects.filter(pk=memory_id).exists()
+
+
+def set_settings_committed(tenant, value: dict) -> None:
+    """The tenant's settings as the server sees them: written on a connection of its own (this
+    test's transaction is never committed)."""
+    with psycopg.connect(test_database_url(), autocommit=True) as conn:
+        conn.execute("UPDATE tenants SET settings = %s WHERE id = %s", [Jsonb(value), tenant.pk])
+
+
+def test_tool_calls_count_against_the_rate_quotas_as_their_api_requests(server):
+    # One write a minute: the MCP envelope's own POSTs (initialize, each call) must not use it
+    # up, or the session would be refused before its one write. (A second write is not tried:
+    # the client waits out a Retry-After of up to 30 s and retries.)
+    set_settings_committed(server.tenant, {"quotas": {"writes_per_minute": 1}})
+
+    async def body(client):
+        searches = [await call(client, "search_memories", bucket=server.main, query="lighthouse") for _ in range(3)]
+        added = await call(client, "add_memories", bucket=server.main, contents="Quota note.")
+        return searches, added
+
+    try:
+        searches, added = session(server, server.tokens.read_write, body)
+    finally:
+        set_settings_committed(server.tenant, {})
+    assert not any(refused for refused, _ in searches), searches
+    assert not added[0], added
 
 
 def test_a_read_only_token_searches_but_cannot_write(server):

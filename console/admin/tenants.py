@@ -8,19 +8,59 @@ from django.utils import timezone
 from audit.services import Actor, audit_record
 from console.actions import confirm_action, confirmed
 from console.scoping import TenantScopedAdmin, is_unrestricted
+from console.selectors import tenant_usage_context
 from engram_site.exceptions import DomainError
 from memories.services import buckets
 from tenants import services
 from tenants.models import ApiToken, Bucket, OperatorMembership, Scope, Tenant
+from tenants.quotas import LIMITS as QUOTA_LIMITS
+from tenants.quotas import quota_limits, quotas_clean
 
 
 def _actor(request) -> Actor:
     return Actor.operator(request.user, request)
 
 
+class TenantForm(forms.ModelForm):
+    """The tenant's fields plus its quotas (tenants/quotas.py), kept in ``settings["quotas"]``."""
+
+    max_memories = forms.IntegerField(required=False, min_value=1, help_text="Live memories; empty: no limit.")
+    reads_per_minute = forms.IntegerField(
+        required=False, min_value=1, help_text="Read requests (searches included) per minute; empty: no limit."
+    )
+    writes_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Write requests per minute.")
+    max_batch = forms.IntegerField(required=False, min_value=1, help_text="Memories in one write request.")
+    max_document_bytes = forms.IntegerField(
+        required=False, min_value=1, help_text="UTF-8 bytes of one submitted document's text."
+    )
+
+    class Meta:
+        model = Tenant
+        fields = ["name", "slug", "is_active"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, value in quota_limits(self.instance).items():
+            self.fields[name].initial = value
+
+    def save(self, commit=True):
+        tenant = super().save(commit=False)
+        limits = quotas_clean({name: self.cleaned_data.get(name) for name in QUOTA_LIMITS})
+        tenant.settings = {**(tenant.settings or {}), "quotas": limits}
+        if commit:
+            tenant.save()
+        return tenant
+
+
 @admin.register(Tenant)
 class TenantAdmin(TenantScopedAdmin):
     tenant_field = "pk"
+    form = TenantForm
+    change_form_template = "console/tenant_change_form.html"
+    fieldsets = [
+        (None, {"fields": ["name", "slug", "is_active"]}),
+        ("Quotas", {"fields": list(QUOTA_LIMITS), "description": "Over a limit the API answers 429 (rates) or 403."}),
+    ]
     list_display = ["name", "slug", "is_active", "created_at"]
     list_filter = ["is_active"]
     search_fields = ["name", "slug"]
@@ -34,6 +74,26 @@ class TenantAdmin(TenantScopedAdmin):
     def get_readonly_fields(self, request, obj=None):
         # The id and time come from database defaults: nothing to show before the row exists.
         return self.readonly_fields if obj is not None else []
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        if is_unrestricted(request.user):
+            return form
+        # A tenant operator sees the tenant's quotas but cannot lift them: superusers set them.
+        # (A disabled field keeps its initial value whatever is posted.)
+        fields = {name: forms.IntegerField(required=False, disabled=True) for name in QUOTA_LIMITS}
+        return type(f"Operator{form.__name__}", (form,), fields)
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return self.fieldsets
+        return [(None, {"fields": ["id", "name", "slug", "is_active", "created_at"]}), *self.fieldsets[1:]]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        tenant = self.get_object(request, object_id)
+        if tenant is not None:
+            extra_context = {**(extra_context or {}), **tenant_usage_context(tenants=[tenant])}
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

@@ -29,9 +29,11 @@ from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
 from memories import embedding, hooks, lemmatizer, signals
+from memories import quotas as memory_quotas
 from memories.models import Memory
 from memories.services.events import note_writes, send_safely
 from memories.text import embedding_text, hash_key
+from tenants import usage
 from tenants.models import AgentRestriction, Bucket
 
 logger = logging.getLogger(__name__)
@@ -523,6 +525,9 @@ def memories_ingest(
     transaction.on_commit(lambda: metrics.count_written(len(new_ids), len(results) - len(new_ids)))
     if new_ids:
         note_writes(bucket.pk, len(new_ids))
+        tenant_id = bucket.tenant_id
+        transaction.on_commit(lambda: usage.record_writes(tenant_id=tenant_id, count=len(new_ids)))
+        transaction.on_commit(lambda: memory_quotas.note_written(tenant_id=tenant_id, count=len(new_ids)))
         transaction.on_commit(lambda: hooks.after_ingest(bucket_id=bucket.pk, memory_ids=new_ids))
         transaction.on_commit(lambda: send_safely(signals.memories_created, bucket_id=bucket.pk, memory_ids=new_ids))
     return results
