@@ -193,6 +193,37 @@ class _BucketStats:
             result.update(fetched)
         return result
 
+    # --- several buckets searched as one collection (a search across buckets) -------------
+
+    def size_of(self, buckets: list[Bucket]) -> dict:
+        """The statistics of ``buckets`` taken together, as if their memories were one bucket's:
+        counts add up, average lengths are weighted by the rows they were taken over. One
+        bucket's are its own, unchanged."""
+        sizes = [self.size(bucket) for bucket in buckets]
+        if len(sizes) == 1:
+            return sizes[0]
+
+        def weighted(value: str, weight: str) -> float:
+            total = sum(s[weight] for s in sizes)
+            return sum(s[value] * s[weight] for s in sizes) / total if total else 1.0
+
+        combined = {key: sum(s[key] for s in sizes) for key in ("n", "n_context", "n_embedded", "n_context_embedded")}
+        combined["avgdl"] = weighted("avgdl", "n")
+        combined["avgdl_context"] = weighted("avgdl_context", "n_context")
+        combined["table_rows"] = max(s["table_rows"] for s in sizes)
+        return combined
+
+    def frequencies_of(self, buckets: list[Bucket], column: str, lexemes: list[str]) -> dict[str, int]:
+        """Document frequencies over ``buckets`` taken together: each bucket's (cached per
+        bucket, as for a search of that bucket alone), added up."""
+        if len(buckets) == 1:
+            return self.document_frequencies(buckets[0], column, lexemes)
+        total: dict[str, int] = {}
+        for bucket in buckets:
+            for lexeme, df in self.document_frequencies(bucket, column, lexemes).items():
+                total[lexeme] = total.get(lexeme, 0) + df
+        return total
+
     def invalidate(self, bucket_id: uuid.UUID) -> None:
         with self._lock:
             self._entries.pop(bucket_id, None)
