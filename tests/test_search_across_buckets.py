@@ -191,3 +191,18 @@ def test_searching_needs_the_read_scope(tenant, three):
 def test_a_tenant_without_buckets_gets_an_empty_answer(other_tenant):
     body = search_across(make_client(other_tenant, scopes=("read",)), "billing")
     assert body == {"mode_used": "hybrid", "results": [], "warnings": [], "total_tokens": 0, "buckets": []}
+
+
+def test_document_frequencies_across_buckets_are_each_buckets_added_up(three, django_assert_num_queries):
+    from memories.retrieval.stats import bucket_stats
+
+    lexemes = ["invoice", "noodle", "zzzunheard"]
+    bucket_stats.clear()
+    together = bucket_stats.frequencies_of(list(three), "lemmatized_tsv", lexemes)
+    # Counted once for all three buckets, then kept in each bucket's own cache.
+    with django_assert_num_queries(0):
+        apart = [bucket_stats.document_frequencies(b, "lemmatized_tsv", lexemes) for b in three]
+    bucket_stats.clear()
+    assert apart == [bucket_stats.document_frequencies(b, "lemmatized_tsv", lexemes) for b in three]
+    assert together == {lx: sum(a[lx] for a in apart) for lx in lexemes}
+    assert together["noodle"] == 1 and together["zzzunheard"] == 0 and together["invoice"] >= 3
