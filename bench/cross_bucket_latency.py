@@ -91,7 +91,7 @@ def make_copies(dsn: dict, source: str, copies: list[str]) -> tuple[list[str], i
                 picked.append("%(copy)s::uuid")
             elif column == "sequence_id":
                 # A sequence of the copy is its own: a new id derived from the source's and the copy's.
-                picked.append("CASE WHEN sequence_id IS NULL THEN NULL ELSE md5(sequence_id::text || %(copy)s)::uuid END")
+                picked.append("md5(sequence_id::text || %(copy)s)::uuid")  # NULL stays NULL
             else:
                 picked.append(column)
         insert = (
