@@ -189,8 +189,7 @@ def build_report(ctx: dict) -> str:
         common.machine_markdown(ctx["machine"]),
         f"- server: {ctx['target']}",
         f"- data: first {args.rows} rows of `{args.corpus.name}` in bucket `corpus`; {ctx['load']}",
-        f"- copies (SQL): {'; '.join(_named(c, ctx['names']) for c in ctx['copies'])}; "
-        f"table: {ctx['table_rows']} rows",
+        f"- copies (SQL): {'; '.join(_named(c, ctx['names']) for c in ctx['copies'])}; table: {ctx['table_rows']} rows",
         f"- queries: {args.queries} per condition per pass, every text sent once; limit {args.limit}; "
         f"`now` = {QUERY_NOW}; no filters",
         f"- {args.repeat} passes; each runs every condition once, interleaved",

@@ -302,12 +302,17 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     # Without buckets a search reads every bucket the token can read (tests/test_search_across_buckets.py).
     "search": {
         "POST": [
-            Call(data=lambda ids, m=m: {"query": f"{A_MARK} lighthouse", "mode": m, "buckets": [ids["bucket"]]},
-                 targets=("bucket",))
+            Call(
+                data=lambda ids, m=m: {"query": f"{A_MARK} lighthouse", "mode": m, "buckets": [ids["bucket"]]},
+                targets=("bucket",),
+            )
             for m in ("hybrid", "keyword", "vector", "graph")
-        ] + [
-            Call(data=lambda ids: {"query": f"{A_MARK} lighthouse", "buckets": [ids["own_bucket"], ids["bucket"]]},
-                 targets=("bucket",)),
+        ]
+        + [
+            Call(
+                data=lambda ids: {"query": f"{A_MARK} lighthouse", "buckets": [ids["own_bucket"], ids["bucket"]]},
+                targets=("bucket",),
+            ),
         ],
     },  # fmt: skip
     # Without a bucket an erasure is the caller's own tenant's (tests/test_erasure.py checks it).
