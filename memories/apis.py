@@ -508,10 +508,12 @@ class CrossSearchApi(APIView):
         params = self.Input(data=request.data)
         params.is_valid(raise_exception=True)
         data = params.validated_data
-        buckets = buckets_readable(tenant=request.auth.tenant, token=request.auth, bucket_ids=data.get("buckets"))
+        buckets = buckets_readable(
+            tenant=request.auth.tenant, token=request.auth, bucket_ids=data.get("buckets"), at_most=MAX_SEARCH_BUCKETS
+        )
         if len(buckets) > MAX_SEARCH_BUCKETS:
             raise serializers.ValidationError(
-                {"buckets": [f"The token can read {len(buckets)} buckets: name at most {MAX_SEARCH_BUCKETS}."]}
+                {"buckets": [f"The token can read more than {MAX_SEARCH_BUCKETS} buckets: name the ones to search."]}
             )
         payload = _search(data, buckets, across=True)
         payload["buckets"] = [{"id": str(b.pk), "name": b.name} for b in buckets]

@@ -55,13 +55,17 @@ def bucket_get(*, tenant: Tenant, bucket_id, token: ApiToken | None = None) -> B
     return bucket
 
 
-def buckets_readable(*, tenant: Tenant, token: ApiToken | None, bucket_ids: list | None) -> list[Bucket]:
+def buckets_readable(
+    *, tenant: Tenant, token: ApiToken | None, bucket_ids: list | None, at_most: int | None = None
+) -> list[Bucket]:
     """The buckets a search across buckets reads: those named, in the order given, or (``None``)
-    every bucket the token may read, by name. Like :func:`bucket_get`, a malformed id, another
-    tenant's bucket and one outside the token's restriction are all missing (NotFound), and
-    nothing says which id it was."""
+    every bucket the token may read, by name (``at_most`` + 1 of them at most, so a caller can
+    tell there are too many without reading them all). Like :func:`bucket_get`, a malformed
+    id, another tenant's bucket and one outside the token's restriction are all missing
+    (NotFound), and nothing says which id it was."""
     if bucket_ids is None:
-        buckets = list(bucket_list(tenant=tenant, token=token))
+        readable = bucket_list(tenant=tenant, token=token)
+        buckets = list(readable if at_most is None else readable[: at_most + 1])
     else:
         pks = [parse_uuid(value) for value in bucket_ids]
         if any(pk is None or (token is not None and not token.allows_bucket(pk)) for pk in pks):

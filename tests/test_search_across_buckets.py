@@ -206,3 +206,12 @@ def test_document_frequencies_across_buckets_are_each_buckets_added_up(three, dj
     assert apart == [bucket_stats.document_frequencies(b, "lemmatized_tsv", lexemes) for b in three]
     assert together == {lx: sum(a[lx] for a in apart) for lx in lexemes}
     assert together["noodle"] == 1 and together["zzzunheard"] == 0 and together["invoice"] >= 3
+
+
+def test_more_readable_buckets_than_the_bound_must_be_named(api, three, monkeypatch):
+    from memories import apis
+
+    monkeypatch.setattr(apis, "MAX_SEARCH_BUCKETS", 2)
+    body = search_across(api, "billing", expect=400)
+    assert "name the ones to search" in body["errors"]["buckets"][0]
+    assert search_across(api, "billing", buckets=[str(three[0].pk), str(three[1].pk)])["results"]
