@@ -37,7 +37,7 @@ from tenants import usage
 from tenants.agents import check_writable, write_agent
 from tenants.models import Scope as TokenScope
 from tenants.quotas import quota_check_size
-from tenants.selectors import bucket_get
+from tenants.selectors import bucket_get, buckets_readable
 
 MAX_CONTENT_CHARS = 20_000
 MAX_BATCH = 1_000
@@ -388,13 +388,19 @@ class SearchHitOut(serializers.Serializer):
 _DATETIME_OUT = serializers.DateTimeField()
 
 
-def _hit_json(hit: retrieval.Hit, explain: bool) -> dict:
+class CrossSearchHitOut(SearchHitOut):
+    bucket_id = serializers.UUIDField(help_text="the bucket the memory is in")
+
+
+def _hit_json(hit: retrieval.Hit, explain: bool, with_bucket: bool = False) -> dict:
     """One search hit exactly as :class:`SearchHitOut` (the documented shape) renders it, built
     directly: the serializer's per-field machinery cost about 0.1 ms a hit, a millisecond of
     every search (a test in tests/test_search.py compares the two)."""
     row = hit.row
-    item = {
-        "id": str(row["id"]),
+    item = {"id": str(row["id"])}
+    if with_bucket:
+        item["bucket_id"] = str(row["bucket_id"])
+    item |= {
         "content": row["content"],
         "score": round(hit.score, 6),
         "created_at": _DATETIME_OUT.to_representation(row["created_at"]),
@@ -444,28 +450,102 @@ class SearchApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Input(data=request.data)
         params.is_valid(raise_exception=True)
+        return Response(_search(params.validated_data, [bucket], agents=request.auth.agents))
+
+
+def _search(data: dict, buckets: list, *, agents=None, across: bool = False) -> dict:
+    """Run the search a validated body asks for over ``buckets``; the response body. The
+    bucket search and the search across buckets share it: one bucket searched either way gives
+    the same hits (across buckets, each names its bucket). ``agents``: the token's agent
+    restriction (only those agents' memories are searched); the search counts in the tenant's
+    usage."""
+    if not buckets:
+        return {"mode_used": data["mode"], "results": [], "warnings": [], "total_tokens": 0}
+    started = time.perf_counter()
+    result = retrieval.memories_search(
+        buckets=buckets,
+        query=data["query"],
+        mode=data["mode"],
+        limit=data.get("limit"),
+        token_budget=data.get("token_budget"),
+        filters=MemoryFilters(**data.get("filters", {}), agents=agents),
+        explain=data["explain"],
+        ranking_overrides=data.get("ranking"),
+        now=data.get("now"),
+    )
+    payload = {
+        "mode_used": result.mode_used,
+        "results": [_hit_json(hit, data["explain"], with_bucket=across) for hit in result.hits],
+        "warnings": result.warnings,
+        "total_tokens": sum(h.row["token_count"] or 0 for h in result.hits),
+    }
+    usage.record_search(
+        tenant_id=buckets[0].tenant_id,
+        milliseconds=(time.perf_counter() - started) * 1000,
+        tokens=payload["total_tokens"],
+    )
+    return payload
+
+
+MAX_SEARCH_BUCKETS = 100
+
+
+class BucketRefOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+
+
+class CrossSearchOut(SearchOut):
+    results = CrossSearchHitOut(many=True)
+    buckets = BucketRefOut(many=True, help_text="the buckets searched, in the order given (by default: by name)")
+
+
+class CrossSearchApi(APIView):
+    """One search over several buckets: fused once, cut to one limit and one token budget."""
+
+    required_scopes = {"POST": TokenScope.READ}
+
+    @extend_schema_serializer(component_name="SearchAcrossBuckets")
+    class Input(SearchApi.Input):
+        # Strings, not UUIDs: a malformed id answers 404 like a missing bucket, as in paths.
+        buckets = serializers.ListField(
+            child=StrictCharField(max_length=64),
+            required=False,
+            min_length=1,
+            max_length=MAX_SEARCH_BUCKETS,
+            help_text=(
+                f"ids of the buckets to search (1 to {MAX_SEARCH_BUCKETS}, no repeats); default: every bucket the "
+                "token can read"
+            ),
+        )
+
+        def validate_buckets(self, value):
+            if len(set(value)) != len(value):
+                raise serializers.ValidationError("Name each bucket once.")
+            return value
+
+    @extend_schema(
+        operation_id="memories_search_across",
+        request=Input,
+        responses={200: CrossSearchOut, **errors(404, *BODY)},
+        description=(
+            "Search several buckets at once with the body of a bucket search plus `buckets`. Their memories are "
+            "ranked together (keyword statistics of the buckets taken together, one vector walk), the signals are "
+            "fused once and one `limit` and one `token_budget` cut the answer; each result names its `bucket_id`. "
+            "A bucket that is another tenant's, outside the token's restriction or missing answers 404."
+        ),
+    )
+    def post(self, request):
+        params = self.Input(data=request.data)
+        params.is_valid(raise_exception=True)
         data = params.validated_data
-        started = time.perf_counter()
-        result = retrieval.memories_search(
-            bucket=bucket,
-            query=data["query"],
-            mode=data["mode"],
-            limit=data.get("limit"),
-            token_budget=data.get("token_budget"),
-            filters=MemoryFilters(**data.get("filters", {}), agents=request.auth.agents),
-            explain=data["explain"],
-            ranking_overrides=data.get("ranking"),
-            now=data.get("now"),
+        buckets = buckets_readable(
+            tenant=request.auth.tenant, token=request.auth, bucket_ids=data.get("buckets"), at_most=MAX_SEARCH_BUCKETS
         )
-        payload = {
-            "mode_used": result.mode_used,
-            "results": [_hit_json(hit, data["explain"]) for hit in result.hits],
-            "warnings": result.warnings,
-            "total_tokens": sum(h.row["token_count"] or 0 for h in result.hits),
-        }
-        usage.record_search(
-            tenant_id=bucket.tenant_id,
-            milliseconds=(time.perf_counter() - started) * 1000,
-            tokens=payload["total_tokens"],
-        )
+        if len(buckets) > MAX_SEARCH_BUCKETS:
+            raise serializers.ValidationError(
+                {"buckets": [f"The token can read more than {MAX_SEARCH_BUCKETS} buckets: name the ones to search."]}
+            )
+        payload = _search(data, buckets, agents=request.auth.agents, across=True)
+        payload["buckets"] = [{"id": str(b.pk), "name": b.name} for b in buckets]
         return Response(payload)

@@ -8,6 +8,7 @@ run (:meth:`MemoryFilters.sql`), the ORM condition the listings use
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,26 @@ LOOKUPS = {
     "lt": ("< %s", "lt"),
     "lte": ("<= %s", "lte"),
 }
+
+
+def bucket_list(buckets) -> list:
+    """``buckets`` as a list: one bucket, or a non-empty sequence of buckets of one tenant."""
+    found = list(buckets) if isinstance(buckets, Sequence) else [buckets]
+    if not found or len({b.tenant_id for b in found}) != 1:
+        raise ValueError("a search reads one or more buckets of one tenant")
+    return found
+
+
+def in_buckets(buckets, alias: str | None = "m") -> tuple[list[str], list]:
+    """The tenant and bucket predicates that lead every statement over ``buckets`` (a bucket,
+    or several of one tenant) and their params: one bucket is ``bucket_id = %s``, as ever;
+    several are ``bucket_id = ANY(%s::uuid[])`` (the same indexes answer). ``alias`` None:
+    the columns unqualified."""
+    found = bucket_list(buckets)
+    at = f"{alias}." if alias else ""
+    if len(found) == 1:
+        return [f"{at}tenant_id = %s", f"{at}bucket_id = %s"], [found[0].tenant_id, found[0].pk]
+    return [f"{at}tenant_id = %s", f"{at}bucket_id = ANY(%s::uuid[])"], [found[0].tenant_id, [b.pk for b in found]]
 
 
 def _filter(column: str, lookup: str, kind: str, **api: Any) -> Any:
@@ -95,9 +116,9 @@ class MemoryFilters:
         return self.as_of or self.reference_time
 
     def sql(self, bucket, alias: str = "m") -> tuple[str, list]:
-        """WHERE clause (tenant and bucket first, as every index leads with them) and its params."""
-        clauses = [f"{alias}.tenant_id = %s", f"{alias}.bucket_id = %s"]
-        params: list = [bucket.tenant_id, bucket.pk]
+        """WHERE clause (tenant and bucket first, as every index leads with them) and its params.
+        ``bucket``: one bucket, or several of one tenant (a search across buckets)."""
+        clauses, params = in_buckets(bucket, alias)
         for column, lookup, value in self._applied():
             clauses.append(f"{alias}.{column} {LOOKUPS[lookup][0]}")
             params.append(list(value) if lookup == "contains" else value)

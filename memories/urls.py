@@ -19,4 +19,5 @@ urlpatterns = [
     path("memories/<str:memory_id>/history", lifecycle_apis.MemoryHistoryApi.as_view(), name="memory-history"),
     path("memories/<str:memory_id>/restore", lifecycle_apis.MemoryRestoreApi.as_view(), name="memory-restore"),
     path("erasure", erasure_apis.ErasureApi.as_view(), name="erasure"),
+    path("search", apis.CrossSearchApi.as_view(), name="search"),
 ]

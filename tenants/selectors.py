@@ -56,3 +56,27 @@ def bucket_get(*, tenant: Tenant, bucket_id, token: ApiToken | None = None) -> B
         raise NotFound("Bucket not found.") from None
     bucket.tenant = tenant  # already loaded (with the token): no second query for its settings
     return bucket
+
+
+def buckets_readable(
+    *, tenant: Tenant, token: ApiToken | None, bucket_ids: list | None, at_most: int | None = None
+) -> list[Bucket]:
+    """The buckets a search across buckets reads: those named, in the order given, or (``None``)
+    every bucket the token may read, by name (``at_most`` + 1 of them at most, so a caller can
+    tell there are too many without reading them all). Like :func:`bucket_get`, a malformed
+    id, another tenant's bucket and one outside the token's restriction are all missing
+    (NotFound), and nothing says which id it was."""
+    if bucket_ids is None:
+        readable = bucket_list(tenant=tenant, token=token)
+        buckets = list(readable if at_most is None else readable[: at_most + 1])
+    else:
+        pks = [parse_uuid(value) for value in bucket_ids]
+        if any(pk is None or (token is not None and not token.allows_bucket(pk)) for pk in pks):
+            raise NotFound("Bucket not found.")
+        found = {bucket.pk: bucket for bucket in Bucket.objects.for_tenant(tenant).filter(pk__in=pks)}
+        if len(found) != len(set(pks)):
+            raise NotFound("Bucket not found.")
+        buckets = [found[pk] for pk in pks]
+    for bucket in buckets:
+        bucket.tenant = tenant  # already loaded (with the token): no query for its settings
+    return buckets

@@ -299,6 +299,27 @@ def test_errors_carry_the_api_code_message_status_and_body(live):
     assert isinstance(unknown_token.value, EngramError)
 
 
+def test_one_search_reads_several_buckets_and_names_each_hits_bucket(live):
+    with client(live) as engram:
+        first = engram.add_memory(live.main, "Quillon's team ships the kayak app on Thursdays.")
+        second = engram.add_memory(live.spare, "Quillon wants the kayak app release notes short.")
+        found = engram.search_buckets("Quillon kayak app", buckets=[live.main, live.spare], limit=5)
+        assert {hit.id: hit.bucket_id for hit in found} == {first.id: live.main, second.id: live.spare}
+        assert [b["id"] for b in found.buckets] == [live.main, live.spare]
+    with client(live, live.tokens.restricted) as restricted:
+        found = restricted.search_buckets("Quillon kayak app")  # every bucket it can read: its one
+        assert [b["id"] for b in found.buckets] == [live.main] and [hit.id for hit in found] == [first.id]
+        with pytest.raises(NotFound):
+            restricted.search_buckets("Quillon", buckets=[live.main, live.spare])
+
+    async def scenario():
+        async with AsyncEngram(live.base, live.tokens.rw) as engram:
+            found = await engram.search_buckets("Quillon kayak app", buckets=[live.spare], token_budget=1000)
+            assert [(hit.id, hit.bucket_id) for hit in found] == [(second.id, live.spare)]
+
+    asyncio.run(scenario())
+
+
 def test_the_environment_gives_the_defaults(live, monkeypatch):
     monkeypatch.setenv("ENGRAM_URL", live.base + "/api/v1/")
     monkeypatch.setenv("ENGRAM_TOKEN", live.tokens.rw)

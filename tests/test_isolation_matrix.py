@@ -332,6 +332,22 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     "memory-history": {"GET": [Call({"memory_id": "memory"}), Call({"memory_id": "deleted"})]},
     "memory-restore": {"POST": [Call({"memory_id": "deleted"})]},
     "source-detail": {"GET": [Call({"source_id": "source"})], "DELETE": [Call({"source_id": "source"})]},
+    # Without buckets a search reads every bucket the token can read (tests/test_search_across_buckets.py).
+    "search": {
+        "POST": [
+            Call(
+                data=lambda ids, m=m: {"query": f"{A_MARK} lighthouse", "mode": m, "buckets": [ids["bucket"]]},
+                targets=("bucket",),
+            )
+            for m in ("hybrid", "keyword", "vector", "graph")
+        ]
+        + [
+            Call(
+                data=lambda ids: {"query": f"{A_MARK} lighthouse", "buckets": [ids["own_bucket"], ids["bucket"]]},
+                targets=("bucket",),
+            ),
+        ],
+    },  # fmt: skip
     # Without a bucket an erasure is the caller's own tenant's (tests/test_erasure.py checks it).
     "erasure": {
         "POST": [
@@ -824,6 +840,7 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
     for mode in ("hybrid", "keyword", "vector", "graph"):
         query = {"query": f"{A_MARK} {B_MARK} Marta lighthouse Porto Bruno", "mode": mode, "explain": True}
         checks.append(("POST", f"/api/v1/buckets/{b1}/search", query, B_MARK if mode != "graph" else None))
+        checks.append(("POST", "/api/v1/search", query, B_MARK if mode != "graph" else None))
     for method, url, data, must_show in checks:
         response = _api_request(client, method, url, data)
         assert response.status_code in (200, 201), f"{method} {url}: {response.status_code} {response.content[:200]!r}"
@@ -836,6 +853,9 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
     found = restricted.post(
         f"/api/v1/buckets/{world.objects['bucket2'].pk}/search", {"query": "Marta lighthouse Porto"}, format="json"
     )
+    assert not any(c in found.content.decode() for c in world.a_memory_contents)
+    found = restricted.post("/api/v1/search", {"query": "Marta lighthouse Porto"}, format="json")
+    assert found.status_code == 200 and [b["id"] for b in found.json()["buckets"]] == [str(world.objects["bucket2"].pk)]
     assert not any(c in found.content.decode() for c in world.a_memory_contents)
 
 
@@ -1057,6 +1077,18 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
         ]
     },  # fmt: skip
     "bucket-search": {"POST": [_agent_search(m) for m in ("hybrid", "keyword", "vector", "graph")]},
+    # Across buckets: every bucket the token reads (the one both agents share), each mode.
+    "search": {
+        "POST": [
+            AgentCall(
+                {},
+                lambda agent, ids, m=m: {"query": f"{ALFA} {BETA} Marta lighthouse Porto", "mode": m, "explain": True},
+                refused=200,
+                shows=m != "graph",
+            )
+            for m in ("hybrid", "keyword", "vector", "graph")
+        ]
+    },  # fmt: skip
     "bucket-entities": {
         "GET": [
             AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True),

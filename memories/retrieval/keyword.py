@@ -10,7 +10,7 @@ from django.db import connection
 
 from engram_site import metrics, tracing
 from memories import lemmatizer, ranking
-from memories.filters import MemoryFilters
+from memories.filters import MemoryFilters, bucket_list
 from memories.retrieval.concurrency import start
 from memories.retrieval.stats import DOC_LENGTH, bucket_stats
 from tenants.models import Bucket
@@ -93,7 +93,12 @@ def _candidate_query(present: list[str], df: dict[str, int], n: int) -> tuple[st
 
 
 def bm25(
-    bucket: Bucket, lexemes: list[str], filters: MemoryFilters, config: ranking.RankingConfig, *, context: bool
+    bucket: Bucket | list[Bucket],
+    lexemes: list[str],
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    *,
+    context: bool,
 ) -> tuple[list[tuple[uuid.UUID, float]], float]:
     """BM25 over the lemmatised text (``context``: memory + sequence context), best first, and
     its *coverage*: the largest share of the query's IDF mass one of the ten best matches holds
@@ -106,16 +111,22 @@ def bm25(
     the bucket's average, weighted by ``b``; Lucene's IDF within the bucket. Only the
     query's own lexemes are unnested: ``setweight`` marks them and ``ts_filter`` keeps them,
     both in C, so scoring a candidate costs about a microsecond.
+
+    Several buckets (a search across buckets) are scored as one collection: document count,
+    document frequencies and average length are theirs taken together
+    (:meth:`~memories.retrieval.stats._BucketStats.size_of`), so a score means the same
+    whichever bucket its memory is in, and one statement reads them all.
     """
     if not lexemes:
         return [], 0.0
-    stats = bucket_stats.size(bucket)
+    buckets = bucket_list(bucket)
+    stats = bucket_stats.size_of(buckets)
     column = "context_tsv" if context else "lemmatized_tsv"
     n = stats["n_context"] if context else stats["n"]
     if n == 0:
         return [], 0.0
     avgdl = stats["avgdl_context"] if context else stats["avgdl"]
-    df = bucket_stats.document_frequencies(bucket, column, lexemes)
+    df = bucket_stats.frequencies_of(buckets, column, lexemes)
     present = [lx for lx in lexemes if df.get(lx, 0) > 0]
     if not present:
         return [], 0.0
@@ -127,7 +138,7 @@ def bm25(
     idf = [inverse(lx) for lx in present]
     query_mass = sum(inverse(lx) for lx in lexemes)
     candidate_query, too_many = _candidate_query(present, df, n)
-    where, params = filters.sql(bucket)
+    where, params = filters.sql(buckets)
     context_guard = " AND m.context_lemmatized IS NOT NULL" if context else ""
     # Only when even the rarest term is too common to read in full (a query of common words
     # only) are the matches ordered, by ts_rank, before the cut.
@@ -168,7 +179,9 @@ def bm25(
 
 @metrics.timed(metrics.SIGNAL_SECONDS, signal="keyword")
 @tracing.traced("engram.search.signal", signal="keyword")
-def keyword_signals(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig, now):
+def keyword_signals(
+    bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig, now
+):
     """BM25 over the memory and over memory + context (that one in another thread when
     ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query, and the coverage of the memory
     side (of the context side when only that one runs). A signal weighted 0 is not run."""

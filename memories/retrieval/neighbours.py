@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import connection
 
 from memories import ranking
-from memories.filters import MemoryFilters
+from memories.filters import MemoryFilters, in_buckets
 from tenants.models import Bucket
 
 # The best candidates whose sequence neighbours are brought in, and how far either way.
@@ -13,7 +13,7 @@ NEIGHBOUR_SOURCES = 20
 
 
 def lift_neighbours(
-    bucket: Bucket, fused: dict, filters: MemoryFilters, config: ranking.RankingConfig
+    bucket: Bucket | list[Bucket], fused: dict, filters: MemoryFilters, config: ranking.RankingConfig
 ) -> tuple[dict, dict]:
     """Fused scores with the neighbour lift (:func:`ranking.lift_neighbours`), and each lift.
 
@@ -26,12 +26,13 @@ def lift_neighbours(
     """
     best = sorted(fused, key=lambda memory_id: -fused[memory_id])[:NEIGHBOUR_SOURCES]
     where, params = filters.sql(bucket)
+    scope, scope_params = in_buckets(bucket, None)
     with connection.cursor() as cur:
         cur.execute(
             f"""
             WITH source AS (
                 SELECT sequence_id, sequence_index FROM memories
-                WHERE tenant_id = %s AND bucket_id = %s AND id = ANY(%s) AND sequence_id IS NOT NULL
+                WHERE {" AND ".join(scope)} AND id = ANY(%s) AND sequence_id IS NOT NULL
             )
             SELECT DISTINCT m.id, m.sequence_id, m.sequence_index
             FROM source s
@@ -39,7 +40,7 @@ def lift_neighbours(
                 AND m.sequence_index BETWEEN s.sequence_index - %s AND s.sequence_index + %s
             WHERE {where}
             """,
-            [bucket.tenant_id, bucket.pk, best, config.neighbour_reach, config.neighbour_reach, *params],
+            [*scope_params, best, config.neighbour_reach, config.neighbour_reach, *params],
         )
         position = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
     at = {place: memory_id for memory_id, place in position.items()}

@@ -8,23 +8,30 @@ import uuid
 from django.db import connection
 
 from memories import ranking
+from memories.filters import in_buckets
 from memories.retrieval.fusion import QueryCues, boost_bounds
 from tenants.models import Bucket
 
 ROW_COLUMNS = (
-    "id", "content", "created_at", "attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root",
-    "hint_tags", "metadata", "classified_scope", "classified_topic", "token_count", "context_text",
+    "id", "bucket_id", "content", "created_at", "attributed_to", "agent_id", "run_id", "source_actor_id",
+    "hint_root", "hint_tags", "metadata", "classified_scope", "classified_topic", "token_count", "context_text",
     "linked_memory_ids", "superseded_at", "superseded_by", "importance", "expires_at",
 )  # fmt: skip
 
-# The bucket's memories that have an importance (idx_memories_important), as alias ``i``.
-_IMPORTANT = "i.tenant_id = %s AND i.bucket_id = %s AND i.importance IS NOT NULL"
 
 # Django has psycopg hand JSONB back as text (its JSONField decodes it); raw rows decode here.
 _JSON_COLUMNS = ("metadata", "linked_memory_ids")
 
 
-def fetch_rows(bucket: Bucket, ids: list[uuid.UUID], important: list[uuid.UUID] | None = None) -> dict[uuid.UUID, dict]:
+def _important(bucket: Bucket | list[Bucket]) -> tuple[str, list]:
+    """The bucket's memories that have an importance (idx_memories_important), as alias ``i``."""
+    scope, params = in_buckets(bucket, "i")
+    return " AND ".join([*scope, "i.importance IS NOT NULL"]), params
+
+
+def fetch_rows(
+    bucket: Bucket | list[Bucket], ids: list[uuid.UUID], important: list[uuid.UUID] | None = None
+) -> dict[uuid.UUID, dict]:
     """The rows of ``ids``, and of those of ``important`` that have an ``importance``.
 
     ``important`` costs a second statement only in a bucket where some memory has an
@@ -33,20 +40,21 @@ def fetch_rows(bucket: Bucket, ids: list[uuid.UUID], important: list[uuid.UUID] 
     of every search."""
     if not ids and not important:
         return {}
-    probe = f", EXISTS (SELECT 1 FROM memories i WHERE {_IMPORTANT}) AS probe" if important else ""
-    params: list = [bucket.tenant_id, bucket.pk] * bool(important) + [bucket.tenant_id, bucket.pk, ids]
+    important_where, important_params = _important(bucket)
+    scope, scope_params = in_buckets(bucket, None)
+    probe = f", EXISTS (SELECT 1 FROM memories i WHERE {important_where}) AS probe" if important else ""
+    params: list = important_params * bool(important) + [*scope_params, ids]
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT {', '.join(ROW_COLUMNS)}{probe} FROM memories WHERE tenant_id = %s AND bucket_id = %s "
-            "AND id = ANY(%s)",
+            f"SELECT {', '.join(ROW_COLUMNS)}{probe} FROM memories WHERE {' AND '.join(scope)} AND id = ANY(%s)",
             params,
         )
         found = cur.fetchall()
         rows = {row[0]: dict(zip(ROW_COLUMNS, row[: len(ROW_COLUMNS)], strict=True)) for row in found}
         if important and (not found or found[0][-1]):
             cur.execute(
-                f"SELECT {', '.join(ROW_COLUMNS)} FROM memories i WHERE {_IMPORTANT} AND i.id = ANY(%s)",
-                [bucket.tenant_id, bucket.pk, important],
+                f"SELECT {', '.join(ROW_COLUMNS)} FROM memories i WHERE {important_where} AND i.id = ANY(%s)",
+                [*important_params, important],
             )
             rows.update((row[0], dict(zip(ROW_COLUMNS, row, strict=True))) for row in cur.fetchall())
     for row in rows.values():
@@ -57,7 +65,7 @@ def fetch_rows(bucket: Bucket, ids: list[uuid.UUID], important: list[uuid.UUID] 
 
 
 def fetch_contenders(
-    bucket: Bucket, fused: dict, config: ranking.RankingConfig, k: int | None, cues: QueryCues
+    bucket: Bucket | list[Bucket], fused: dict, config: ranking.RankingConfig, k: int | None, cues: QueryCues
 ) -> dict[uuid.UUID, dict]:
     """The rows of the fused candidates that can still reach the top ``k`` once boosted.
 

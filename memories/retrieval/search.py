@@ -1,8 +1,9 @@
 """The search: which signals run, in which threads, and how their lists become hits.
 
-Every signal is one bounded SQL query over one bucket (``tenant_id`` and ``bucket_id``
-lead every predicate): BM25 in :mod:`~memories.retrieval.keyword`, nearest neighbours in
-:mod:`~memories.retrieval.vector`, graph proximity from the graph app (registered here).
+Every signal is one bounded SQL query over one bucket, or over the buckets a search across
+buckets reads together (``tenant_id`` and ``bucket_id`` lead every predicate): BM25 in
+:mod:`~memories.retrieval.keyword`, nearest neighbours in :mod:`~memories.retrieval.vector`,
+graph proximity from the graph app (registered here, one walk per bucket).
 Their lists are fused (:mod:`memories.ranking`), lifted by sequence neighbours
 (:mod:`~memories.retrieval.neighbours`), boosted (:mod:`~memories.retrieval.fusion`) and cut
 to the limit or the token budget (:mod:`~memories.retrieval.hits`). Hits come back best
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from engram_site import metrics, tracing
 from memories import access, embedding, ranking
-from memories.filters import MemoryFilters
+from memories.filters import MemoryFilters, bucket_list
 from memories.retrieval import fusion, hits, keyword, neighbours, rows, vector
 from memories.retrieval.concurrency import start
 from memories.retrieval.hits import Hit, SearchResult
@@ -41,11 +42,23 @@ def register_graph_signal(function: GraphSignal) -> None:
     _graph_signal = function
 
 
+def _merged(per_bucket: list[tuple[list, dict]], limit: int) -> tuple[list[tuple[uuid.UUID, float]], dict]:
+    """The graph lists of several buckets as one: best first (ties by id, as each list is
+    ordered), cut to ``limit``, with their paths. One bucket's list is returned as it is."""
+    if len(per_bucket) == 1:
+        return per_bucket[0]
+    ranked = sorted((item for found, _paths in per_bucket for item in found), key=lambda r: (-r[1], str(r[0])))
+    paths = {memory_id: path for _found, per in per_bucket for memory_id, path in per.items()}
+    ranked = ranked[:limit]
+    return ranked, {memory_id: paths[memory_id] for memory_id, _score in ranked if memory_id in paths}
+
+
 @metrics.timed_search
 @tracing.traced("engram.search", keywords=("mode",))
 def memories_search(
     *,
-    bucket: Bucket,
+    bucket: Bucket | None = None,
+    buckets: list[Bucket] | None = None,
     query: str,
     mode: str = "hybrid",
     limit: int | None = None,
@@ -56,13 +69,25 @@ def memories_search(
     now: datetime | None = None,
     record_access: bool = True,
 ) -> SearchResult:
-    """Search ``bucket`` for ``query``; hits best first.
+    """Search ``bucket`` — or ``buckets``, several of one tenant, as one collection — for
+    ``query``; hits best first.
+
+    Across buckets, every signal ranks their memories together (BM25 with the statistics of
+    the buckets taken together, one nearest-neighbour walk over them all; the graph, whose
+    entities are per bucket, walks each bucket's graph and its lists are merged by score), the
+    lists are fused once, and one limit and one token budget cut the answer: the hits are
+    those a single bucket holding all their memories would give. One bucket is searched
+    exactly as before.
 
     ``hybrid`` and ``vector`` degrade to ``keyword`` when the embedding model is
     unavailable, and say so in ``mode_used`` and ``warnings``.
     """
+    if (bucket is None) == (buckets is None):
+        raise TypeError("give bucket or buckets")
+    scope = bucket_list(bucket if buckets is None else buckets)
+    bucket = scope[0] if len(scope) == 1 else scope  # one bucket: the statements of a bucket search
     filters = filters or MemoryFilters()
-    config = ranking.resolve(bucket.tenant.settings, ranking_overrides)
+    config = ranking.resolve(scope[0].tenant.settings, ranking_overrides)
     if mode == "graph":
         # The graph's weight sets its share of the hybrid fusion; alone, it is the whole answer.
         config = ranking.with_weight(config, "graph", 1.0)
@@ -82,10 +107,13 @@ def memories_search(
     vector_side = None
     if mode in ("hybrid", "vector") and (config.weight("vector") > 0 or config.weight("vector_context") > 0):
         vector_side = start(vector.vector_signals, bucket, query, filters, config)
-    graph_side = None
+    graph_sides = []
     if mode in ("hybrid", "graph") and _graph_signal is not None:
         if config.weight("graph") > 0:
-            graph_side = start(_graph_signal, bucket=bucket, query=query, filters=filters, config=config, now=now)
+            # The graph's entities are each bucket's own: one walk per bucket.
+            graph_sides = [
+                start(_graph_signal, bucket=one, query=query, filters=filters, config=config, now=now) for one in scope
+            ]
     elif mode == "graph":
         warnings.append("The graph signal is not available; no results.")
 
@@ -111,8 +139,8 @@ def memories_search(
             for signal, (ranked, method) in (("vector", memory_vector), ("vector_context", context_vector)):
                 if method:
                     lists[signal], methods[signal] = ranked, method
-    if graph_side is not None:
-        lists["graph"], graph_paths = graph_side.result()
+    if graph_sides:
+        lists["graph"], graph_paths = _merged([side.result() for side in graph_sides], config.candidates)
 
     fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage))
     cues = fusion.query_cues(query, config)

@@ -193,6 +193,72 @@ class _BucketStats:
             result.update(fetched)
         return result
 
+    # --- several buckets searched as one collection (a search across buckets) -------------
+
+    def size_of(self, buckets: list[Bucket]) -> dict:
+        """The statistics of ``buckets`` taken together, as if their memories were one bucket's:
+        counts add up, average lengths are weighted by the rows they were taken over. One
+        bucket's are its own, unchanged."""
+        sizes = [self.size(bucket) for bucket in buckets]
+        if len(sizes) == 1:
+            return sizes[0]
+
+        def weighted(value: str, weight: str) -> float:
+            total = sum(s[weight] for s in sizes)
+            return sum(s[value] * s[weight] for s in sizes) / total if total else 1.0
+
+        combined = {key: sum(s[key] for s in sizes) for key in ("n", "n_context", "n_embedded", "n_context_embedded")}
+        combined["avgdl"] = weighted("avgdl", "n")
+        combined["avgdl_context"] = weighted("avgdl_context", "n_context")
+        combined["table_rows"] = max(s["table_rows"] for s in sizes)
+        return combined
+
+    def frequencies_of(self, buckets: list[Bucket], column: str, lexemes: list[str]) -> dict[str, int]:
+        """Document frequencies over ``buckets`` taken together: each bucket's, added up. Each
+        bucket's are cached with it, as for a search of that bucket alone; those missing from
+        any bucket's cache are counted for every bucket in one statement (per lexeme, grouped
+        by bucket), not one statement per bucket."""
+        if len(buckets) == 1:
+            return self.document_frequencies(buckets[0], column, lexemes)
+        caches = []
+        for bucket in buckets:
+            entry = self._entry(bucket)
+            if entry is None:
+                self.size(bucket)
+                entry = self._entries.get(bucket.pk)
+            caches.append(entry["df"] if entry else {})
+        missing = sorted({lx for cache in caches for lx in lexemes if (column, lx) not in cache})
+        counted: dict[tuple[str, uuid.UUID], int] = {}
+        if missing:
+            extra = " AND m.context_lemmatized IS NOT NULL" if column == "context_tsv" else ""
+            with connection.cursor() as cur:
+                cur.execute(
+                    f"""
+                    SELECT t.lexeme, c.bucket_id, c.n FROM unnest(%s::text[]) AS t(lexeme)
+                    CROSS JOIN LATERAL (
+                        SELECT m.bucket_id, count(*) AS n FROM memories m
+                        WHERE m.tenant_id = %s AND m.bucket_id = ANY(%s::uuid[]){extra}
+                          AND m.{column} @@ quote_literal(t.lexeme)::tsquery
+                        GROUP BY m.bucket_id
+                    ) c
+                    """,
+                    [missing, buckets[0].tenant_id, [bucket.pk for bucket in buckets]],
+                )
+                counted = {(lexeme, bucket_id): n for lexeme, bucket_id, n in cur.fetchall()}
+        total = dict.fromkeys(lexemes, 0)
+        with self._lock:
+            for bucket, cache in zip(buckets, caches, strict=True):
+                for lexeme in lexemes:
+                    key = (column, lexeme)
+                    if key not in cache:
+                        df = counted.get((lexeme, bucket.pk), 0)
+                        if len(cache) < 50_000:
+                            cache[key] = df
+                    else:
+                        df = cache[key]
+                    total[lexeme] += df
+        return total
+
     def invalidate(self, bucket_id: uuid.UUID) -> None:
         with self._lock:
             self._entries.pop(bucket_id, None)

@@ -14,7 +14,7 @@ from django.db import connection
 from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from memories import embedding, ranking
-from memories.filters import MemoryFilters
+from memories.filters import MemoryFilters, bucket_list
 from memories.models import half_precision_distance
 from memories.retrieval.concurrency import start_walk
 from memories.retrieval.stats import bucket_stats
@@ -80,14 +80,23 @@ def estimated_rows(where: str, params: list, column: str) -> float:
 
 
 def nearest(
-    bucket: Bucket, query_vector, filters: MemoryFilters, config: ranking.RankingConfig, *, context: bool
+    bucket: Bucket | list[Bucket],
+    query_vector,
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    *,
+    context: bool,
 ) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
     """Nearest neighbours by cosine similarity, how they were found ("hnsw" or "exact"),
-    and (memory side only) which of them have no context vector."""
+    and (memory side only) which of them have no context vector.
+
+    Several buckets (a search across buckets, all embedded by the same model) are one walk
+    over them together: the nearest of their memories, whichever bucket holds them."""
     column = "context_embedding" if context else "embedding"
     bare = "false" if context else "m.context_embedding IS NULL"
-    stats = bucket_stats.size(bucket)
-    where, params = filters.sql(bucket)
+    buckets = bucket_list(bucket)
+    stats = bucket_stats.size_of(buckets)
+    where, params = filters.sql(buckets)
     # Bound apart from the statement, in binary (binding_cursor), instead of 384 decimals
     # spelled into the SQL twice: ~0.17 ms less Python per walk alone, 0.15-0.2 ms less CPU
     # per search in-process at 20k (bench/README.md). The walk's ORDER BY must then cast the
@@ -112,8 +121,10 @@ def nearest(
     exact_params = [*params, vector, vector, limit]
     with binding_cursor(connection) as cur:
         if population < EXACT_SCAN_BELOW or (
-            where != MemoryFilters().sql(bucket)[0]
-            and bucket_stats.filtered_rows(bucket, column, where, params, lambda: estimated_rows(where, params, column))
+            where != MemoryFilters().sql(buckets)[0]
+            and bucket_stats.filtered_rows(
+                buckets[0], column, where, params, lambda: estimated_rows(where, params, column)
+            )
             < EXACT_SCAN_BELOW
         ):
             cur.execute(exact_sql, exact_params)
@@ -160,9 +171,14 @@ def _with_stand_ins(
 
 @metrics.timed(metrics.SIGNAL_SECONDS, signal="vector")
 @tracing.traced("engram.search.signal", signal="vector")
-def vector_signals(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig):
+def vector_signals(bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig):
     """Embed the query, then both nearest-neighbour lists (the context one in another
-    thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is."""
+    thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is.
+
+    ``bucket`` may be several buckets: the query is embedded once and each list is one walk
+    over them all, which needs their memories embedded by one model (buckets embedded by
+    different models would each need their own query vector and walk, merged by similarity
+    per model group)."""
     query_vector = embedding.embed_query(query)  # checked for NaN / zeros there
     context_side = None
     if config.weight("vector_context") > 0:

@@ -175,6 +175,10 @@ def search_call(bucket_id: Id, fields: dict[str, Any]) -> Call[SearchResult]:
                 idempotent=True)  # fmt: skip
 
 
+def search_across_call(fields: dict[str, Any]) -> Call[SearchResult]:
+    return Call("POST", "search", json=fields, parse=SearchResult.from_api, idempotent=True)
+
+
 def file_chunks(handle: Any, size: int = 1 << 16) -> Iterator[bytes]:
     """A file's bytes in pieces, for a streamed body (a text file is encoded as UTF-8)."""
     while chunk := handle.read(size):

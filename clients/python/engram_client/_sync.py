@@ -289,6 +289,28 @@ class Engram:
                            explain=explain, ranking=ranking, now=now)  # fmt: skip
         return self._run(core.search_call(bucket_id, fields))
 
+    def search_buckets(
+        self,
+        query: str,
+        *,
+        buckets: list[Id] | None = None,
+        mode: SearchMode | None = None,
+        limit: int | None = None,
+        token_budget: int | None = None,
+        filters: dict[str, Any] | None = None,
+        explain: bool | None = None,
+        ranking: dict[str, Any] | None = None,
+        now: datetime | str | None = None,
+    ) -> SearchResult:
+        """One search over several buckets (default: every bucket the token can read), fused
+        once and cut to one ``limit`` and one ``token_budget``; each hit's ``bucket_id`` names
+        its bucket, and ``buckets`` of the answer lists those searched. Otherwise as
+        :meth:`search`."""
+        fields = core.body(query=query, buckets=None if buckets is None else [str(b) for b in buckets], mode=mode,
+                           limit=limit, token_budget=token_budget, filters=filters, explain=explain, ranking=ranking,
+                           now=now)  # fmt: skip
+        return self._run(core.search_across_call(fields))
+
     # --- export and import -------------------------------------------------------------------
 
     def export_bucket(self, bucket_id: Id, *, versions: bool = False, embeddings: bool = False) -> Iterator[dict]:

@@ -156,6 +156,7 @@ class Memory(Model):
 @dataclass(frozen=True, kw_only=True)
 class SearchHit(Model):
     id: str
+    bucket_id: str | None = None  # from search_buckets
     content: str | None = None
     score: float | None = None
     created_at: datetime | None = None
@@ -183,6 +184,7 @@ class SearchResult(Model):
     mode_used: str | None = None
     warnings: list[str] = field(default_factory=list)
     total_tokens: int | None = None
+    buckets: list[dict[str, Any]] = field(default_factory=list)  # from search_buckets: {"id", "name"}
 
     def __iter__(self) -> Iterator[SearchHit]:
         return iter(self.results)
