@@ -46,9 +46,11 @@ def test_a_search_span_has_one_child_span_per_signal(spans, bucket, _close_threa
     memories_ingest(bucket=bucket, items=[MemoryInput(content="Alice lives in Oslo.")])
     spans.clear()
 
-    memories_search(bucket=bucket, query="Where does Alice live?", mode="hybrid", record_access=False)
+    # Under a root span of the test's own: spans of anything else this process runs are not counted.
+    with trace.get_tracer("tests").start_as_current_span("test") as root:
+        memories_search(bucket=bucket, query="Where does Alice live?", mode="hybrid", record_access=False)
 
-    finished = spans.get_finished_spans()
+    finished = [s for s in spans.get_finished_spans() if s.context.trace_id == root.get_span_context().trace_id]
     (search,) = [s for s in finished if s.name == "engram.search"]
     assert search.attributes["engram.mode"] == "hybrid"
     signals = [s for s in finished if s.name == "engram.search.signal"]
@@ -60,9 +62,10 @@ def test_a_search_span_has_one_child_span_per_signal(spans, bucket, _close_threa
 
 def test_a_write_span_has_its_stages_as_children(spans, bucket):
     spans.clear()
-    memories_ingest(bucket=bucket, items=[MemoryInput(content="Bob drinks green tea every morning.")])
+    with trace.get_tracer("tests").start_as_current_span("test") as root:
+        memories_ingest(bucket=bucket, items=[MemoryInput(content="Bob drinks green tea every morning.")])
 
-    finished = spans.get_finished_spans()
+    finished = [s for s in spans.get_finished_spans() if s.context.trace_id == root.get_span_context().trace_id]
     (write,) = [s for s in finished if s.name == "engram.write"]
     stages = {s.name: s for s in finished if s.name.startswith("engram.write.")}
     assert set(stages) == {"engram.write.lemmatize", "engram.write.embed", "engram.write.insert"}
