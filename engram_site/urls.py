@@ -11,6 +11,7 @@ api_v1 = [
     path("", include("memories.urls")),
     path("", include("graph.urls")),
     path("", include("sources.urls")),
+    path("", include("webhooks.urls")),
 ]
 
 # Swagger UI: the split view serves its start-up script from /api/docs/?script instead of

@@ -24,6 +24,7 @@ SCHEDULE_MIGRATIONS = (
     "0004_sources_schedule",
     "0005_access_times_schedule",
     "0006_purge_schedule",
+    "0007_events_schedules",
 )
 
 
