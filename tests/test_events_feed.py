@@ -38,7 +38,10 @@ def _write(api, bucket, content: str, **fields) -> str:
 def test_feed_records_every_kind_of_change_in_order(api, admin_api, bucket):
     first = _write(api, bucket, "Ana moved to Lisbon in March.", agent_id="agent-ana")
     second = _write(api, bucket, "Ana moved to Porto in October.", agent_id="agent-ana")
-    assert api.patch(f"/api/v1/memories/{first}", {"content": "Ana moved to Lisbon in May."}, format="json").status_code == 200
+    assert (
+        api.patch(f"/api/v1/memories/{first}", {"content": "Ana moved to Lisbon in May."}, format="json").status_code
+        == 200
+    )
     memory_supersede(memory_id=first, at=timezone.now(), by=second, previous_by=None)
     assert api.delete(f"/api/v1/memories/{second}").status_code == 204
     assert api.post(f"/api/v1/memories/{second}/restore").status_code == 200
@@ -160,7 +163,7 @@ def test_feed_resumes_without_gaps_or_repeats_under_concurrent_writes():
                     items = [MemoryInput(content=f"writer {n} fact {i}")]
                     memories_ingest(bucket=bucket, items=items, sequence=False, embed=False)
                     time.sleep(rng.uniform(0, 0.04))  # hold the commit: a later event may commit first
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()
@@ -178,7 +181,7 @@ def test_feed_resumes_without_gaps_or_repeats_under_concurrent_writes():
                     return
                 if not page.events:
                     time.sleep(0.005)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()
