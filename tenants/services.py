@@ -203,6 +203,9 @@ OPERATOR_PERMISSIONS = (
     "maintenance.view_duplicatecandidate", "maintenance.change_duplicatecandidate",
     "audit.view_auditevent",
     "sources.view_source", "sources.delete_source",
+    "webhooks.view_webhooksubscription", "webhooks.add_webhooksubscription",
+    "webhooks.change_webhooksubscription", "webhooks.delete_webhooksubscription",
+    "webhooks.view_webhookdelivery",
 )  # fmt: skip
 
 
