@@ -7,7 +7,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from engram_site.fields import StrictSerializer
+from engram_site.fields import StrictSerializer, query_values
 from engram_site.openapi import errors
 from memories import feed
 from memories.models import EventKind
@@ -59,7 +59,7 @@ class BucketEventsApi(APIView):
         ),
     )
     def get(self, request, bucket_id):
-        params = self.Params(data=request.query_params.dict())
+        params = self.Params(data=query_values(request.query_params))
         params.is_valid(raise_exception=True)
         page = feed.events_feed(
             tenant=request.auth.tenant, bucket_id=bucket_id, principal=request.auth,

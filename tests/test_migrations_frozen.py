@@ -126,6 +126,8 @@ def test_schedule_migrations_rerun_keep_edits_and_reverse_only_their_own_rows():
     assert sorted(PeriodicTask.objects.filter(name__startswith="engram: ").values_list("name", flat=True)) == [
         "engram: apply access times",
         "engram: graph extraction sweep",
+        "engram: memory events",
         "engram: purge memories",
         "engram: sources sweep",
+        "engram: webhook deliveries",
     ]

@@ -3,6 +3,7 @@ token of the whole tenant (a subscription receives every bucket's events)."""
 
 from __future__ import annotations
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -10,7 +11,7 @@ from rest_framework.views import APIView
 
 from audit.services import request_actor
 from engram_site.exceptions import Forbidden
-from engram_site.fields import StrictBooleanField, StrictCharField, StrictSerializer
+from engram_site.fields import StrictBooleanField, StrictCharField, StrictSerializer, query_values
 from engram_site.openapi import BODY, errors, limit_offset_page
 from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
 from memories.models import EventKind
@@ -26,6 +27,18 @@ def _whole_tenant(request) -> None:
     single webhook either: the selectors answer 404)."""
     if request.auth.bucket_id is not None:
         raise Forbidden("This token is restricted to one bucket; webhooks receive every bucket's events.")
+
+
+# What the schema promises of a URL (the service checks the rest: host, addresses).
+URL_SHAPE = RegexValidator(
+    r"^https?://[A-Za-z0-9.:\[\]-]+(/[!-~]*)?$",
+    "Give an http:// or https:// URL: an ASCII host (or [IPv6]), an optional :port and /path.",
+    code="invalid_url",
+)
+
+
+def _url_field(**kwargs) -> StrictCharField:
+    return StrictCharField(max_length=2000, validators=[URL_SHAPE], **kwargs)
 
 
 class WebhookOut(serializers.Serializer):
@@ -69,7 +82,7 @@ class WebhookListApi(APIView):
     )
     def get(self, request):
         _whole_tenant(request)
-        self.ListParams(data=request.query_params.dict()).is_valid(raise_exception=True)
+        self.ListParams(data=query_values(request.query_params)).is_valid(raise_exception=True)
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(selectors.subscription_list(tenant=request.auth.tenant), request, self)
         return paginator.get_paginated_response(WebhookOut(page, many=True).data)
@@ -99,7 +112,7 @@ class WebhookDetailApi(APIView):
 
     @extend_schema_serializer(component_name="WebhookUpdate")
     class UpdateIn(StrictSerializer):
-        url = StrictCharField(max_length=2000, required=False)
+        url = _url_field(required=False)
         events = _Events(required=False, max_length=len(EventKind.values))
         description = StrictCharField(max_length=200, required=False, allow_blank=True)
         is_active = StrictBooleanField(required=False)
@@ -182,7 +195,7 @@ class WebhookDeliveriesApi(APIView):
     )
     def get(self, request, webhook_id):
         subscription = selectors.subscription_get(tenant=request.auth.tenant, webhook_id=webhook_id, token=request.auth)
-        params = self.Params(data=request.query_params.dict())
+        params = self.Params(data=query_values(request.query_params))
         params.is_valid(raise_exception=True)
         deliveries = selectors.delivery_list(subscription=subscription, status=params.validated_data.get("status"))
         paginator = LimitOffsetPagination()
