@@ -33,10 +33,12 @@ logger = logging.getLogger(__name__)
 SECRET_PREFIX = "whsec_"
 # Events turned into deliveries per subscription per run (the next run takes the rest).
 DISPATCH_BATCH = 500
-# Deliveries claimed per run of the sender.
-SEND_BATCH = 100
-# A claimed delivery is not claimed again for this long past the receiver's timeout: a
-# worker that died mid-attempt leaves it to the next run after that.
+# Deliveries claimed at a time, and at most this many attempts per run (the next run, due
+# 10 seconds later by default, goes on; runs may overlap).
+SEND_BATCH = 20
+SEND_PER_RUN = 500
+# A claimed batch is not claimed again until every attempt of it could have timed out, and
+# this much more: a worker that died mid-batch leaves the rest to a run after that.
 CLAIM_MARGIN = timedelta(seconds=60)
 # What of a receiver's answer, or of an error, an attempt keeps.
 ERROR_LIMIT = 500
@@ -169,7 +171,7 @@ def backoff(attempts: int) -> timedelta:
 def _claim(now: datetime, limit: int) -> list[int]:
     """Due deliveries of active subscriptions, pushed into the future for the length of an
     attempt so that no other run takes them meanwhile (committed before any POST)."""
-    lease = now + timedelta(seconds=settings.ENGRAM_WEBHOOKS_TIMEOUT) + CLAIM_MARGIN
+    lease = now + timedelta(seconds=settings.ENGRAM_WEBHOOKS_TIMEOUT * limit) + CLAIM_MARGIN
     with transaction.atomic(), connection.cursor() as cur:
         # idx_webhook_deliveries_due: WHERE status = 'pending' AND next_attempt_at <= now.
         cur.execute(
@@ -195,28 +197,27 @@ class SendReport:
         return {"delivered": self.delivered, "retrying": self.retrying, "failed": self.failed}
 
 
-def deliveries_send(*, now: datetime | None = None, limit: int = SEND_BATCH, client=None) -> SendReport:
-    """POST the due deliveries (oldest event first), one attempt each, and record every attempt:
-    a 2xx answer delivers; anything else schedules the next attempt after :func:`backoff`, or
-    marks the delivery failed after ENGRAM_WEBHOOKS_MAX_ATTEMPTS. ``now`` is when the attempts
-    count as made (tests move it forward instead of waiting)."""
+def deliveries_send(*, now: datetime | None = None, limit: int = SEND_PER_RUN) -> SendReport:
+    """POST the due deliveries (oldest event first, a batch at a time, at most ``limit``), one
+    attempt each, and record every attempt: a 2xx answer delivers; anything else schedules the
+    next attempt after :func:`backoff`, or marks the delivery failed after
+    ENGRAM_WEBHOOKS_MAX_ATTEMPTS. ``now`` is when the attempts count as made (tests move it
+    forward instead of waiting)."""
     now = now or timezone.now()
     report = SendReport()
-    ids = _claim(now, limit)
-    if not ids:
-        return report
-    deliveries = list(WebhookDelivery.objects.filter(pk__in=ids).select_related("subscription").order_by("event_id"))
-    events = feed.events_get(event_ids=[d.event_id for d in deliveries])
-    owned = client is None
-    client = client or signing.http_client()
-    try:
-        for delivery in deliveries:
-            outcome = signing.post(client, delivery=delivery, event=events.get(delivery.event_id))
-            status = _record(delivery, outcome, now)
-            setattr(report, status, getattr(report, status) + 1)
-    finally:
-        if owned:
-            client.close()
+    with signing.http_client() as client:
+        sent = 0
+        while sent < limit:
+            ids = _claim(now, min(SEND_BATCH, limit - sent))
+            if not ids:
+                break
+            sent += len(ids)
+            deliveries = WebhookDelivery.objects.filter(pk__in=ids).select_related("subscription").order_by("event_id")
+            events = feed.events_get(event_ids=[d.event_id for d in deliveries])
+            for delivery in deliveries:
+                outcome = signing.post(client, delivery=delivery, event=events.get(delivery.event_id))
+                status = _record(delivery, outcome, now)
+                setattr(report, status, getattr(report, status) + 1)
     return report
 
 

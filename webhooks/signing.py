@@ -102,7 +102,7 @@ def post(client: httpx.Client, *, delivery, event) -> Outcome:
     }
     try:
         response = client.post(subscription.url, content=body, headers=headers)
-    except httpx.HTTPError as exc:
+    except Exception as exc:
         host = urlsplit(subscription.url).hostname
         return Outcome(at=at, ok=False, error=f"{type(exc).__name__} ({host}): {exc}", duration_ms=_ms(started))
     ok = 200 <= response.status_code < 300
