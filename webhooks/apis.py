@@ -43,7 +43,7 @@ def _url_field(**kwargs) -> StrictCharField:
 
 class WebhookOut(serializers.Serializer):
     id = serializers.UUIDField()
-    url = serializers.URLField()
+    url = serializers.CharField()
     events = serializers.ListField(
         child=serializers.ChoiceField(choices=EventKind.choices), help_text="kinds sent; empty: every kind"
     )
@@ -69,9 +69,7 @@ class WebhookListApi(APIView):
 
     @extend_schema_serializer(component_name="WebhookCreate")
     class CreateIn(StrictSerializer):
-        url = StrictCharField(
-            max_length=2000, help_text="http(s); private addresses need ENGRAM_WEBHOOKS_ALLOW_PRIVATE"
-        )
+        url = _url_field(help_text="http(s); private addresses need ENGRAM_WEBHOOKS_ALLOW_PRIVATE")
         events = _Events(required=False, max_length=len(EventKind.values), help_text="default: every kind")
         description = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
 
