@@ -287,7 +287,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_AUTHENTICATION": [],
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     # The search request's `mode` and the answer's `mode_used` share one enum in the schema.
-    "ENUM_NAME_OVERRIDES": {"SearchModeEnum": "memories.retrieval.MODES"},
+    "ENUM_NAME_OVERRIDES": {
+        "SearchModeEnum": "memories.retrieval.MODES",
+        "EventKindEnum": "memories.models.EventKind",
+        "DeliveryStatusEnum": "webhooks.models.DeliveryStatus",
+    },
 }
 
 # --- Models ---------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from memories.models import MemoryEvent
-from tests.conftest import make_client
+from tests.conftest import make_client, make_operator
 from tests.support import LoopbackServer, free_port
 from webhooks import services
 from webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookSubscription
@@ -221,3 +222,38 @@ def test_deleting_a_subscription_deletes_its_deliveries(api, admin_api, bucket):
     assert WebhookAttempt.objects.count() == 1
     assert admin_api.delete(f"/api/v1/webhooks/{hook['id']}").status_code == 204
     assert not WebhookDelivery.objects.exists() and not WebhookAttempt.objects.exists()
+
+
+# --- the console ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def operator(client, tenant):
+    client.force_login(make_operator("hooks-operator", tenant))
+    return client
+
+
+def test_an_operator_creates_a_subscription_and_sees_its_secret_once(operator, tenant):
+    response = operator.post(
+        "/admin/webhooks/webhooksubscription/add/",
+        {"tenant": tenant.pk, "url": "http://127.0.0.1:9/hook", "events": ["created", "deleted"], "description": "x"},
+        follow=True,
+    )
+    subscription = WebhookSubscription.objects.get()
+    assert subscription.events == ["created", "deleted"] and subscription.tenant_id == tenant.pk
+    assert subscription.secret in response.content.decode()
+    assert AuditEvent.objects.filter(action="webhook.create", tenant=tenant).exists()
+    page = operator.get(f"/admin/webhooks/webhooksubscription/{subscription.pk}/change/").content.decode()
+    assert subscription.secret not in page
+
+
+def test_the_delivery_page_lists_every_attempt_escaped(operator, admin_api, api, bucket):
+    with Receiver(status=500) as receiver:
+        _subscribe(admin_api, receiver.url)
+        _write(api, bucket, "A fact for a broken receiver.")
+        services.webhooks_run()
+    delivery = WebhookDelivery.objects.get()
+    WebhookAttempt.objects.filter(delivery=delivery).update(error="<script>alert(1)</script>")
+    page = operator.get(f"/admin/webhooks/webhookdelivery/{delivery.pk}/change/").content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
+    assert operator.get("/admin/webhooks/webhookdelivery/").status_code == 200
