@@ -17,6 +17,16 @@ class TransactionNow(models.Func):
     output_field = models.DateTimeField()
 
 
+class CurrentTransactionId(models.Func):
+    """``pg_current_xact_id()`` as a bigint: the id of the writing transaction (assigning one
+    if it has none yet). The change feed serves a row only once every transaction with a
+    smaller id has ended (memories/selectors_feed.py); an xid8 is a 64-bit counter that never
+    wraps, so the cast is exact."""
+
+    template = "(pg_current_xact_id()::text::bigint)"
+    output_field = models.BigIntegerField()
+
+
 class VectorBinaryDumper(Dumper):
     """A 1-D numpy array as a query parameter in pgvector's binary format: two big-endian
     uint16 (dimensions, unused) and the big-endian float32 values. The type is left for

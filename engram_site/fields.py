@@ -46,6 +46,15 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+def query_values(query_params) -> dict:
+    """A request's query string as one value per name, for a StrictSerializer. A name given twice
+    is refused (400): ``QueryDict.dict()`` would keep the last and drop the rest unseen."""
+    repeated = sorted(name for name, values in query_params.lists() if len(values) > 1)
+    if repeated:
+        raise serializers.ValidationError({name: ["Give this parameter once."] for name in repeated})
+    return query_params.dict()
+
+
 _REDUNDANT_VALIDATORS = (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator)
 
 

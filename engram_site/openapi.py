@@ -34,6 +34,7 @@ _ERRORS = {
     ),
     404: "Not found, or owned by another tenant (indistinguishable).",
     409: "A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again.",
+    410: "(`cursor_expired`) Events after the cursor were deleted by the retention window: the reader missed some.",
     413: "The request body is larger than ENGRAM_MAX_BODY_BYTES.",
     414: f"The URL (path and query string) is longer than {settings.MAX_URL_BYTES:,} bytes (`uri_too_long`).",
     415: "The body is not JSON (Content-Type must be application/json).",

@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "console",
     "audit",
     "sources",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -303,6 +304,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "SearchModeEnum": "memories.retrieval.MODES",
         "ConflictStatusEnum": "maintenance.models.ConflictStatus.choices",
+        "EventKindEnum": "memories.models.EventKind",
+        "DeliveryStatusEnum": "webhooks.models.DeliveryStatus",
     },
 }
 
@@ -384,6 +387,20 @@ ENGRAM_WORKER_NICE = env_int("ENGRAM_WORKER_NICE", 10)
 ENGRAM_ENRICH_BATCH_SIZE = env_int("ENGRAM_ENRICH_BATCH_SIZE", 128)
 # Job runs older than this are deleted by the nightly cleanup.
 ENGRAM_JOB_RETENTION_DAYS = env_int("ENGRAM_JOB_RETENTION_DAYS", 30)
+
+# --- Change feed and webhooks (docs/API.md) ---------------------------------------------
+# Days a bucket's change feed keeps its events; a reader whose cursor fell behind them gets 410.
+ENGRAM_EVENTS_RETENTION_DAYS = env_int("ENGRAM_EVENTS_RETENTION_DAYS", 7)
+# Webhook URLs may name loopback, private, link-local or reserved addresses (off: refused, so a
+# tenant cannot make the worker call into the deployment's own network).
+ENGRAM_WEBHOOKS_ALLOW_PRIVATE = env_bool("ENGRAM_WEBHOOKS_ALLOW_PRIVATE", False)
+# Seconds a webhook receiver has to connect and answer.
+ENGRAM_WEBHOOKS_TIMEOUT = env_float("ENGRAM_WEBHOOKS_TIMEOUT", 5.0)
+# Attempts per delivery before it is marked failed, and the exponential backoff between them:
+# base * 2^(attempt-1) seconds, at most the cap (defaults: 15 attempts over about 7.5 hours).
+ENGRAM_WEBHOOKS_MAX_ATTEMPTS = env_int("ENGRAM_WEBHOOKS_MAX_ATTEMPTS", 15)
+ENGRAM_WEBHOOKS_BACKOFF_SECONDS = env_float("ENGRAM_WEBHOOKS_BACKOFF_SECONDS", 10.0)
+ENGRAM_WEBHOOKS_BACKOFF_MAX_SECONDS = env_float("ENGRAM_WEBHOOKS_BACKOFF_MAX_SECONDS", 3600.0)
 
 # --- Maintenance jobs ------------------------------------------------------------------
 # Scope/topic classifier: "local" (rules + embedding prototypes, no network) or "llm"

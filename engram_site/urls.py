@@ -12,6 +12,7 @@ api_v1 = [
     path("", include("maintenance.urls")),
     path("", include("graph.urls")),
     path("", include("sources.urls")),
+    path("", include("webhooks.urls")),
 ]
 
 # Swagger UI: the split view serves its start-up script from /api/docs/?script instead of

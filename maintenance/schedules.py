@@ -89,6 +89,20 @@ DEFAULT_SCHEDULES = [
         expire_seconds=3600,
     ),
     DefaultSchedule(
+        name="engram: memory events",
+        task="maintenance.memory_events",
+        description="Record expired events in the change feed; delete events older than ENGRAM_EVENTS_RETENTION_DAYS.",
+        every_seconds=300,
+        expire_seconds=300,
+    ),
+    DefaultSchedule(
+        name="engram: webhook deliveries",
+        task="webhooks.deliver",
+        description="Turn new change-feed events into webhook deliveries, send those due, retry failed ones.",
+        every_seconds=10,
+        expire_seconds=10,
+    ),
+    DefaultSchedule(
         name="engram: reindex HNSW",
         task="maintenance.reindex_hnsw",
         description="REINDEX CONCURRENTLY the embedding indexes (HNSW quality drifts as rows are added).",

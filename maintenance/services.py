@@ -42,6 +42,7 @@ from memories.services.enrichment import (
     pending_enrichment_count,
 )
 from memories.services.enrichment_failures import deferred, failures_clear, failures_record, isolate
+from memories.services.feed import events_expire, events_trim
 from memories.services.links import links_add
 from memories.services.merge import memories_absorb
 from memories.text import text_hash
@@ -57,6 +58,14 @@ def _null_recorder() -> JobRecorder:
 
 
 # --- enrichment: embeddings, lemmas, context vectors ---------------------------------------------
+
+
+def memory_events_maintain(*, recorder: JobRecorder, now: datetime | None = None) -> dict:
+    """The change feed's job: record ``expired`` for memories whose expiry passed since the last
+    run (the schedule's interval is the latency), delete events past ENGRAM_EVENTS_RETENTION_DAYS."""
+    counts = {"expired": events_expire(now=now), "trimmed": events_trim(now=now)}
+    recorder.add(**counts)
+    return counts
 
 
 def enrichment_sweep(*, recorder: JobRecorder, batch_size: int | None = None) -> EnrichmentReport:

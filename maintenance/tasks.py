@@ -110,6 +110,11 @@ def purge_memories() -> dict:
     return jobs.run_job("purge_memories", memories_purge, lock=True).as_dict()
 
 
+@shared_task(name="maintenance.memory_events", **SCHEDULED)
+def memory_events() -> dict:
+    return jobs.run_job("memory_events", services.memory_events_maintain, lock=True, keep_idle=False).as_dict()
+
+
 @shared_task(name="maintenance.prune_job_runs", **SCHEDULED)
 def prune_job_runs() -> int:
     return jobs.job_runs_prune(older_than=timedelta(days=settings.ENGRAM_JOB_RETENTION_DAYS))

@@ -12,7 +12,7 @@ from django.db.models import Case, Func, Q, Value, When
 from django.db.models.functions import Cast, Coalesce, Concat
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
-from engram_site.db import TransactionNow
+from engram_site.db import CurrentTransactionId, TransactionNow
 from engram_site.querysets import BucketScopedQuerySet
 from tenants.models import Bucket, Tenant
 
@@ -466,3 +466,75 @@ class EnrichmentFailure(models.Model):
     def agent_scope(cls, agents) -> Q:
         """The failures of the memories an agent-limited token reads."""
         return agents.q("memory__agent_id")
+
+
+class EventKind(models.TextChoices):
+    CREATED = "created", "created"
+    UPDATED = "updated", "updated"
+    SUPERSEDED = "superseded", "superseded"
+    DELETED = "deleted", "deleted"
+    RESTORED = "restored", "restored"
+    EXPIRED = "expired", "expired"
+    ERASED = "erased", "erased"
+
+
+class MemoryEvent(models.Model):
+    """One change of a memory in a bucket's change feed (docs/API.md, "Change feed"): written by
+    the write gateway in the change's own transaction (memories/services/feed.py), so there is no
+    event without its change and no change without its event.
+
+    ``xid`` is the writing transaction's id. An identity value is taken at insert, not at commit,
+    so a reader could see event 12 before event 11 commits and pass 11 by for good; the feed
+    therefore serves an event only once every transaction older than its own has ended, in
+    (``xid``, ``id``) order (memories/feed.py). Kept ``ENGRAM_EVENTS_RETENTION_DAYS``.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    memory_id = models.UUIDField()
+    # The memory's agent when the event was written: what a reader limited to some agents sees.
+    agent_id = models.TextField(null=True, blank=True)
+    kind = models.CharField(max_length=20, choices=EventKind.choices)
+    # Small: the changed field names, the content for created/updated/restored (never after an
+    # erasure), a delete's reason. Clients read the rest from the memory itself.
+    payload = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    at = models.DateTimeField(db_default=TransactionNow())
+    xid = models.BigIntegerField(db_default=CurrentTransactionId())
+
+    class Meta:
+        db_table = "memory_events"
+        indexes = [
+            # A bucket's feed: WHERE tenant_id, bucket_id AND (xid, id) > cursor ORDER BY xid, id.
+            models.Index(fields=["tenant", "bucket", "xid", "id"], name="idx_events_bucket_feed"),
+            # A tenant's feed (webhook dispatch): WHERE tenant_id AND (xid, id) > cursor ORDER BY xid, id.
+            models.Index(fields=["tenant", "xid", "id"], name="idx_events_tenant_feed"),
+            # An erasure scrubs a memory's events; the expiry scan asks whether one was recorded.
+            models.Index(fields=["memory_id"], name="idx_events_memory"),
+            # The retention trim: WHERE at < now() - window.
+            models.Index(fields=["at"], name="idx_events_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.memory_id} at {self.at}"
+
+
+class MemoryEventTrim(models.Model):
+    """How far the retention trim has deleted a bucket's feed: the largest (``xid``, ``id``) it
+    removed. A reader whose cursor is behind it has missed events (410 ``cursor_expired``)."""
+
+    bucket = models.OneToOneField(
+        Bucket, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    xid = models.BigIntegerField()
+    event_id = models.BigIntegerField()
+
+    class Meta:
+        db_table = "memory_event_trims"
+
+    def __str__(self) -> str:
+        return f"{self.bucket_id} trimmed through {self.xid}.{self.event_id}"

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from memories import apis, bucket_apis, erasure_apis, failure_apis, lifecycle_apis, transfer_apis
+from memories import apis, bucket_apis, erasure_apis, failure_apis, feed_apis, lifecycle_apis, transfer_apis
 
 urlpatterns = [
     path("buckets/<str:bucket_id>", bucket_apis.BucketDetailApi.as_view(), name="bucket-detail"),
@@ -13,6 +13,7 @@ urlpatterns = [
         failure_apis.EnrichmentFailuresApi.as_view(),
         name="bucket-enrichment-failures",
     ),
+    path("buckets/<str:bucket_id>/events", feed_apis.BucketEventsApi.as_view(), name="bucket-events"),
     path("buckets/<str:bucket_id>/export", transfer_apis.BucketExportApi.as_view(), name="bucket-export"),
     path("buckets/<str:bucket_id>/import", transfer_apis.BucketImportApi.as_view(), name="bucket-import"),
     path("memories/<str:memory_id>", apis.MemoryDetailApi.as_view(), name="memory-detail"),

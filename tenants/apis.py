@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from audit.services import request_actor
 from engram_site.exceptions import Forbidden
-from engram_site.fields import StrictCharField, StrictSerializer
+from engram_site.fields import StrictCharField, StrictSerializer, query_values
 from engram_site.openapi import BODY, errors, limit_offset_page
 from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
 from tenants import selectors, services
@@ -45,7 +45,7 @@ class BucketListApi(APIView):
     )
     def get(self, request):
         # Validated here: the paginator would silently replace a bad limit with the default.
-        self.ListParams(data=request.query_params.dict()).is_valid(raise_exception=True)
+        self.ListParams(data=query_values(request.query_params)).is_valid(raise_exception=True)
         paginator = LimitOffsetPagination()
         buckets = selectors.bucket_list(tenant=request.auth.tenant, token=request.auth)
         page = paginator.paginate_queryset(buckets, request, view=self)

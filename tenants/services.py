@@ -255,6 +255,9 @@ OPERATOR_PERMISSIONS = (
     "maintenance.view_conflictcandidate", "maintenance.change_conflictcandidate",
     "audit.view_auditevent",
     "sources.view_source", "sources.delete_source",
+    "webhooks.view_webhooksubscription", "webhooks.add_webhooksubscription",
+    "webhooks.change_webhooksubscription", "webhooks.delete_webhooksubscription",
+    "webhooks.view_webhookdelivery",
 )  # fmt: skip
 
 

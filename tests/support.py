@@ -300,13 +300,14 @@ def redis_reachable(url: str = "redis://127.0.0.1:6379/0") -> bool:
 
 class LoopbackServer:
     """An HTTP server of a test on a free loopback port, serving ``handler`` (a
-    ``BaseHTTPRequestHandler``) in a thread while used as a context manager."""
+    ``BaseHTTPRequestHandler``) in a thread while used as a context manager. ``port``: a
+    given one instead (a receiver that comes up where a client was told to send)."""
 
-    def __init__(self, handler):
+    def __init__(self, handler, port: int = 0):
         import threading
         from http.server import ThreadingHTTPServer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         # A short poll: shutdown() waits for it.
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 

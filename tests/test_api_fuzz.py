@@ -48,6 +48,8 @@ from graph.services import graph_extract_memories
 from memories.services import MemoryInput, memories_ingest
 from sources import services as source_services
 from tenants import services as tenant_services
+from webhooks import services as webhook_services
+from webhooks.models import WebhookDelivery
 
 pytestmark = pytest.mark.django_db
 
@@ -110,6 +112,11 @@ class World:
         if "/sources" in operation.path:
             self.source_id = self.new_source()
             source_services.source_process(source_id=self.source_id)
+        self.webhook_id = self.delivery_id = None
+        if "/webhook" in operation.path:
+            self.webhook_id = self.new_webhook()
+            webhook_services.deliveries_dispatch()
+            self.delivery_id = WebhookDelivery.objects.values_list("pk", flat=True).first()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -131,6 +138,11 @@ class World:
         )  # fmt: skip
         return str(result.source.pk)
 
+    def new_webhook(self) -> str:
+        subscription = webhook_services.subscription_create(tenant=self.tenant, url="http://127.0.0.1:9/fuzz")
+        memories_ingest(bucket=self.bucket, items=[MemoryInput(content=f"Webhook fact {next(self.counter)}.")])
+        return str(subscription.pk)
+
     def real_ids(self, operation) -> dict[str, Callable[[], str]]:
         destroys = operation.method.upper() == "DELETE" or operation.path.endswith("/merge")
         bucket = self.new_bucket if destroys and operation.path.startswith("/api/v1/buckets/{bucket_id}") else None
@@ -140,6 +152,8 @@ class World:
             "source_id": self.new_source if destroys else (lambda: str(self.source_id)),
             "entity_id": lambda: str(self.entity_id),
             "edge_id": lambda: str(self.edge_id),
+            "webhook_id": self.new_webhook if destroys else (lambda: str(self.webhook_id)),
+            "delivery_id": lambda: str(self.delivery_id),
         }
 
 
@@ -186,6 +200,12 @@ def api_routes() -> set[str]:
 def test_every_api_route_is_in_the_schema_and_fuzzed():
     # A view added without reaching the schema would also escape the fuzzing below.
     assert api_routes() == {operation.path for operation in OPERATIONS.values()}
+
+
+@pytest.fixture(autouse=True)
+def _webhooks_to_loopback(settings):
+    # Generated webhook URLs name hosts that would otherwise be looked up in the DNS.
+    settings.ENGRAM_WEBHOOKS_ALLOW_PRIVATE = True
 
 
 @pytest.fixture(autouse=True)

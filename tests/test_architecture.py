@@ -8,7 +8,18 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("engram_site", "audit", "tenants", "memories", "maintenance", "graph", "sources", "console", "mcp_server")
+APPS = (
+    "engram_site",
+    "audit",
+    "tenants",
+    "memories",
+    "maintenance",
+    "webhooks",
+    "graph",
+    "sources",
+    "console",
+    "mcp_server",
+)
 GATEWAY = ROOT / "memories" / "services"
 # A statement that writes the memories table, in SQL text.
 SQL_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM|MERGE\s+INTO|TRUNCATE(\s+TABLE)?)\s+memories\b", re.I)

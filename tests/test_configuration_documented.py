@@ -11,7 +11,18 @@ READERS = re.compile(
 )
 # Read by the code, but not configuration: set by tools for the processes they start.
 NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"}
-APPS = ("engram_site", "tenants", "memories", "graph", "maintenance", "sources", "console", "audit", "mcp_server")
+APPS = (
+    "engram_site",
+    "tenants",
+    "memories",
+    "graph",
+    "maintenance",
+    "sources",
+    "console",
+    "audit",
+    "mcp_server",
+    "webhooks",
+)
 
 
 def variables_read() -> set[str]:

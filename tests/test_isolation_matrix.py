@@ -49,7 +49,7 @@ from django_celery_beat.models import (
 from audit.services import Actor, audit_record
 from graph.models import Edge, Entity, Mention
 from maintenance.models import ConflictCandidate, DuplicateCandidate, JobRun, JobStatus
-from memories.models import DeletedMemory, EnrichmentFailure, Memory
+from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryEvent
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from memories.services.enrichment_failures import failures_record
 from sources.services import source_submit_document
@@ -57,6 +57,7 @@ from tenants import services
 from tenants.models import OperatorMembership, Scope
 from tenants.permissions import required_scope
 from tests.conftest import make_client
+from webhooks.models import WebhookDelivery, WebhookSubscription
 
 pytestmark = pytest.mark.django_db
 
@@ -135,6 +136,13 @@ def world(tenant, other_tenant) -> World:
     interval = IntervalSchedule.objects.create(every=7, period=IntervalSchedule.DAYS)
     now = timezone.now()
     failures_record(stage="graph", errors={m1: f"{A_MARK} the extractor tripped over Marta"})
+    webhook = WebhookSubscription.objects.create(
+        tenant=tenant, url=f"https://{A_MARK}.example/hook", description=A_MARK, secret=f"whsec_{A_MARK}"
+    )
+    delivery = WebhookDelivery.objects.create(
+        subscription=webhook, tenant=tenant, event_id=MemoryEvent.objects.filter(tenant_id=tenant.pk).first().pk,
+        event_kind="created", next_attempt_at=now, last_error=A_MARK,
+    )  # fmt: skip
     objects = {
         "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
         "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
@@ -147,6 +155,7 @@ def world(tenant, other_tenant) -> World:
         "solar": SolarSchedule.objects.create(event="sunrise", latitude=38.7, longitude=-9.1),
         "clocked": ClockedSchedule.objects.create(clocked_time=now),
         "periodic_task": PeriodicTask.objects.create(name=f"{A_MARK} task", task="maintenance.noop", interval=interval),
+        "webhook": webhook, "delivery": delivery,
     }  # fmt: skip
 
     # Tenant B: its own rows (so its lists are not trivially empty) and its operator, who
@@ -161,6 +170,9 @@ def world(tenant, other_tenant) -> World:
         actor=Actor.system(B_MARK), action="memory.create", tenant=other_tenant, object_type="memory",
         object_ids=b_ids,
     )  # fmt: skip
+    WebhookSubscription.objects.create(
+        tenant=other_tenant, url=f"https://{B_MARK}.example/hook", description=B_MARK, secret=f"whsec_{B_MARK}"
+    )
     operator_b = User.objects.create_user(f"{B_MARK}-operator", password=None, is_staff=True)
     everything = Group.objects.create(name=f"{B_MARK} every permission")
     everything.permissions.set(Permission.objects.all())
@@ -179,7 +191,7 @@ def _memory(pk):
 # --- the database, before and after ------------------------------------------------------------------
 
 SNAPSHOT_APPS = {"tenants", "memories", "graph", "maintenance", "audit", "sources", "auth", "admin",
-                 "django_celery_beat"}  # fmt: skip
+                 "django_celery_beat", "webhooks"}  # fmt: skip
 # Written on every authenticated API request (at most once a minute): not a change to tenant data.
 VOLATILE_COLUMNS = ["last_used_at"]
 
@@ -281,6 +293,20 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
             Call({"bucket_id": "bucket"}, lambda ids: {"memories": [{"content": "planted"}]}),
         ],
     },
+    "bucket-events": {
+        "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"after": "0.0", "limit": 5})]
+    },
+    "webhook-list": LISTED,
+    "webhook-detail": {
+        "GET": [Call({"webhook_id": "webhook"})],
+        "PATCH": [Call({"webhook_id": "webhook"}, lambda ids: {"is_active": False, "description": "overwritten"})],
+        "DELETE": [Call({"webhook_id": "webhook"})],
+    },
+    "webhook-secret": {"POST": [Call({"webhook_id": "webhook"})]},
+    "webhook-deliveries": {
+        "GET": [Call({"webhook_id": "webhook"}), Call({"webhook_id": "webhook"}, lambda ids: {"status": "pending"})]
+    },
+    "webhook-retry": {"POST": [Call({"delivery_id": "delivery"})]},
     "bucket-export": {
         "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"versions": "true"})]
     },
@@ -377,6 +403,8 @@ ADMIN_MODELS = {
     "django_celery_beat_crontabschedule": "crontab",
     "django_celery_beat_solarschedule": "solar",
     "django_celery_beat_clockedschedule": "clocked",
+    "webhooks_webhooksubscription": "webhook",
+    "webhooks_webhookdelivery": "delivery",
 }
 
 # What an add form is posted with to try to attach a new row to tenant A's objects
@@ -390,9 +418,12 @@ ADMIN_ADD_DATA: dict[str, Callable[[dict], dict] | None] = {
         "bucket": ids["bucket"],
     },  # fmt: skip
     "tenants_operatormembership": lambda ids: {"user": ids["own_operator"], "tenant": ids["tenant"]},
+    # A public address literal: the form's URL check needs no name lookup.
+    "webhooks_webhooksubscription": lambda ids: {"tenant": ids["tenant"], "url": "https://93.184.215.14/planted"},
 }
 ADMIN_ADD_TARGETS = {"tenants_bucket": ("tenant",), "tenants_apitoken": ("bucket",),
-                     "tenants_operatormembership": ("tenant",)}  # fmt: skip
+                     "tenants_operatormembership": ("tenant",),
+                     "webhooks_webhooksubscription": ("tenant",)}  # fmt: skip
 
 
 def _confirm_merge(ids, **extra):
@@ -835,6 +866,8 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
         ("GET", f"/api/v1/buckets/{b1}/sources", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/enrichment-failures", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/conflicts", None, B_MARK),
+        ("GET", f"/api/v1/buckets/{b1}/events", None, B_MARK),
+        ("GET", "/api/v1/webhooks", None, B_MARK),
         ("POST", "/api/v1/buckets", {"name": "fresh"}, None),
     ]
     for mode in ("hybrid", "keyword", "vector", "graph"):
@@ -1123,6 +1156,7 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
     "bucket-deleted": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
     "bucket-enrichment-failures": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS)]},
     "bucket-conflicts": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
+    "bucket-events": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
     "bucket-conflict-resolve": {
         "POST": [
             AgentCall({"bucket_id": "bucket", "conflict_id": "conflict"}, lambda agent, ids: {"action": "keep_both"})
@@ -1141,6 +1175,10 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
 # Routes of API_ROUTES the agent matrix need not aim: what they are and where that is checked.
 AGENT_EXEMPT = {
     "bucket-list": "buckets are the tenant's, not an agent's; creating one is refused: tests/test_agent_tokens.py",
+    **{
+        name: "admin scope (the tenant's webhooks), which a token held to agents cannot have: tests/test_agent_tokens.py"
+        for name in ("webhook-list", "webhook-detail", "webhook-secret", "webhook-deliveries", "webhook-retry")
+    },
 }
 
 

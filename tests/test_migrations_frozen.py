@@ -25,6 +25,7 @@ SCHEDULE_MIGRATIONS = (
     "0005_access_times_schedule",
     "0006_purge_schedule",
     "0007_conflicts",
+    "0008_events_schedules",
 )
 
 
@@ -126,7 +127,9 @@ def test_schedule_migrations_rerun_keep_edits_and_reverse_only_their_own_rows():
     assert sorted(PeriodicTask.objects.filter(name__startswith="engram: ").values_list("name", flat=True)) == [
         "engram: apply access times",
         "engram: graph extraction sweep",
+        "engram: memory events",
         "engram: purge memories",
         "engram: scan contradictions",
         "engram: sources sweep",
+        "engram: webhook deliveries",
     ]

@@ -5,4 +5,4 @@ helpers and call the services of every app below it (docs/ARCHITECTURE.md). Djan
 admin autodiscovery imports ``console.admin``; importing the modules registers them.
 """
 
-from console.admin import audit, maintenance, memories, sources, tenants  # noqa: F401
+from console.admin import audit, maintenance, memories, sources, tenants, webhooks  # noqa: F401

@@ -24,6 +24,7 @@ from engram_site.exceptions import DomainError
 from memories import signals
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAccess, MemoryVersion
 from memories.services.events import forget_stats
+from memories.services.feed import events_erase
 from memories.services.ingest import CONTEXT_PREDECESSORS
 from tenants.models import Bucket, Tenant
 
@@ -167,6 +168,8 @@ def _erase(
         cur.execute("DELETE FROM memories WHERE tenant_id = %s AND id = ANY(%s)", [tenant.pk, live_ids])
         report.memories = cur.rowcount
     report.deleted_memories = DeletedMemory.objects.filter(tenant_id=tenant.pk, pk__in=gone_ids).delete()[0]
+    # The change feed: earlier events lose the content, and each memory gets its ``erased`` event.
+    events_erase(tenant_id=tenant.pk, erased=[(e.id, e.bucket_id) for e in erased])
     report.audit_events_scrubbed = audit_scrub(tenant=tenant, object_ids=ids, texts=said)
     audit_record(
         actor=actor, action="memory.erase", tenant=tenant, object_type="memory", object_ids=ids,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from audit.services import Actor
 from memories.models import MemoryVersion, VersionKind
+from memories.services.feed import events_from_versions
 
 # Who changed a memory when no request did.
 ENGRAM = Actor.system("engram")
@@ -38,8 +39,10 @@ def _actor_columns(actor: Actor | None) -> dict:
 
 
 def versions_record(*, kind: VersionKind | str, changes: Iterable[Change], actor: Actor | None = None) -> int:
-    """Record one version of ``kind`` per change (in the caller's transaction); returns how many."""
+    """Record one version of ``kind`` per change, and its change-feed event (memories/services/feed.py),
+    in the caller's transaction; returns how many versions."""
     who = _actor_columns(actor)
+    changes = list(changes)
     rows = [
         MemoryVersion(
             memory_id=c.memory_id,
@@ -53,6 +56,7 @@ def versions_record(*, kind: VersionKind | str, changes: Iterable[Change], actor
         for c in changes
     ]
     MemoryVersion.objects.bulk_create(rows, batch_size=1000)
+    events_from_versions(kind=kind, changes=changes)
     return len(rows)
 
 

@@ -30,8 +30,9 @@ from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
 from memories import embedding, hooks, lemmatizer, signals
 from memories import quotas as memory_quotas
-from memories.models import Memory
+from memories.models import EventKind, Memory
 from memories.services.events import note_writes, send_safely
+from memories.services.feed import events_record
 from memories.text import embedding_text, hash_key
 from tenants import usage
 from tenants.models import AgentRestriction, Bucket
@@ -489,6 +490,8 @@ def memories_ingest(
                 if len(existing) < len(missing):
                     raise _RowVanished({h for h in missing if h not in existing})
                 results = _results(rows, inserted, existing)
+                # The change feed's created events, in insert order (ids follow the batch's order).
+                events_record(kind=EventKind.CREATED, payloads={r.id: {} for r in results if not r.deduplicated})
                 if actor is not None:
                     audit_record(
                         actor=actor, action="memory.create", tenant=bucket.tenant, object_type="memory",

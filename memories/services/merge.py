@@ -23,6 +23,7 @@ from memories import signals
 from memories.links import LINKS_KEY, RESERVED_PREFIX
 from memories.models import Memory, VersionKind
 from memories.services.events import forget_stats
+from memories.services.feed import events_bucket_moved
 from memories.services.history import Change, versions_record
 from memories.services.lifecycle import DeleteReason, memories_trash
 from tenants.models import Bucket
@@ -231,6 +232,7 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
             [target.pk, source.tenant_id, source.pk],
         )
         ids = [row[0] for row in cur.fetchall()]
+        events_bucket_moved(source_id=source.pk, target_id=target.pk, tenant_id=source.tenant_id, memory_ids=ids)
         # Their histories, enrichment failures and the bucket's deleted memories go along (a
         # removed source bucket would take them with it; the console lists failures by bucket).
         for table in ("memory_versions", "memories_deleted", "enrichment_failures"):
