@@ -1176,7 +1176,7 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
 AGENT_EXEMPT = {
     "bucket-list": "buckets are the tenant's, not an agent's; creating one is refused: tests/test_agent_tokens.py",
     **{
-        name: "admin scope (the tenant's webhooks), which a token held to agents cannot have: tests/test_agent_tokens.py"
+        name: "admin scope (the tenant's webhooks), which a token held to agents cannot have (test_agent_tokens.py)"
         for name in ("webhook-list", "webhook-detail", "webhook-secret", "webhook-deliveries", "webhook-retry")
     },
 }
