@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class MemoriesConfig(AppConfig):
@@ -11,3 +12,4 @@ class MemoriesConfig(AppConfig):
         from memories import embedding, tasks  # noqa: F401  (tasks: registers the task hooks queue by name)
 
         warmup.register(embedding.warm_up_when_enabled)
+        checks.register(embedding.check_configured_model)

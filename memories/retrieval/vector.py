@@ -78,15 +78,32 @@ def estimated_rows(where: str, params: list, column: str) -> float:
     return float(plan[0]["Plan"]["Plan Rows"])
 
 
+# Compares only while the bucket's model is the query vector's: evaluated once per statement
+# (an InitPlan, a one-time filter above the scan, which leaves the plan as it was), in the
+# statement's snapshot, which sees either the vectors of before a switch's swap and the old
+# model, or those of after it and the new one. Otherwise the statement returns nothing.
+_SAME_MODEL = "(SELECT b.embedding_model FROM buckets b WHERE b.id = %s) = %s"
+
+
 def nearest(
-    bucket: Bucket, query_vector, filters: MemoryFilters, config: ranking.RankingConfig, *, context: bool
+    bucket: Bucket,
+    query_vector,
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    *,
+    context: bool,
+    model: str | None = None,
 ) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
     """Nearest neighbours by cosine similarity, how they were found ("hnsw" or "exact"),
-    and (memory side only) which of them have no context vector."""
+    and (memory side only) which of them have no context vector. ``query_vector`` is by
+    ``model`` (the bucket's, by default): none are found unless the bucket's vectors are
+    of that model when the statement runs. A bucket's rows hold only its model's vectors
+    (memories.services.embedding_switch)."""
     column = "context_embedding" if context else "embedding"
     bare = "false" if context else "m.context_embedding IS NULL"
     stats = bucket_stats.size(bucket)
     where, params = filters.sql(bucket)
+    gate = [bucket.pk, model or bucket.embedding_model]
     # Bound apart from the statement, in binary (binding_cursor), instead of 384 decimals
     # spelled into the SQL twice: ~0.17 ms less Python per walk alone, 0.15-0.2 ms less CPU
     # per search in-process at 20k (bench/README.md). The walk's ORDER BY must then cast the
@@ -104,11 +121,12 @@ def nearest(
         return [], "none", set()
     exact_sql = f"""
         WITH b AS MATERIALIZED (
-            SELECT m.id, m.{column} AS v, {bare} AS bare FROM memories m WHERE {where} AND m.{column} IS NOT NULL
+            SELECT m.id, m.{column} AS v, {bare} AS bare FROM memories m
+            WHERE {where} AND m.{column} IS NOT NULL AND {_SAME_MODEL}
         )
         SELECT id, 1 - (v <=> %s::vector) AS similarity, bare FROM b ORDER BY v <=> %s::vector LIMIT %s
     """
-    exact_params = [*params, vector, vector, limit]
+    exact_params = [*params, *gate, vector, vector, limit]
     with binding_cursor(connection) as cur:
         if population < EXACT_SCAN_BELOW or (
             where != MemoryFilters().sql(bucket)[0]
@@ -125,10 +143,10 @@ def nearest(
         cur.execute(
             f"""
             SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity, {bare} AS bare FROM memories m
-            WHERE {where} AND m.{column} IS NOT NULL
+            WHERE {where} AND m.{column} IS NOT NULL AND {_SAME_MODEL}
             ORDER BY {half_precision_distance("m." + column, "%s::vector")} LIMIT %s
             """,
-            [vector, *params, vector, limit],
+            [vector, *params, *gate, vector, limit],
         )
         rows = cur.fetchall()
         if len(rows) < min(limit, population):
@@ -158,15 +176,31 @@ def _with_stand_ins(
 
 
 def vector_signals(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig):
-    """Embed the query, then both nearest-neighbour lists (the context one in another
-    thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is."""
-    query_vector = embedding.embed_query(query)  # checked for NaN / zeros there
+    """Embed the query by the bucket's model, then both nearest-neighbour lists (the context
+    one in another thread when ENGRAM_SEARCH_PARALLEL is on), and the model they are by.
+    EmbeddingUnavailable when the model is."""
+    model = bucket.embedding_model
+    lists = _walks(bucket, query, filters, config, model)
+    if not lists[0][0] and not lists[1][0]:
+        # Nothing found: perhaps the bucket switched models since it was read (the statements
+        # then compare nothing). Asked again with the model it has now.
+        current = Bucket.objects.filter(pk=bucket.pk).values_list("embedding_model", flat=True).first()
+        if current is not None and current != model:
+            model = current
+            lists = _walks(bucket, query, filters, config, model)
+    return (*lists, model)
+
+
+def _walks(bucket: Bucket, query: str, filters: MemoryFilters, config: ranking.RankingConfig, model: str):
+    query_vector = embedding.embed_query(query, model=model)  # checked for NaN / zeros there
     context_side = None
     if config.weight("vector_context") > 0:
-        context_side = start_walk(nearest, bucket, query_vector, filters, config, context=True)
+        context_side = start_walk(nearest, bucket, query_vector, filters, config, context=True, model=model)
     nothing = ([], "", set())
     memory_ranked, memory_method, bare = (
-        nearest(bucket, query_vector, filters, config, context=False) if config.weight("vector") > 0 else nothing
+        nearest(bucket, query_vector, filters, config, context=False, model=model)
+        if config.weight("vector") > 0
+        else nothing
     )
     context_ranked, context_method, _ = context_side.result() if context_side else nothing
     # Only where the context list has anything: in a bucket (or filtered set) without context

@@ -16,7 +16,7 @@ from django.db.models import Q
 
 from memories.models import PENDING_ENRICHMENT, Memory
 from memories.services.events import note_writes
-from memories.services.ingest import MemoryInput, Row, embed_rows, lemmatize_rows
+from memories.services.ingest import MemoryInput, Row, bucket_models_held, embed_rows, lemmatize_rows
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
@@ -118,13 +118,19 @@ def memories_enrich_pending(
                 ]
             )
         if want_vectors:
-            embed_rows(
-                [
-                    r
-                    for r, m in zip(rows, memories, strict=True)
-                    if m.embedding is None or (m.context_text and m.context_embedding is None)
-                ]
-            )
+            # Each row by its bucket's model, held until this batch commits. A bucket a switch
+            # is swapping (locked) is skipped, not waited for: the swap waits for these rows.
+            models = bucket_models_held({m.bucket_id for m in memories}, skip_locked=True)
+            for model in set(models.values()):
+                embed_rows(
+                    [
+                        r
+                        for r, m in zip(rows, memories, strict=True)
+                        if models.get(m.bucket_id) == model
+                        and (m.embedding is None or (m.context_text and m.context_embedding is None))
+                    ],
+                    model=model,
+                )
         for row, memory in zip(rows, memories, strict=True):
             fields = []
             if memory.text_lemmatized is None and row.text_lemmatized is not None:
@@ -144,9 +150,14 @@ def memories_enrich_pending(
                 memory.context_embedding = row.context_embedding
                 fields.append("context_embedding")
                 report.context_embedded += 1
+            if {"embedding", "context_embedding"} & set(fields):
+                memory.embedding_model = models[memory.bucket_id]
+                fields.append("embedding_model")
             if fields:
                 memory.save(update_fields=fields)
                 note_writes(memory.bucket_id, 1)
+            elif want_vectors and memory.bucket_id not in models:
+                report.scanned -= 1  # left for the next sweep, once the swap is over
             else:
                 report.failed += 1
     if report.failed:
