@@ -244,11 +244,13 @@ def memories_classify(
     last_id = None
     while True:
         page = queryset if last_id is None else queryset.filter(pk__gt=last_id)
-        rows = list(page.values_list("id", "content", "embedding")[:batch_size])
+        rows = list(page.values_list("id", "content", "embedding", "embedding_model")[:batch_size])
         if not rows:
             break
         last_id = rows[-1][0]
-        results = classifier.classify([ClassifyInput(content=content, embedding=vector) for _, content, vector in rows])
+        results = classifier.classify(
+            [ClassifyInput(content=content, embedding=vector, model=model) for _, content, vector, model in rows]
+        )
         counts["classified"] += memories_label(
             ids=[r[0] for r in rows],
             scopes=[c.scope for c in results],
