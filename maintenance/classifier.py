@@ -351,12 +351,15 @@ SCOPE_PROTOTYPES = {
 }
 
 
+_DEFAULT_MODEL = embedding.MODEL_NAME  # (inside ClassifyInput, ``embedding`` is the field)
+
+
 @dataclass(frozen=True)
 class ClassifyInput:
     content: str
     embedding: np.ndarray | None = None
     # The model of ``embedding`` (its bucket's): compared only with prototypes by the same model.
-    model: str = embedding.MODEL_NAME
+    model: str = _DEFAULT_MODEL
 
 
 @dataclass(frozen=True)

@@ -194,11 +194,16 @@ def test_switches_that_cannot_be_made_are_refused_and_change_nothing(bucket, mon
     assert not NextEmbedding.objects.exists()
 
 
-def test_a_cancelled_switch_leaves_the_bucket_on_its_model(db, live_bucket):
+def test_a_switch_in_progress_shows_in_the_bucket_and_a_cancelled_one_leaves_its_model(db, live_bucket, api):
     bucket = live_bucket
+    detail = api.get(f"/api/v1/buckets/{bucket.pk}").json()
+    assert (detail["embedding_model"], detail["embedding_switch"]) == (OLD, None)
     call_command("switch_embedding_model", bucket=str(bucket.pk), model=NEW, stop_after=8, no_progress=True)
-    assert embedding_switch_status(bucket=bucket).staged == 8
+    detail = api.get(f"/api/v1/buckets/{bucket.pk}").json()
+    assert detail["embedding_model"] == OLD
+    assert detail["embedding_switch"] == {"model": NEW, "staged": 8, "memories": ROWS}
     call_command("switch_embedding_model", bucket=str(bucket.pk), cancel=True)
+    assert api.get(f"/api/v1/buckets/{bucket.pk}").json()["embedding_switch"] is None
     assert embedding_switch_run(bucket=bucket)["status"] == "idle"
     fresh = Bucket.objects.get(pk=bucket.pk)
     assert (fresh.embedding_model, fresh.embedding_model_next) == (OLD, "")
