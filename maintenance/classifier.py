@@ -351,10 +351,15 @@ SCOPE_PROTOTYPES = {
 }
 
 
+_DEFAULT_MODEL = embedding.MODEL_NAME  # (inside ClassifyInput, ``embedding`` is the field)
+
+
 @dataclass(frozen=True)
 class ClassifyInput:
     content: str
     embedding: np.ndarray | None = None
+    # The model of ``embedding`` (its bucket's): compared only with prototypes by the same model.
+    model: str = _DEFAULT_MODEL
 
 
 @dataclass(frozen=True)
@@ -385,16 +390,16 @@ class LocalClassifier:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._topic_vectors: list[np.ndarray] | None = None
-        self._scope_vectors: dict[str, np.ndarray] | None = None
+        # Per embedding model: the prototypes' vectors by that model.
+        self._vectors: dict[str, tuple[list[np.ndarray], dict[str, np.ndarray]]] = {}
         self._keywords = _keyword_patterns()
 
-    def _prototypes(self) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    def _prototypes(self, model: str) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         with self._lock:
-            if self._topic_vectors is None:
+            if model not in self._vectors:
                 texts = [p for t in TOPICS for p in t.prototypes]
                 scope_texts = [p for s in SCOPES for p in SCOPE_PROTOTYPES[s]]
-                vectors = embedding.embed_texts(texts + scope_texts)
+                vectors = embedding.embed_texts(texts + scope_texts, model=model)
                 topic_vectors, offset = [], 0
                 for topic in TOPICS:
                     topic_vectors.append(vectors[offset : offset + len(topic.prototypes)])
@@ -403,26 +408,30 @@ class LocalClassifier:
                 for scope in SCOPES:
                     scope_vectors[scope] = vectors[offset : offset + len(SCOPE_PROTOTYPES[scope])]
                     offset += len(SCOPE_PROTOTYPES[scope])
-                self._topic_vectors, self._scope_vectors = topic_vectors, scope_vectors
-        return self._topic_vectors, self._scope_vectors
+                self._vectors[model] = (topic_vectors, scope_vectors)
+        return self._vectors[model]
 
     def classify(self, items: list[ClassifyInput]) -> list[Classification]:
         """Raises embedding.EmbeddingUnavailable when an item has no vector and the
         model cannot make one."""
         missing = [i for i, item in enumerate(items) if item.embedding is None]
         vectors: list[np.ndarray | None] = [item.embedding for item in items]
-        if missing:
-            for i, vector in zip(missing, embedding.embed_texts([items[i].content for i in missing]), strict=True):
+        for model in {items[i].model for i in missing}:
+            by_model = [i for i in missing if items[i].model == model]
+            texts = [items[i].content for i in by_model]
+            for i, vector in zip(by_model, embedding.embed_texts(texts, model=model), strict=True):
                 vectors[i] = vector
-        topic_vectors, scope_vectors = self._prototypes()
-        return [
-            Classification(
-                scope=self._scope(item.content, vector, scope_vectors),
-                topic=self._topic(item.content, vector, topic_vectors),
-                by=self.name,
+        results = []
+        for item, vector in zip(items, vectors, strict=True):
+            topic_vectors, scope_vectors = self._prototypes(item.model)
+            results.append(
+                Classification(
+                    scope=self._scope(item.content, vector, scope_vectors),
+                    topic=self._topic(item.content, vector, topic_vectors),
+                    by=self.name,
+                )
             )
-            for item, vector in zip(items, vectors, strict=True)
-        ]
+        return results
 
     def _topic(self, text: str, vector: np.ndarray, topic_vectors: list[np.ndarray]) -> str:
         best, best_score = OTHER, -1.0

@@ -29,12 +29,13 @@ from audit.services import Actor, audit_record
 from engram_site.exceptions import Conflict, DomainError, NotFound
 from maintenance import contradictions, neighbours, signals
 from maintenance.classifier import Classification, ClassifyInput, get_classifier
-from maintenance.jobs import JobRecorder
+from maintenance.jobs import JobRecorder, advisory_lock
 from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandidate, DuplicateStatus, ScanCursor
-from memories import hooks, lemmatizer
+from memories import embedding, hooks, lemmatizer
 from memories.links import RESERVED_PREFIX
 from memories.models import EnrichmentStage, Memory
 from memories.services.classification import memories_label
+from memories.services.embedding_switch import embedding_switch_run, embedding_switch_status
 from memories.services.enrichment import (
     ENRICHMENT_KINDS,
     EnrichmentReport,
@@ -112,6 +113,28 @@ def missing_fill(
     if report.failed:
         recorder.fail("; ".join(report.errors))
     return report
+
+
+# --- embedding model switch ---------------------------------------------------------------------
+
+
+def embedding_switch(*, recorder: JobRecorder, bucket: Bucket, stop_after: int | None = None) -> dict:
+    """The ``switch_embedding_model`` job of one bucket (memories.services.embedding_switch):
+    progress is the bucket's memories with vectors of the new model staged. One run per
+    bucket at a time (an advisory lock); LockHeld when another holds it."""
+    with advisory_lock(f"switch_embedding_model:{bucket.pk}"):
+        status = embedding_switch_status(bucket=bucket)
+        recorder.set(bucket_id=str(bucket.pk), model=status.model, next_model=status.next_model)
+        recorder.set_total(status.memories)
+        recorder.advance(status.staged)  # staged by earlier runs
+        try:
+            outcome = embedding_switch_run(bucket=bucket, on_batch=recorder.advance, stop_after=stop_after)
+        except embedding.EmbeddingUnavailable as exc:
+            recorder.fail(f"the embedding model is unavailable ({exc}); the next run goes on from here")
+            return {"status": "failed", "model": status.next_model, "staged": recorder.done}
+        recorder.add(staged=outcome["staged"], swapped=outcome.get("swapped", 0))
+        recorder.set(status=outcome["status"])
+        return outcome
 
 
 # --- HNSW reindex -----------------------------------------------------------------------------------
@@ -234,12 +257,13 @@ def memories_classify(
     last_id = None
     while True:
         page = queryset if last_id is None else queryset.filter(pk__gt=last_id)
-        rows = list(page.values_list("id", "content", "embedding")[:batch_size])
+        rows = list(page.values_list("id", "content", "embedding", "embedding_model")[:batch_size])
         if not rows:
             break
         last_id = rows[-1][0]
         items = [
-            _Classified(id=i, input=ClassifyInput(content=content, embedding=vector)) for i, content, vector in rows
+            _Classified(id=i, input=ClassifyInput(content=content, embedding=vector, model=model))
+            for i, content, vector, model in rows
         ]
         # A row the classifier fails on is found (the batch is halved) and recorded; the rest
         # of the batch is labelled.

@@ -17,6 +17,7 @@ from django.db import InterfaceError, OperationalError
 from maintenance import jobs, services
 from memories import access
 from memories.services.lifecycle import memories_purge
+from tenants.models import Bucket
 
 # Connection trouble is worth a few retries with backoff; anything else is a bug or
 # a bad row, recorded in the job run and left for the next scheduled run.
@@ -93,6 +94,19 @@ def scan_conflicts() -> dict:
 @shared_task(name="maintenance.link_memories", **SCHEDULED)
 def link_memories() -> dict:
     return jobs.run_job("link_memories", services.links_pass, lock=True, keep_idle=False).as_dict()
+
+
+@shared_task(name="maintenance.switch_embedding_model", **HINT)
+def switch_embedding_model(bucket_id: str) -> dict:
+    # A worker lost mid-run hands the task to another (acks_late), which goes on from the
+    # staged rows; a run that finds another one at work is skipped.
+    bucket = Bucket.objects.filter(pk=bucket_id).first()
+    if bucket is None:
+        return {"job": "switch_embedding_model", "status": "skipped", "error": "no such bucket"}
+    try:
+        return jobs.run_job("switch_embedding_model", services.embedding_switch, bucket=bucket).as_dict()
+    except jobs.LockHeld as exc:
+        return {"job": "switch_embedding_model", "status": "skipped", "error": str(exc)}
 
 
 @shared_task(name="maintenance.reindex_hnsw", **SCHEDULED)

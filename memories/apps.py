@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class MemoriesConfig(AppConfig):
@@ -17,3 +18,4 @@ class MemoriesConfig(AppConfig):
             (),
             selectors.enrichment_backlog,
         )
+        checks.register(embedding.check_configured_model)

@@ -14,6 +14,7 @@ from engram_site.fields import StrictBooleanField, StrictCharField, StrictIntege
 from engram_site.openapi import BODY, errors
 from memories import selectors
 from memories.services import buckets, pending_enrichment_count
+from memories.services.embedding_switch import embedding_switch_status
 from tenants import selectors as tenant_selectors
 from tenants import services as tenant_services
 from tenants.agents import refuse_agent_held
@@ -22,10 +23,20 @@ from tenants.models import MAX_RETENTION_DAYS, Scope
 from tenants.services import BUCKET_NAME_MAX
 
 
+class EmbeddingSwitchOutput(serializers.Serializer):
+    model = serializers.CharField(help_text="the model the bucket is being switched to")
+    staged = serializers.IntegerField(help_text="memories re-embedded by it so far")
+    memories = serializers.IntegerField(help_text="memories in the bucket")
+
+
 class BucketDetailOutput(BucketOutput):
     memory_count = serializers.IntegerField()
     pending_enrichment = serializers.IntegerField(
         help_text="memories still waiting for their vectors or lemmas (after an import without vectors, say)"
+    )
+    embedding_model = serializers.CharField(help_text="the embedding model of the bucket's vectors and searches")
+    embedding_switch = EmbeddingSwitchOutput(
+        allow_null=True, help_text="the switch to another embedding model in progress, or null"
     )
 
 
@@ -53,6 +64,10 @@ class BucketDetailApi(APIView):
         # Counts of what the token may read: a token held to agents learns nothing of the others'.
         bucket.memory_count = selectors.memory_count(bucket=bucket, agents=request.auth.agents)
         bucket.pending_enrichment = pending_enrichment_count(bucket=bucket, agents=request.auth.agents)
+        bucket.embedding_switch = None
+        if bucket.embedding_model_next:
+            switch = embedding_switch_status(bucket=bucket)
+            bucket.embedding_switch = {"model": switch.next_model, "staged": switch.staged, "memories": switch.memories}
         return Response(BucketDetailOutput(bucket).data)
 
     @extend_schema(

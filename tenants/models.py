@@ -94,6 +94,15 @@ class Bucket(models.Model):
         help_text="Days a deleted memory can be restored (and an expired one still listed) before it is purged.",
     )
 
+    # The embedding model whose vectors this bucket's memories hold and whose vectors its
+    # searches compare (memories.embedding.MODELS). It changes only in the one transaction
+    # that swaps in the vectors of a finished switch (memories.services.embedding_switch).
+    embedding_model = models.CharField(
+        max_length=64, default="all-MiniLM-L6-v2", db_default="all-MiniLM-L6-v2", editable=False
+    )
+    # The model a switch in progress is re-embedding the bucket with ("" when none).
+    embedding_model_next = models.CharField(max_length=64, blank=True, default="", db_default="", editable=False)
+
     objects = BucketQuerySet.as_manager()
 
     class Meta:

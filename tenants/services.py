@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings as site_settings
 from django.contrib.auth.models import Group, Permission
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -195,7 +196,12 @@ def bucket_create(*, tenant: Tenant, name: str, description: str = "", actor: Ac
     name = _clean_bucket_name(name)
     try:
         with transaction.atomic():
-            bucket = Bucket.objects.create(tenant=tenant, name=name, description=description or "")
+            bucket = Bucket.objects.create(
+                tenant=tenant,
+                name=name,
+                description=description or "",
+                embedding_model=site_settings.ENGRAM_EMBEDDING_MODEL,
+            )
             if actor is not None:
                 audit_record(
                     actor=actor, action="bucket.create", tenant=tenant, object_type="bucket", object_ids=[bucket.pk],

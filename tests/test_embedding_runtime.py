@@ -37,8 +37,8 @@ def model_dir() -> Path:
 @pytest.fixture
 def fresh_model(monkeypatch):
     """get_model() loads anew (and the previous model is back afterwards)."""
-    monkeypatch.setattr(embedding, "_model", None)
-    monkeypatch.setattr(embedding, "_last_failure", None)
+    monkeypatch.setattr(embedding, "_models", {})
+    monkeypatch.setattr(embedding, "_last_failure", {})
     embedding._embed_query_cached.cache_clear()
     yield
     embedding._embed_query_cached.cache_clear()

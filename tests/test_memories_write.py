@@ -133,11 +133,11 @@ def test_a_held_text_deleted_before_the_insert_is_written_again(bucket, monkeypa
     kept = services.memories_ingest(bucket=bucket, items=[services.MemoryInput(content="Tea at five.")])[0]
     real_prepare, prepared = services._prepare, []
 
-    def prepare(rows):
+    def prepare(rows, model):
         prepared.append(sorted(row.item.content for row in rows))
         if len(prepared) == 1:  # after the batch looked the text up, before its transaction
             Memory.objects.filter(pk=kept.id).delete()
-        return real_prepare(rows)
+        return real_prepare(rows, model)
 
     monkeypatch.setattr(services, "_prepare", prepare)
     items = [services.MemoryInput(content="tea at five"), services.MemoryInput(content="Coffee at nine.")]
@@ -182,9 +182,9 @@ def test_a_batch_is_embedded_and_inserted_shortest_text_first(bucket, monkeypatc
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 3)
     real_insert, inserted = services._insert, []
 
-    def insert(bucket, rows):
+    def insert(bucket, rows, model):
         inserted.append([row.item.content for row in rows])
-        return real_insert(bucket, rows)
+        return real_insert(bucket, rows, model)
 
     monkeypatch.setattr(services, "_insert", insert)
     texts = [("x" * (n % 11 + 1)) + f" item {n}" for n in range(0, 40, 3)]  # lengths out of order
@@ -375,11 +375,11 @@ def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, buck
     monkeypatch.setattr(services, "SMALLEST_CHUNK_ROWS", 2)
     real_insert, calls = services._insert, []
 
-    def insert(bucket, rows):
+    def insert(bucket, rows, model):
         calls.append(len(rows))
         if len(calls) == 3:
             raise RuntimeError("the database went away mid-batch")
-        return real_insert(bucket, rows)
+        return real_insert(bucket, rows, model)
 
     monkeypatch.setattr(services, "_insert", insert)
     with pytest.raises(RuntimeError, match="mid-batch"):

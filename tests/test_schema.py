@@ -55,6 +55,8 @@ MEMORY_EXTRA_COLUMNS: dict[str, tuple[str, bool, str | None]] = {
     # A memory's life (memories 0010): the importance boost and filter, expiry.
     "importance": ("double precision", True, None),
     "expires_at": ("timestamp with time zone", True, None),
+    # The model that made the row's vectors (memories 0012): a switch changes it with them.
+    "embedding_model": ("character varying(64)", False, "'all-MiniLM-L6-v2'::character varying"),
 }
 
 GENERATED = {

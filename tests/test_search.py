@@ -471,9 +471,9 @@ def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, run
         seen["vector"].append(context)
         return real_vector(*args, context=context, **kwargs)
 
-    def embed(text):
+    def embed(text, **kwargs):
         seen["embed"] += 1
-        return real_embed(text)
+        return real_embed(text, **kwargs)
 
     monkeypatch.setattr(keyword, "bm25", counting_bm25)
     monkeypatch.setattr(vector, "nearest", counting_nearest)

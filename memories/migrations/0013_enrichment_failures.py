@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memories", "0011_important_index"),
+        ("memories", "0012_embedding_model"),
         ("tenants", "0004_bucket_names_unique_regardless_of_case"),
     ]
 

@@ -21,6 +21,8 @@ class SearchResult:
     mode_used: str
     hits: list[Hit]
     warnings: list[str] = field(default_factory=list)
+    # The model the vector signals compared by (the bucket's); None when none ran.
+    embedding_model: str | None = None
 
 
 def apply_budget(hits: list[Hit], limit: int, token_budget: int | None) -> list[Hit]:

@@ -99,6 +99,7 @@ def memories_search(
     limit = max(1, min(limit, MAX_LIMIT))
     warnings: list[str] = []
     mode_used = mode
+    embedding_model = None
 
     # The vector side (embedding the query, then two index walks) and the graph side (parsing
     # the query, then the walk) start first, in other threads when ENGRAM_SEARCH_PARALLEL is
@@ -127,7 +128,7 @@ def memories_search(
         )
     if vector_side is not None:
         try:
-            memory_vector, context_vector = vector_side.result()
+            memory_vector, context_vector, embedding_model = vector_side.result()
         except embedding.EmbeddingUnavailable as exc:
             warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
             mode_used = "keyword"
@@ -186,4 +187,4 @@ def memories_search(
     found = hits.apply_budget(found, limit, token_budget)
     if record_access and found:
         access.record([h.id for h in found])
-    return SearchResult(mode_used=mode_used, hits=found, warnings=warnings)
+    return SearchResult(mode_used=mode_used, hits=found, warnings=warnings, embedding_model=embedding_model)

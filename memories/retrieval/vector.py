@@ -79,6 +79,15 @@ def estimated_rows(where: str, params: list, column: str) -> float:
     return float(plan[0]["Plan"]["Plan Rows"])
 
 
+# Compares only while every bucket searched has the query vector's model: evaluated once per
+# statement (an InitPlan, a one-time filter above the scan, which leaves the plan as it was),
+# in the statement's snapshot, which sees either the vectors of before a switch's swap and the
+# old model, or those of after it and the new one. Otherwise the statement returns nothing.
+_SAME_MODEL = (
+    "NOT EXISTS (SELECT 1 FROM buckets b WHERE b.id = ANY(%s::uuid[]) AND b.embedding_model IS DISTINCT FROM %s)"
+)
+
+
 def nearest(
     bucket: Bucket | list[Bucket],
     query_vector,
@@ -86,17 +95,22 @@ def nearest(
     config: ranking.RankingConfig,
     *,
     context: bool,
+    model: str | None = None,
 ) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
     """Nearest neighbours by cosine similarity, how they were found ("hnsw" or "exact"),
-    and (memory side only) which of them have no context vector.
+    and (memory side only) which of them have no context vector. ``query_vector`` is by
+    ``model`` (the buckets', by default): none are found unless the buckets' vectors are of
+    that model when the statement runs. A bucket's rows hold only its model's vectors
+    (memories.services.embedding_switch).
 
-    Several buckets (a search across buckets, all embedded by the same model) are one walk
-    over them together: the nearest of their memories, whichever bucket holds them."""
+    Several buckets of one model (a search across buckets) are one walk over them together:
+    the nearest of their memories, whichever bucket holds them."""
     column = "context_embedding" if context else "embedding"
     bare = "false" if context else "m.context_embedding IS NULL"
     buckets = bucket_list(bucket)
     stats = bucket_stats.size_of(buckets)
     where, params = filters.sql(buckets)
+    gate = [[b.pk for b in buckets], model or buckets[0].embedding_model]
     # Bound apart from the statement, in binary (binding_cursor), instead of 384 decimals
     # spelled into the SQL twice: ~0.17 ms less Python per walk alone, 0.15-0.2 ms less CPU
     # per search in-process at 20k (bench/README.md). The walk's ORDER BY must then cast the
@@ -114,11 +128,12 @@ def nearest(
         return [], "none", set()
     exact_sql = f"""
         WITH b AS MATERIALIZED (
-            SELECT m.id, m.{column} AS v, {bare} AS bare FROM memories m WHERE {where} AND m.{column} IS NOT NULL
+            SELECT m.id, m.{column} AS v, {bare} AS bare FROM memories m
+            WHERE {where} AND m.{column} IS NOT NULL AND {_SAME_MODEL}
         )
         SELECT id, 1 - (v <=> %s::vector) AS similarity, bare FROM b ORDER BY v <=> %s::vector LIMIT %s
     """
-    exact_params = [*params, vector, vector, limit]
+    exact_params = [*params, *gate, vector, vector, limit]
     with binding_cursor(connection) as cur:
         if population < EXACT_SCAN_BELOW or (
             where != MemoryFilters().sql(buckets)[0]
@@ -137,10 +152,10 @@ def nearest(
         cur.execute(
             f"""
             SELECT m.id, 1 - (m.{column} <=> %s::vector) AS similarity, {bare} AS bare FROM memories m
-            WHERE {where} AND m.{column} IS NOT NULL
+            WHERE {where} AND m.{column} IS NOT NULL AND {_SAME_MODEL}
             ORDER BY {half_precision_distance("m." + column, "%s::vector")} LIMIT %s
             """,
-            [vector, *params, vector, limit],
+            [vector, *params, *gate, vector, limit],
         )
         rows = cur.fetchall()
         if len(rows) < min(limit, population):
@@ -172,20 +187,58 @@ def _with_stand_ins(
 @metrics.timed(metrics.SIGNAL_SECONDS, signal="vector")
 @tracing.traced("engram.search.signal", signal="vector")
 def vector_signals(bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig):
-    """Embed the query, then both nearest-neighbour lists (the context one in another
-    thread when ENGRAM_SEARCH_PARALLEL is on). EmbeddingUnavailable when the model is.
+    """Embed the query by the buckets' model, then both nearest-neighbour lists (the context
+    one in another thread when ENGRAM_SEARCH_PARALLEL is on), and the model they are by.
+    EmbeddingUnavailable when the model is.
 
-    ``bucket`` may be several buckets: the query is embedded once and each list is one walk
-    over them all, which needs their memories embedded by one model (buckets embedded by
-    different models would each need their own query vector and walk, merged by similarity
-    per model group)."""
-    query_vector = embedding.embed_query(query)  # checked for NaN / zeros there
+    ``bucket`` may be several buckets: those of one model are one walk over them all with one
+    query vector. Buckets of different models (one in the middle of a switch, say) are walked
+    per model, each with its own query vector, never another model's, and the lists merged by
+    similarity; the model returned then names them all, joined by "+"."""
+    buckets = bucket_list(bucket)
+    groups: dict[str, list[Bucket]] = {}
+    for member in buckets:
+        groups.setdefault(member.embedding_model, []).append(member)
+    if len(groups) == 1:
+        return _signals_of_one_model(bucket, query, filters, config)
+    found = [_signals_of_one_model(members, query, filters, config) for members in groups.values()]
+    limit = config.candidates
+
+    def merged(side: int) -> tuple[list[tuple[uuid.UUID, float]], str]:
+        ranked = sorted((item for f in found for item in f[side][0]), key=lambda r: r[1], reverse=True)[:limit]
+        return ranked, "+".join(sorted({f[side][1] for f in found if f[side][1]}))
+
+    return merged(0), merged(1), "+".join(sorted(f[2] for f in found))
+
+
+def _signals_of_one_model(
+    bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig
+):
+    buckets = bucket_list(bucket)
+    model = buckets[0].embedding_model
+    lists = _walks(bucket, query, filters, config, model)
+    if not lists[0][0] and not lists[1][0]:
+        # Nothing found: perhaps a bucket switched models since it was read (the statements
+        # then compare nothing). Asked again with the models they have now.
+        current = set(Bucket.objects.filter(pk__in=[b.pk for b in buckets]).values_list("embedding_model", flat=True))
+        if current and current != {model}:
+            fresh = list(Bucket.objects.filter(pk__in=[b.pk for b in buckets]).select_related("tenant"))
+            return vector_signals(fresh[0] if len(fresh) == 1 else fresh, query, filters, config)
+    return (*lists, model)
+
+
+def _walks(
+    bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig, model: str
+):
+    query_vector = embedding.embed_query(query, model=model)  # checked for NaN / zeros there
     context_side = None
     if config.weight("vector_context") > 0:
-        context_side = start_walk(nearest, bucket, query_vector, filters, config, context=True)
+        context_side = start_walk(nearest, bucket, query_vector, filters, config, context=True, model=model)
     nothing = ([], "", set())
     memory_ranked, memory_method, bare = (
-        nearest(bucket, query_vector, filters, config, context=False) if config.weight("vector") > 0 else nothing
+        nearest(bucket, query_vector, filters, config, context=False, model=model)
+        if config.weight("vector") > 0
+        else nothing
     )
     context_ranked, context_method, _ = context_side.result() if context_side else nothing
     # Only where the context list has anything: in a bucket (or filtered set) without context

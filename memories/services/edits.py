@@ -18,7 +18,7 @@ from memories.models import Memory, VersionKind
 from memories.services.enrichment_failures import failures_forget
 from memories.services.events import note_writes, send_safely
 from memories.services.history import version_record
-from memories.services.ingest import MemoryInput, Row, count_tokens, embed_rows, lemmatize_rows
+from memories.services.ingest import MemoryInput, Row, count_tokens, embed_rows, hold_bucket, lemmatize_rows
 from memories.services.lifecycle import DeleteReason, memories_trash, memory_remove
 from memories.text import text_hash
 
@@ -43,6 +43,10 @@ def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> M
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
         raise ValueError(f"not editable: {sorted(unknown)}")
+    # A new content is embedded by the bucket's model, held (FOR KEY SHARE) until this edit
+    # commits, so a switch's swap cannot slip between the embedding and the save. Taken
+    # before the row's lock, in the order the swap takes them (bucket, then rows).
+    model = hold_bucket(memory.bucket) if "content" in changes else None
     locked = Memory.objects.select_for_update().filter(pk=memory.pk).first()
     if locked is None:  # deleted (or absorbed by a merge) since the caller read it
         raise NotFound("Memory not found.")
@@ -69,12 +73,13 @@ def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> M
         update_fields += ["text_lemmatized", "context_lemmatized"]
         if "content" in changes:
             count_tokens([row])
-            embed_rows([row])
+            embed_rows([row], model=model)
+            memory.embedding_model = model
             memory.text_hash = row.text_hash
             memory.token_count = row.token_count
             memory.embedding = row.embedding
             memory.context_embedding = row.context_embedding
-            update_fields += ["text_hash", "token_count", "embedding", "context_embedding"]
+            update_fields += ["text_hash", "token_count", "embedding", "context_embedding", "embedding_model"]
     try:
         with transaction.atomic():
             memory.save(update_fields=sorted(set(update_fields)))

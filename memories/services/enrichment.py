@@ -20,7 +20,7 @@ from memories import embedding, lemmatizer
 from memories.models import PENDING_ENRICHMENT, EnrichmentStage, Memory
 from memories.services.enrichment_failures import deferred, failures_clear, failures_record, isolate
 from memories.services.events import note_writes
-from memories.services.ingest import MemoryInput, Row, embed_rows, lemmatize_rows
+from memories.services.ingest import MemoryInput, Row, bucket_models_held, embed_rows, lemmatize_rows
 from tenants.models import AgentRestriction, Bucket
 
 logger = logging.getLogger(__name__)
@@ -138,6 +138,9 @@ def memories_enrich_pending(
             )
             for m in memories
         ]
+        # Each row by its bucket's model, held until this batch commits. A bucket a switch is
+        # swapping (locked) is skipped, not waited for: the swap waits for these rows.
+        models = bucket_models_held({m.bucket_id for m in memories}, skip_locked=True) if want_vectors else {}
         lemma_rows = [
             r
             for r, m in zip(rows, memories, strict=True)
@@ -145,16 +148,29 @@ def memories_enrich_pending(
             and not m.lemmas_deferred
             and (m.text_lemmatized is None or (m.context_text and m.context_lemmatized is None))
         ]
-        vector_rows = [
-            r
-            for r, m in zip(rows, memories, strict=True)
-            if want_vectors
-            and not m.embedding_deferred
-            and (m.embedding is None or (m.context_text and m.context_embedding is None))
-        ]
+        vector_rows = {
+            model: [
+                r
+                for r, m in zip(rows, memories, strict=True)
+                if models.get(m.bucket_id) == model
+                and not m.embedding_deferred
+                and (m.embedding is None or (m.context_text and m.context_embedding is None))
+            ]
+            for model in set(models.values())
+        }
         lemmas = isolate(lemma_rows, _lemmatize, key=_row_id, probe=_lemmatizer_problem)
-        vectors = isolate(vector_rows, _embed, key=_row_id, probe=_embedding_problem)
-        left = {r.id for r in lemma_rows if lemmas.outage} | {r.id for r in vector_rows if vectors.outage}
+        vectors = {
+            model: isolate(
+                group,
+                lambda batch, model=model: _embed(batch, model),
+                key=_row_id,
+                probe=lambda model=model: _embedding_problem(model),
+            )
+            for model, group in vector_rows.items()
+        }
+        left = {r.id for r in lemma_rows if lemmas.outage} | {
+            r.id for model, group in vector_rows.items() if vectors[model].outage for r in group
+        }
         for row, memory in zip(rows, memories, strict=True):
             fields = []
             if memory.text_lemmatized is None and row.text_lemmatized is not None:
@@ -174,9 +190,14 @@ def memories_enrich_pending(
                 memory.context_embedding = row.context_embedding
                 fields.append("context_embedding")
                 report.context_embedded += 1
+            if {"embedding", "context_embedding"} & set(fields):
+                memory.embedding_model = models[memory.bucket_id]
+                fields.append("embedding_model")
             if fields:
                 memory.save(update_fields=fields)
                 note_writes(memory.bucket_id, 1)
+            elif want_vectors and memory.bucket_id not in models:
+                report.scanned -= 1  # left for the next sweep, once the swap is over
             if memory.pk in left:
                 report.failed += 1
         # The rows a stage failed on by themselves get (or update) a failure record; the rows
@@ -184,7 +205,7 @@ def memories_enrich_pending(
         recorded: set = set()
         for stage, attempted, result in (
             (EnrichmentStage.LEMMAS, lemma_rows, lemmas),
-            (EnrichmentStage.EMBEDDING, vector_rows, vectors),
+            *((EnrichmentStage.EMBEDDING, vector_rows[model], vectors[model]) for model in vector_rows),
         ):
             if result.outage:
                 report.errors.append(f"{len(attempted)} row(s) could not be enriched ({stage}): {result.outage}")
@@ -200,12 +221,13 @@ def _row_id(row: Row):
     return row.id
 
 
-def _embed(rows: list[Row]) -> dict:
-    """Embed ``rows`` in place; the ids of those whose vector the model got wrong. Raises when
-    the model call fails (:func:`~memories.services.enrichment_failures.isolate` halves the batch)."""
+def _embed(rows: list[Row], model: str) -> dict:
+    """Embed ``rows`` in place by ``model``; the ids of those whose vector the model got wrong.
+    Raises when the model call fails (:func:`~memories.services.enrichment_failures.isolate`
+    halves the batch)."""
     for row in rows:
         row.embedding = row.context_embedding = None
-    embed_rows(list(rows), strict=True)
+    embed_rows(list(rows), model=model, strict=True)
     return {
         r.id: "the embedding model returned an unusable vector (NaN, zero or not of unit length)"
         for r in rows
@@ -218,10 +240,10 @@ def _lemmatize(rows: list[Row]) -> dict:
     return {}
 
 
-def _embedding_problem() -> str | None:
+def _embedding_problem(model: str) -> str | None:
     """Why the embedding model fails on a text it always embeds, or None: it works."""
     try:
-        vector = embedding.embed_texts(["A short note to check that the model works."])[0]
+        vector = embedding.embed_texts(["A short note to check that the model works."], model=model)[0]
     except embedding.EmbeddingUnavailable as exc:
         return str(exc)
     return None if embedding.usable(vector) else "the embedding model returns unusable vectors"

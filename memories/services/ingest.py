@@ -148,17 +148,22 @@ def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
 
 
 @tracing.traced("engram.write.embed")
-def embed_rows(rows: list[Row], *, strict: bool = False) -> None:
-    """Set the rows' vectors; a failed model call leaves them None (``strict``: it raises),
-    a vector the model got wrong leaves that one None."""
+def embed_rows(rows: list[Row], *, model: str, strict: bool = False) -> None:
+    """Give ``rows`` their vectors by ``model``; a failed model call leaves them None
+    (``strict``: it raises), a vector the model got wrong leaves that one None (the
+    enrichment sweep tries again)."""
     contexts = [r for r in rows if r.context_text]
     try:
         # Memories and their (about three times longer) context texts in separate calls: a
         # model batch mixing both pads the short ones to the long ones' length. Two calls
         # measured faster for any number of rows, one memory and its context included
         # (bench/context_batching.py). Without contexts the second call does nothing.
-        vectors = embedding.embed_texts([embedding_text(r.item.content, r.item.attributed_to) for r in rows])
-        context_vectors = embedding.embed_texts([join_context(r.context_text, r.item.content) for r in contexts])
+        vectors = embedding.embed_texts(
+            [embedding_text(r.item.content, r.item.attributed_to) for r in rows], model=model
+        )
+        context_vectors = embedding.embed_texts(
+            [join_context(r.context_text, r.item.content) for r in contexts], model=model
+        )
     except embedding.EmbeddingUnavailable as exc:
         if strict:
             raise
@@ -185,8 +190,9 @@ class _EmbeddingAhead:
     are handled by :func:`embed_rows` per chunk: such rows are stored without vectors.
     """
 
-    def __init__(self, chunks: list[list[Row]]):
+    def __init__(self, chunks: list[list[Row]], model: str):
         self.chunks = chunks
+        self.model = model
         self._futures: dict[int, Future] = {}
 
     def start(self, index: int) -> None:
@@ -195,7 +201,9 @@ class _EmbeddingAhead:
         if index < len(self.chunks) and index not in self._futures:
             rows = [r for r in self.chunks[index] if r.needs_vectors()]
             # In the caller's context, so the embedding's span joins the write's trace.
-            self._futures[index] = _embed_executor.submit(contextvars.copy_context().run, embed_rows, rows)
+            self._futures[index] = _embed_executor.submit(
+                contextvars.copy_context().run, embed_rows, rows, model=self.model
+            )
 
     def ready(self, index: int) -> list[Row]:
         self.start(index)
@@ -242,12 +250,12 @@ def _chunks(rows: list[Row]) -> list[list[Row]]:
     return chunks
 
 
-def _prepare(rows: list[Row]) -> _EmbeddingAhead:
+def _prepare(rows: list[Row], model: str) -> _EmbeddingAhead:
     """Put ``rows`` in the insert order, give them lemmas and token counts, and embed them
-    chunk by chunk; returns once the first chunk is ready (the transaction starts once there
-    is something to insert)."""
+    by ``model`` chunk by chunk; returns once the first chunk is ready (the transaction
+    starts once there is something to insert)."""
     rows = sorted(rows, key=_insert_order)
-    embedded = _EmbeddingAhead(_chunks(rows))
+    embedded = _EmbeddingAhead(_chunks(rows), model)
     if rows:
         # The model (which releases the GIL) embeds the first chunk while this thread
         # lemmatises and counts tokens (embedding needs neither).
@@ -324,20 +332,21 @@ _INSERT_COLUMNS = [
     "id", "tenant_id", "bucket_id", "content", "embedding", "metadata", "token_count", "hint_root", "hint_tags",
     "created_at", "text_lemmatized", "text_hash", "attributed_to", "agent_id", "run_id", "source_actor_id",
     "context_text", "context_lemmatized", "context_embedding", "sequence_id", "sequence_index", "importance",
-    "expires_at", "classified_scope", "classified_topic",
+    "expires_at", "classified_scope", "classified_topic", "embedding_model",
 ]  # fmt: skip
 # Every placeholder is cast: the parameters are bound on the server (binding_cursor), where a
 # column of a multi-row VALUES list that is NULL in every row would otherwise be typed text.
 _PLACEHOLDERS = (
     "(%s::uuid, %s::uuid, %s::uuid, %s::text, %s::vector, %s::jsonb, %s::integer, %s::text, %s::text[], "
     "%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::text, %s::vector, "
-    "%s::uuid, %s::integer, %s::double precision, %s::timestamptz, %s::text, %s::text)"
+    "%s::uuid, %s::integer, %s::double precision, %s::timestamptz, %s::text, %s::text, %s::text)"
 )
 
 
 @tracing.traced("engram.write.insert")
-def _insert(bucket: Bucket, rows: list[Row]) -> dict[str, uuid.UUID]:
-    """Insert rows, skipping those whose hash already exists. Returns hash → id of inserted rows."""
+def _insert(bucket: Bucket, rows: list[Row], model: str) -> dict[str, uuid.UUID]:
+    """Insert rows (their vectors made by ``model``, the bucket's), skipping those whose hash
+    already exists. Returns hash → id of inserted rows."""
     from psycopg.types.json import Jsonb
 
     params: list = []
@@ -347,7 +356,7 @@ def _insert(bucket: Bucket, rows: list[Row]) -> dict[str, uuid.UUID]:
             r.token_count, r.item.hint_root, r.item.hint_tags, r.created_at, r.text_lemmatized, r.text_hash,
             r.item.attributed_to, r.item.agent_id, r.item.run_id, r.item.source_actor_id,
             r.context_text, r.context_lemmatized, r.context_embedding, r.sequence_id, r.sequence_index,
-            r.item.importance, r.item.expires_at, r.classified_scope, r.classified_topic,
+            r.item.importance, r.item.expires_at, r.classified_scope, r.classified_topic, model,
         ]  # fmt: skip
     sql = (
         f"INSERT INTO memories ({', '.join(_INSERT_COLUMNS)}) VALUES "
@@ -371,9 +380,11 @@ def _existing_ids(bucket: Bucket, hashes: Iterable[str]) -> dict[str, uuid.UUID]
         return dict(cur.fetchall())
 
 
-def hold_bucket(bucket: Bucket) -> None:
+def hold_bucket(bucket: Bucket) -> str:
     """Take the bucket's FOR KEY SHARE lock (the one the foreign key check takes) before
-    the insert touches the unique index, not after it.
+    the insert touches the unique index, not after it; returns the bucket's embedding
+    model, which cannot change until this transaction ends (a switch's swap locks the
+    bucket FOR UPDATE), so vectors written in it are of that model.
 
     A bucket merge locks both buckets FOR UPDATE and then moves rows into the target.
     Were the lock taken by the foreign key check at the end of the INSERT, a write
@@ -383,9 +394,25 @@ def hold_bucket(bucket: Bucket) -> None:
     both succeed. A bucket deleted (or merged away) meanwhile is "not found".
     """
     with connection.cursor() as cur:
-        cur.execute(f"SELECT 1 FROM {Bucket._meta.db_table} WHERE id = %s FOR KEY SHARE", [bucket.pk])
-        if cur.fetchone() is None:
+        cur.execute(f"SELECT embedding_model FROM {Bucket._meta.db_table} WHERE id = %s FOR KEY SHARE", [bucket.pk])
+        row = cur.fetchone()
+        if row is None:
             raise NotFound("Bucket not found.")
+    return row[0]
+
+
+def bucket_models_held(bucket_ids: Iterable[uuid.UUID], *, skip_locked: bool = False) -> dict[uuid.UUID, str]:
+    """The embedding model of each bucket, held FOR KEY SHARE (as :func:`hold_bucket`) until
+    the transaction ends, in id order (two batches lock shared buckets in the same order).
+    ``skip_locked``: a bucket locked FOR UPDATE (a merge, a switch's swap) is left out."""
+    skip = " SKIP LOCKED" if skip_locked else ""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT id, embedding_model FROM {Bucket._meta.db_table} WHERE id = ANY(%s) "
+            f"ORDER BY id FOR KEY SHARE{skip}",
+            [sorted(bucket_ids)],
+        )
+        return dict(cur.fetchall())
 
 
 # Declared by migration memories 0001 (ON DELETE CASCADE).
@@ -475,16 +502,22 @@ def memories_ingest(
     # again what it wrote before pays one indexed lookup, not the model. Texts that arrive
     # from another writer meanwhile are left to the insert's ON CONFLICT.
     stored = set(_existing_ids(bucket, first_rows))
-    embedded = _prepare([row for digest, row in first_rows.items() if digest not in stored])
+    embedded = _prepare([row for digest, row in first_rows.items() if digest not in stored], bucket.embedding_model)
 
     outermost = not connection.in_atomic_block
     for attempt in range(3):
         try:
             with transaction.atomic():
-                hold_bucket(bucket)
+                model = hold_bucket(bucket)
                 inserted = {}
                 for index in range(len(embedded.chunks)):
-                    inserted.update(_insert(bucket, embedded.ready(index)))
+                    chunk = embedded.ready(index)
+                    if model != embedded.model:
+                        # The bucket switched models since its row was read: vectors of the
+                        # old model must not join the new one's. The sweep embeds these rows.
+                        for row in chunk:
+                            row.embedding = row.context_embedding = None
+                    inserted.update(_insert(bucket, chunk, model))
                 missing = [h for h in first_rows if h not in inserted]
                 existing = _existing_ids(bucket, missing) if missing else {}
                 if len(existing) < len(missing):
@@ -508,7 +541,7 @@ def memories_ingest(
             unprepared = [first_rows[h] for h in exc.hashes if h in stored]
             if unprepared:
                 stored -= exc.hashes
-                embedded = _prepare([row for chunk in embedded.chunks for row in chunk] + unprepared)
+                embedded = _prepare([row for chunk in embedded.chunks for row in chunk] + unprepared, embedded.model)
         except OperationalError as exc:
             # A deadlock with another writer (a merge, an edit): PostgreSQL rolled this
             # transaction back; when it is ours alone, run it again.

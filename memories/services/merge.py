@@ -226,13 +226,22 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
     if source.tenant_id != target.tenant_id:
         raise DomainError("Buckets of different tenants cannot be merged.")
     with connection.cursor() as cur:
-        # idx_memories_tenant_bucket finds the rows.
+        # idx_memories_tenant_bucket finds the rows. A row's vectors stay only if they are of
+        # the target's embedding model: another model's are dropped (the enrichment sweep
+        # embeds the row again), and the source's staged vectors of a switch go.
         cur.execute(
-            "UPDATE memories SET bucket_id = %s WHERE tenant_id = %s AND bucket_id = %s RETURNING id",
+            """
+            UPDATE memories m SET bucket_id = t.id,
+                embedding = CASE WHEN m.embedding_model = t.embedding_model THEN m.embedding END,
+                context_embedding = CASE WHEN m.embedding_model = t.embedding_model THEN m.context_embedding END,
+                embedding_model = t.embedding_model
+            FROM buckets t WHERE t.id = %s AND m.tenant_id = %s AND m.bucket_id = %s RETURNING m.id
+            """,
             [target.pk, source.tenant_id, source.pk],
         )
         ids = [row[0] for row in cur.fetchall()]
         events_bucket_moved(source_id=source.pk, target_id=target.pk, tenant_id=source.tenant_id, memory_ids=ids)
+        cur.execute("DELETE FROM memory_embeddings_next WHERE bucket_id = %s", [source.pk])
         # Their histories, enrichment failures and the bucket's deleted memories go along (a
         # removed source bucket would take them with it; the console lists failures by bucket).
         for table in ("memory_versions", "memories_deleted", "enrichment_failures"):

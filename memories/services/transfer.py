@@ -28,7 +28,6 @@ from django.db.models import Q
 
 from audit.services import Actor
 from engram_site.exceptions import DomainError
-from memories import embedding
 from memories.links import RESERVED_PREFIX
 from memories.models import EMBEDDING_DIMENSIONS, Memory, MemoryVersion
 from memories.services.enrichment import pending_enrichment_count
@@ -143,7 +142,7 @@ def _export_line(bucket: Bucket, row: dict, *, embeddings: bool, history: list[d
         "classified_topic": row["classified_topic"],
     }
     if embeddings:
-        derived["model"] = embedding.MODEL_NAME
+        derived["model"] = row["embedding_model"]
         derived["embedding"] = None if row["embedding"] is None else encode_vector(row["embedding"])
         derived["context_embedding"] = (
             None if row["context_embedding"] is None else encode_vector(row["context_embedding"])
@@ -187,7 +186,7 @@ def memories_export(
     columns = ["id", *CLIENT_FIELDS, "context_text", "sequence_id", "sequence_index", "classified_scope",
                "classified_topic"]  # fmt: skip
     if embeddings:
-        columns += ["embedding", "context_embedding"]
+        columns += ["embedding", "context_embedding", "embedding_model"]
     with _snapshot():
         for batch in _keyset_pages(bucket, columns, batch_size, agents):
             history = _histories(bucket, [row["id"] for row in batch]) if versions else None
@@ -271,7 +270,9 @@ def _carried(bucket: Bucket, line: ImportLine) -> Carried | None:
             sequence_id = run_sequence_id(bucket, run_id)
         else:
             sequence_id = uuid.uuid5(bucket.pk, f"sequence:{sequence_id}")
-    same_model = derived.get("model") == embedding.MODEL_NAME
+    # The importing bucket's model as read now; memories_ingest drops carried vectors too if
+    # the bucket switches models before the rows are written.
+    same_model = derived.get("model") == bucket.embedding_model
     return Carried(
         context_text=derived.get("context"),
         sequence_id=sequence_id,

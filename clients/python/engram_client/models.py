@@ -93,6 +93,8 @@ class Bucket(Model):
     retention_days: int | None = None
     memory_count: int | None = None  # GET /buckets/{id} only
     pending_enrichment: int | None = None  # GET /buckets/{id} only
+    embedding_model: str | None = None  # GET /buckets/{id} only
+    embedding_switch: dict | None = None  # GET /buckets/{id} only: {"model", "staged", "memories"} or None
 
 
 @dataclass(frozen=True, kw_only=True)
