@@ -7,8 +7,22 @@ Processes that tests start (web servers, workers) run ``engram_site.settings``
 (tests/support.py's ``base_env``), as a deployment would.
 """
 
-from engram_site.settings import *  # noqa: F403
-from engram_site.settings import env_bool
+import os
+from pathlib import Path
+
+# Under pytest-xdist (``./engram test`` runs the suite in parallel), each worker process gets a
+# home of its own, $ENGRAM_HOME/xdist/<worker>, and so its own embedded PostgreSQL, caches and
+# broker folder: the workers' test transactions must not hold back each other's change feed
+# (which waits for every older transaction of the server), nor clear each other's throttle
+# counters. The processes a test starts inherit it. The exported embedding model is shared.
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker:
+    _home = Path(os.environ.get("ENGRAM_HOME") or Path(__file__).resolve().parent.parent / "var").resolve()
+    os.environ.setdefault("ENGRAM_MODEL_CACHE", str(_home / "models"))
+    os.environ["ENGRAM_HOME"] = str(_home / "xdist" / _worker)
+
+from engram_site.settings import *  # noqa: E402, F403
+from engram_site.settings import env_bool  # noqa: E402
 
 ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", False)
 ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", False)

@@ -28,7 +28,9 @@ def spans():
     if not isinstance(provider, TracerProvider):  # OpenTelemetry keeps the first provider set
         provider = TracerProvider()
         trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(_exporter))
+    processors = provider._active_span_processor._span_processors  # no public way to list them
+    if not any(getattr(p, "span_exporter", None) is _exporter for p in processors):
+        provider.add_span_processor(SimpleSpanProcessor(_exporter))
     return _exporter
 
 
