@@ -127,7 +127,7 @@ def conflict_resolve(
             # (conflicts_repoint), so the audit event below is the record of the decision.
             memories_absorb(mapping={other: kept}, actor=actor)
             if content is not None:
-                memory_update(memory=Memory(pk=kept), actor=actor, content=content)
+                memory_update(memory=Memory.objects.select_related("bucket").get(pk=kept), actor=actor, content=content)
             details |= {
                 "kept_id": str(kept), "removed_id": str(other), "content_replaced": content is not None,
                 "removed": {**gone, "content": gone.get("content", "")[:2000]},

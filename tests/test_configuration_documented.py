@@ -10,7 +10,9 @@ READERS = re.compile(
     r"""(?:env_(?:str|bool|int|float|list)\(|os\.environ(?:\.get)?[\[(]|getenv\()\s*["']([A-Z][A-Z0-9_]+)["']"""
 )
 # Read by the code, but not configuration: set by tools for the processes they start.
-NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM"}
+NOT_SETTINGS = {
+    "DJANGO_SETTINGS_MODULE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTEST_XDIST_WORKER",
+}  # fmt: skip
 APPS = (
     "engram_site",
     "tenants",

@@ -243,7 +243,8 @@ def test_a_bucket_restricted_token_sees_only_its_bucket(tenant, api, bucket):
     assert accepted.status_code == 202 and Source.objects.get(pk=accepted.json()["id"]).bucket_id == other.pk
 
 
-@pytest.mark.parametrize("source_id", ["not-a-uuid", str(uuid.uuid4())])
+# A fixed unknown id: every test process (pytest-xdist) must collect the same test ids.
+@pytest.mark.parametrize("source_id", ["not-a-uuid", "6f1d2c3b-4a5e-4f60-8a71-92b3c4d5e6f7"])
 def test_unknown_or_malformed_source_id_is_404(api, source_id):
     assert api.get(f"/api/v1/sources/{source_id}").status_code == 404
     assert api.delete(f"/api/v1/sources/{source_id}").status_code == 404
