@@ -1,0 +1,146 @@
+"""Requests against background work: ingest and search through HTTP on ``./engram serve`` with
+the worker off, on at the web server's priority, and on at a lower one (ENGRAM_WORKER_NICE).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/background_yield.py --rows 10000 --batch 500
+
+Each condition starts ``./engram serve`` on a fresh home (embedded PostgreSQL, filesystem
+broker), creates a tenant, writes the first ``--rows`` rows of ``bench/data/corpus-100k.jsonl``
+in batches of ``--batch`` (one client, ``sequence`` at its default), and times it: items/s.
+Right after the last batch, while the worker (when on) still works through the backlog the
+writes queued, it sends ``--searches`` hybrid searches one after another and reports their
+p50/p95. Then it waits for the backlog to drain (graph extraction included) and reports how long
+that took. Conditions run one after another, in the order given, ``--repeat`` times interleaved;
+medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONDITIONS = {
+    "worker off": {"ENGRAM_RUN_WORKER": "0"},
+    "worker on (nice 0)": {"ENGRAM_RUN_WORKER": "1", "ENGRAM_WORKER_NICE": "0"},
+    "worker on (nice 10)": {"ENGRAM_RUN_WORKER": "1", "ENGRAM_WORKER_NICE": "10"},
+}
+
+
+def call(method: str, url: str, token: str | None = None, body=None, timeout: float = 600):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read() or b"{}")
+
+
+def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], args) -> dict:
+    home = Path(tempfile.mkdtemp(prefix="engram-yield-"))
+    env = {**os.environ, **extra, "ENGRAM_HOME": str(home), "ENGRAM_PORT": str(args.port), "HF_HUB_OFFLINE": "1"}
+    env["ENGRAM_TOKEN_RATE"] = "100000/min"
+    log = open(home / "serve.log", "ab")  # noqa: SIM115 - closed below
+    serve = subprocess.Popen([str(ROOT / "engram"), "serve"], cwd=ROOT, env=env, stdout=log, stderr=log,
+                             start_new_session=True)  # fmt: skip
+    base = f"http://127.0.0.1:{args.port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                urllib.request.urlopen(base + "/ready", timeout=2)
+                break
+            except Exception:
+                if time.time() > deadline or serve.poll() is not None:
+                    raise RuntimeError(f"serve did not start: {(home / 'serve.log').read_text()[-2000:]}") from None
+                time.sleep(0.5)
+        made = subprocess.run([str(ROOT / "engram"), "manage", "create_tenant", "Yield", "--bucket", "main"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        token = next(w for w in made.stdout.split() if w.startswith("egm_"))
+        bucket = call("GET", base + "/api/v1/buckets", token)["results"][0]["id"]
+        started = time.perf_counter()
+        for i in range(0, len(rows), args.batch):
+            call("POST", f"{base}/api/v1/buckets/{bucket}/memories", token,
+                 {"memories": [{"content": text} for text in rows[i : i + args.batch]]})  # fmt: skip
+        ingest_seconds = time.perf_counter() - started
+        latencies = []
+        for query in queries:
+            t = time.perf_counter()
+            call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
+            latencies.append((time.perf_counter() - t) * 1000)
+        drained_after = None
+        if extra.get("ENGRAM_RUN_WORKER") == "1":
+            t = time.perf_counter()
+            while time.perf_counter() - t < args.drain_timeout:
+                detail = call("GET", f"{base}/api/v1/buckets/{bucket}", token)
+                if not detail.get("pending_enrichment"):
+                    drained_after = time.perf_counter() - started
+                    break
+                time.sleep(2)
+        latencies.sort()
+        return {
+            "condition": name,
+            "items_per_s": len(rows) / ingest_seconds,
+            "search_p50_ms": statistics.median(latencies),
+            "search_p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
+            "drained_s": drained_after,
+        }
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+        try:
+            serve.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+KEYS = ("items_per_s", "search_p50_ms", "search_p95_ms", "drained_s")
+
+
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=10_000)
+    p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--searches", type=int, default=100)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--port", type=int, default=8791)
+    p.add_argument("--drain-timeout", type=float, default=900)
+    p.add_argument("--conditions", default=",".join(CONDITIONS))
+    p.add_argument("--corpus", type=Path, default=ROOT / "bench" / "data" / "corpus-100k.jsonl")
+    p.add_argument("--queries", type=Path, default=ROOT / "bench" / "data" / "queries-100k.jsonl")
+    p.add_argument("--out", type=Path, help="also write the results as JSON here")
+    args = p.parse_args()
+    with open(args.corpus) as handle:
+        rows = [json.loads(line)["content"] for _, line in zip(range(args.rows), handle, strict=False)]
+    with open(args.queries) as handle:
+        queries = [json.loads(line)["query"] for _, line in zip(range(args.searches), handle, strict=False)]
+    results: dict[str, list[dict]] = {}
+    for _ in range(args.repeat):
+        for name in args.conditions.split(","):
+            result = run_condition(name, CONDITIONS[name], rows, queries, args)
+            print(json.dumps(result), flush=True)
+            results.setdefault(name, []).append(result)
+    summary = {name: {key: _median([r[key] for r in runs]) for key in KEYS} for name, runs in results.items()}
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps({"runs": results, "medians": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
