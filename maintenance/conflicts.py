@@ -28,6 +28,7 @@ from django.utils import timezone
 from audit.services import Actor, audit_record
 from engram_site.exceptions import Conflict, DomainError, NotFound
 from maintenance.models import ConflictCandidate, ConflictStatus
+from maintenance.pairs import repoint_pairs
 from memories.models import Memory
 from memories.services.edits import memory_update
 from memories.services.merge import memories_absorb
@@ -172,29 +173,12 @@ def conflicts_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
     """
     if not mapping:
         return 0
-    changed = 0
     ids = list(mapping)
     # memory_a leads conflict_pair_unique, memory_b has conflict_memory_b.
     pairs = ConflictCandidate.objects.filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
-    for candidate in pairs.order_by("pk").select_for_update():
-        a = mapping.get(candidate.memory_a_id, candidate.memory_a_id)
-        b = mapping.get(candidate.memory_b_id, candidate.memory_b_id)
-        if a == b:
-            candidate.delete()
-            continue
-        a, b = sorted([a, b])  # uuid order == PostgreSQL's uuid order (conflict_pair_ordered)
-        existing = ConflictCandidate.objects.filter(memory_a_id=a, memory_b_id=b).exclude(pk=candidate.pk).first()
-        if existing is not None:
-            if existing.status == ConflictStatus.OPEN and candidate.status != ConflictStatus.OPEN:
-                existing.status, existing.resolved_at = candidate.status, candidate.resolved_at
-                existing.resolved_by, existing.kept_memory_id = candidate.resolved_by, candidate.kept_memory_id
-                existing.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
-            candidate.delete()
-            continue
-        candidate.memory_a_id, candidate.memory_b_id = a, b
-        candidate.save(update_fields=["memory_a", "memory_b"])
-        changed += 1
-    return changed
+    return repoint_pairs(
+        pairs, mapping, undecided=ConflictStatus.OPEN, decision=("resolved_at", "resolved_by", "kept_memory_id")
+    )
 
 
 def conflicts_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> int:

@@ -31,6 +31,7 @@ from maintenance import contradictions, neighbours, signals
 from maintenance.classifier import Classification, ClassifyInput, get_classifier
 from maintenance.jobs import JobRecorder, advisory_lock
 from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandidate, DuplicateStatus, ScanCursor
+from maintenance.pairs import repoint_pairs
 from memories import embedding, hooks, lemmatizer
 from memories.links import RESERVED_PREFIX
 from memories.models import EnrichmentStage, Memory
@@ -770,25 +771,8 @@ def duplicate_candidates_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -
 
 
 def _repoint_candidates(ids: list[int], mapping: dict[uuid.UUID, uuid.UUID]) -> int:
-    changed = 0
-    for candidate in DuplicateCandidate.objects.filter(pk__in=ids).order_by("pk").select_for_update():
-        a = mapping.get(candidate.memory_a_id, candidate.memory_a_id)
-        b = mapping.get(candidate.memory_b_id, candidate.memory_b_id)
-        if a == b:
-            candidate.delete()
-            continue
-        a, b = sorted([a, b])  # uuid order == PostgreSQL's uuid order (dupcand_pair_ordered)
-        existing = DuplicateCandidate.objects.filter(memory_a_id=a, memory_b_id=b).exclude(pk=candidate.pk).first()
-        if existing is not None:
-            if existing.status == DuplicateStatus.PENDING and candidate.status != DuplicateStatus.PENDING:
-                existing.status, existing.reviewed_at = candidate.status, candidate.reviewed_at
-                existing.save(update_fields=["status", "reviewed_at"])
-            candidate.delete()
-            continue
-        candidate.memory_a_id, candidate.memory_b_id = a, b
-        candidate.save(update_fields=["memory_a", "memory_b"])
-        changed += 1
-    return changed
+    pairs = DuplicateCandidate.objects.filter(pk__in=ids)
+    return repoint_pairs(pairs, mapping, undecided=DuplicateStatus.PENDING, decision=("reviewed_at",))
 
 
 def duplicate_merge(*, candidate: DuplicateCandidate, keep: str, actor: Actor) -> DuplicateMergeResult:
