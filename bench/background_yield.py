@@ -27,11 +27,19 @@ import time
 import urllib.request
 from pathlib import Path
 
+import inproc
+
 ROOT = Path(__file__).resolve().parent.parent
+ON = {"ENGRAM_RUN_WORKER": "1"}
 CONDITIONS = {
     "worker off": {"ENGRAM_RUN_WORKER": "0"},
-    "worker on (nice 0)": {"ENGRAM_RUN_WORKER": "1", "ENGRAM_WORKER_NICE": "0"},
-    "worker on (nice 10)": {"ENGRAM_RUN_WORKER": "1", "ENGRAM_WORKER_NICE": "10"},
+    "worker on (nice 0)": {**ON, "ENGRAM_WORKER_NICE": "0", "ENGRAM_WORKER_YIELD_SECONDS": "0"},
+    "worker on (nice 10)": {**ON, "ENGRAM_WORKER_NICE": "10", "ENGRAM_WORKER_YIELD_SECONDS": "0"},
+    "worker on (idle)": {**ON, "ENGRAM_WORKER_NICE": "idle", "ENGRAM_WORKER_YIELD_SECONDS": "0"},
+    "worker on (nice 10 + yield)": {**ON, "ENGRAM_WORKER_NICE": "10", "ENGRAM_WORKER_YIELD_SECONDS": "10"},
+    "worker on (idle + yield)": {**ON, "ENGRAM_WORKER_NICE": "idle", "ENGRAM_WORKER_YIELD_SECONDS": "10"},
+    # What ./engram serve does with no settings of its own.
+    "worker on (defaults)": {**ON},
 }
 
 
@@ -44,6 +52,24 @@ def call(method: str, url: str, token: str | None = None, body=None, timeout: fl
         request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read() or b"{}")
+
+
+def backlog(dsn: dict, home: Path, bucket: str) -> dict:
+    """The background work still to do after the writes: messages waiting in the embedded
+    broker's queue, memories not yet classified, memories the graph extractor has not seen."""
+    import psycopg
+
+    queue = home / "broker" / "queue"
+    waiting = sum(1 for entry in queue.iterdir() if entry.is_file()) if queue.is_dir() else 0
+    with psycopg.connect(**dsn) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FILTER (WHERE classified_scope IS NULL), "
+            "count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM graph_processed g WHERE g.memory_id = m.id)) "
+            "FROM memories m WHERE bucket_id = %s",
+            [bucket],
+        )
+        unclassified, unextracted = cur.fetchone()
+    return {"queued_messages": waiting, "unclassified": unclassified, "not_in_graph": unextracted}
 
 
 def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], args) -> dict:
@@ -78,12 +104,15 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
             t = time.perf_counter()
             call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
             latencies.append((time.perf_counter() - t) * 1000)
-        drained_after = None
+        drained_after = pending_at_end = None
         if extra.get("ENGRAM_RUN_WORKER") == "1":
+            dsn = inproc.run_task("dsn", {}, env)
             t = time.perf_counter()
             while time.perf_counter() - t < args.drain_timeout:
-                detail = call("GET", f"{base}/api/v1/buckets/{bucket}", token)
-                if not detail.get("pending_enrichment"):
+                left = backlog(dsn, home, bucket)
+                if pending_at_end is None:
+                    pending_at_end = left
+                if not any(left.values()):
                     drained_after = time.perf_counter() - started
                     break
                 time.sleep(2)
@@ -94,6 +123,8 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
             "search_p50_ms": statistics.median(latencies),
             "search_p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
             "drained_s": drained_after,
+            "drained_after_writes_s": None if drained_after is None else drained_after - ingest_seconds,
+            "pending_after_searches": pending_at_end,
         }
     finally:
         os.killpg(serve.pid, signal.SIGINT)
@@ -105,7 +136,7 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
         shutil.rmtree(home, ignore_errors=True)
 
 
-KEYS = ("items_per_s", "search_p50_ms", "search_p95_ms", "drained_s")
+KEYS = ("items_per_s", "search_p50_ms", "search_p95_ms", "drained_s", "drained_after_writes_s")
 
 
 def _median(values: list) -> float | None:

@@ -3,10 +3,10 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init
+from celery.signals import task_prerun, worker_init, worker_process_init
 from django.conf import settings as django_settings
 
-from engram_site import embedded_pg, tracing, warmup
+from engram_site import activity, embedded_pg, tracing, warmup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,3 +34,12 @@ def _load_models_early(**kwargs):
     tracing.configure()
     if django_settings.ENGRAM_PRELOAD_MODELS:
         warmup.warm_up()
+
+
+@task_prerun.connect
+def _requests_first(task=None, **kwargs):
+    """Before each task, wait for a pause in the requests of a web server on this machine (at
+    most ENGRAM_WORKER_YIELD_SECONDS; engram_site/activity.py). A task run eagerly, inside a
+    request or a test, does not wait for itself."""
+    if task is not None and not task.request.is_eager:
+        activity.wait_for_quiet()

@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     from django.conf import settings
     from django.core.management import call_command
 
+    from engram_site import activity
+
     host, port = args.host, args.port
     workers = os.environ.get("ENGRAM_WEB_WORKERS", "2")
     threads = os.environ.get("ENGRAM_WEB_THREADS", "4")
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     call_command("ensure_admin")
 
     _metrics_directory(settings.ENGRAM_HOME / "metrics")
+    activity.clear()  # markers of an earlier run's web processes (engram_site/activity.py)
     children: dict[str, subprocess.Popen] = {}
     web_cmd = [
         sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
@@ -64,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if worker_cmd and os.environ.get("ENGRAM_RUN_WORKER", "1") == "1":
         # Below the web server's priority (ENGRAM_WORKER_NICE): requests first, enrichment
         # on what they leave. The pool processes the worker forks inherit it.
-        niceness = settings.ENGRAM_WORKER_NICE
-        children["worker"] = subprocess.Popen(worker_cmd, preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+        children["worker"] = subprocess.Popen(worker_cmd, preexec_fn=_lower_priority)
 
     database = (
         "embedded PostgreSQL in " + str(settings.ENGRAM_HOME / "pgdata")
@@ -109,6 +111,17 @@ def main(argv: list[str] | None = None) -> int:
             proc.kill()
             proc.wait()  # reaped, so the embedded database's holder list sees it gone
     return exit_code
+
+
+def _lower_priority() -> None:
+    """In the worker's process before it starts (the pool processes it forks inherit it): nice
+    by ENGRAM_WORKER_NICE, and the SCHED_IDLE class when it says ``idle`` (Linux)."""
+    from django.conf import settings
+
+    if settings.ENGRAM_WORKER_NICE:
+        os.nice(settings.ENGRAM_WORKER_NICE)
+    if settings.ENGRAM_WORKER_IDLE and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _metrics_directory(default: Path) -> None:

@@ -99,6 +99,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Tells a worker on this machine that requests are being served (engram_site/activity.py).
+    "engram_site.activity.RequestActivityMiddleware",
     # Times every request by URL pattern for /metrics (engram_site/metrics.py); first, so the
     # time includes the other middleware's.
     "engram_site.metrics.RequestMetricsMiddleware",
@@ -385,8 +387,17 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # Pool processes of the worker started by ./engram serve (each loads the embedding model).
 ENGRAM_WORKER_CONCURRENCY = env_int("ENGRAM_WORKER_CONCURRENCY", 2)
 # The OS scheduling priority ./engram serve lowers its worker by (nice): on a machine shared with
-# the web server, enrichment takes the cores requests leave idle. 0 leaves it equal.
-ENGRAM_WORKER_NICE = env_int("ENGRAM_WORKER_NICE", 10)
+# the web server, enrichment takes the cores requests leave idle. 0 leaves it equal; "idle" runs
+# it in Linux's SCHED_IDLE class (at nice 19 elsewhere): only on cores nothing else wants.
+_worker_nice = env_str("ENGRAM_WORKER_NICE", "10").strip().lower()
+ENGRAM_WORKER_IDLE = _worker_nice == "idle"
+try:
+    ENGRAM_WORKER_NICE = 19 if ENGRAM_WORKER_IDLE else int(_worker_nice)
+except ValueError:
+    raise ImproperlyConfigured(f"ENGRAM_WORKER_NICE must be 0 to 19 or idle, not {_worker_nice!r}") from None
+# Before each task the worker waits while a web server on this machine (the same ENGRAM_HOME) is
+# serving, at most this many seconds (engram_site/activity.py); 0 starts tasks at once.
+ENGRAM_WORKER_YIELD_SECONDS = env_float("ENGRAM_WORKER_YIELD_SECONDS", 10.0)
 # Rows per enrichment transaction (embeddings and lemmas filled in the background).
 ENGRAM_ENRICH_BATCH_SIZE = env_int("ENGRAM_ENRICH_BATCH_SIZE", 128)
 # Job runs older than this are deleted by the nightly cleanup.

@@ -1,0 +1,153 @@
+"""Requests before background work: the web server says when it is serving, and the worker
+on the same machine waits for a pause before it starts a task.
+
+The web side (:class:`RequestActivityMiddleware`) keeps, per process, a count of the requests in
+flight. When a process starts its first one it creates a file named after its pid in
+``$ENGRAM_HOME/run/requests``; when its last one ends it removes the file. Creating and removing
+a file both change the directory's modification time, so the directory tells the worker two
+things with one ``stat``: whether any web process is serving now (a file is there) and how long
+ago the last request ended (the directory's mtime). Two file operations per busy period, none
+per request while requests overlap.
+
+The worker side (:func:`wait_for_quiet`, called before every task by engram_site/celery.py)
+waits while a request is in flight or one ended less than ``GRACE_SECONDS`` ago (a client's next
+request usually follows at once), polling every ``POLL_SECONDS``, and never longer than
+``settings.ENGRAM_WORKER_YIELD_SECONDS``: under unbroken load the worker still runs a task at
+least that often, so the backlog keeps moving and drains when the load stops.
+
+Only processes sharing ``$ENGRAM_HOME`` see each other: a worker on another machine never waits,
+which is right, since it takes no cores from this machine's requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+# A request that ended this recently still counts: the same client's next one is usually on its way.
+GRACE_SECONDS = 0.1
+POLL_SECONDS = 0.02
+
+
+def directory() -> Path:
+    return Path(settings.ENGRAM_HOME) / "run" / "requests"
+
+
+class _Busy:
+    """This process's requests in flight, and its marker file while there are any."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._pid = 0
+
+    def _path(self) -> Path:
+        pid = os.getpid()  # after a fork the child is a process of its own
+        if pid != self._pid:
+            self._pid, self._count = pid, 0
+        return directory() / str(pid)
+
+    def begin(self) -> None:
+        with self._lock:
+            path = self._path()
+            self._count += 1
+            if self._count == 1:
+                try:
+                    try:
+                        path.touch()
+                    except FileNotFoundError:  # the first request, or the folder was removed
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        path.touch()
+                except OSError:  # a read-only or full home must not fail the request
+                    logger.debug("could not mark %s busy", path, exc_info=True)
+
+    def end(self) -> None:
+        with self._lock:
+            path = self._path()
+            self._count = max(0, self._count - 1)
+            if self._count == 0:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError:
+                    logger.debug("could not clear %s", path, exc_info=True)
+
+
+_busy = _Busy()
+
+
+class RequestActivityMiddleware:
+    """Marks this process busy while it serves a request (first in MIDDLEWARE)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        _busy.begin()
+        try:
+            return self.get_response(request)
+        finally:
+            _busy.end()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def requests_active(*, grace: float = GRACE_SECONDS) -> bool:
+    """Whether a web process sharing this home is serving, or stopped serving less than
+    ``grace`` seconds ago. A marker left by a process that died is removed."""
+    folder = directory()
+    try:
+        changed = folder.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if time.time() - changed < grace:
+        return True
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return False
+    for name in names:
+        if not name.isdigit():
+            continue
+        if _alive(int(name)):
+            return True
+        (folder / name).unlink(missing_ok=True)
+    return False
+
+
+def wait_for_quiet(limit: float | None = None) -> float:
+    """Wait until no request is in flight on this machine (see :func:`requests_active`), at most
+    ``limit`` seconds (default: ``settings.ENGRAM_WORKER_YIELD_SECONDS``; 0 does not wait).
+    Returns the seconds waited."""
+    limit = settings.ENGRAM_WORKER_YIELD_SECONDS if limit is None else limit
+    if limit <= 0:
+        return 0.0
+    started = time.monotonic()
+    while requests_active():
+        waited = time.monotonic() - started
+        if waited >= limit:
+            return waited
+        time.sleep(min(POLL_SECONDS, limit - waited))
+    return time.monotonic() - started
+
+
+def clear() -> None:
+    """Remove every marker (``./engram serve`` at start: none of its processes runs yet)."""
+    folder = directory()
+    if folder.is_dir():
+        for marker in folder.iterdir():
+            marker.unlink(missing_ok=True)
