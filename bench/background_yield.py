@@ -1,5 +1,6 @@
 """Requests against background work: ingest and search through HTTP on ``./engram serve`` with
-the worker off, on at the web server's priority, and on at a lower one (ENGRAM_WORKER_NICE).
+the worker off, on at the web server's priority, on at a lower one (ENGRAM_WORKER_NICE), and
+with the pause before each task (ENGRAM_WORKER_YIELD_SECONDS).
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/background_yield.py --rows 10000 --batch 500
 
@@ -8,8 +9,9 @@ broker), creates a tenant, writes the first ``--rows`` rows of ``bench/data/corp
 in batches of ``--batch`` (one client, ``sequence`` at its default), and times it: items/s.
 Right after the last batch, while the worker (when on) still works through the backlog the
 writes queued, it sends ``--searches`` hybrid searches one after another and reports their
-p50/p95. Then it waits for the backlog to drain (graph extraction included) and reports how long
-that took. Conditions run one after another, in the order given, ``--repeat`` times interleaved;
+p50/p95. Then it waits for the backlog to drain — no message left in the embedded broker's queue,
+every memory classified and seen by the graph extractor — and reports how long that took.
+Conditions run one after another, in the order given, ``--repeat`` times interleaved;
 medians are reported.
 """
 

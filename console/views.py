@@ -48,6 +48,14 @@ def _context(request, title: str, **extra) -> dict:
     return {**admin.site.each_context(request), "title": title, **extra}
 
 
+def _row_id(text: str) -> int | None:
+    """A posted row id as a number, or None when it cannot name a row: not ASCII digits ("²" is a
+    digit to str.isdigit but not to int), or beyond PostgreSQL's bigint."""
+    if text.isascii() and text.isdigit() and 0 < int(text) < 2**63:
+        return int(text)
+    return None
+
+
 def _require(request, *perms: str) -> None:
     if not request.user.has_perms(perms):
         raise PermissionDenied
@@ -96,9 +104,9 @@ def enrichment_retry(request):
     if not ids:
         messages.warning(request, "Select at least one failure to retry.")
         return redirect(back)
-    if not all(i.isdigit() for i in ids):
+    if not all(_row_id(i) for i in ids):
         raise Http404
-    failures = list(selectors.enrichment_failures(user=request.user).filter(pk__in={int(i) for i in ids}))
+    failures = list(selectors.enrichment_failures(user=request.user).filter(pk__in={_row_id(i) for i in ids}))
     if len(failures) != len(set(ids)):
         # One the operator cannot see (or that is gone: its stage succeeded): nothing retried.
         raise Http404
@@ -190,7 +198,7 @@ def review_confirm(request):
         ids, action = [candidate_id], {"a": "merge_a", "b": "merge_b"}.get(decision, decision)
     else:
         ids, action = request.POST.getlist("candidates"), request.POST.get("action", "")
-    ids = {int(i) for i in ids if i.isdigit()}
+    ids = {_row_id(i) for i in ids} - {None}
     if not ids:
         messages.warning(request, "Select at least one pair.")
         return redirect(back)
@@ -297,8 +305,8 @@ def conflicts_resolve(request):
     _require(request, "maintenance.change_conflictcandidate", "memories.change_memory")
     back = reverse("admin:console_conflicts") + (f"?{request.POST['query']}" if request.POST.get("query") else "")
     candidate_id, _, decision = request.POST.get("pair", "").partition(":")
-    known = candidate_id.isdigit() and int(candidate_id) < 2**63  # beyond bigint: no such row
-    candidate = _conflicts(request).filter(pk=int(candidate_id)).first() if known else None
+    known = _row_id(candidate_id)
+    candidate = _conflicts(request).filter(pk=known).first() if known else None
     if candidate is None:
         # A pair the operator cannot see (or that is gone): nothing is decided, nothing told.
         raise Http404

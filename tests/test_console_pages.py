@@ -231,3 +231,23 @@ def test_date_drill_down_answers_200_for_a_row_at_the_end_of_the_calendar(admin_
     response = admin_client.get(url + "?created_at__year=1&created_at__month=1&created_at__day=1")
     assert response.status_code == 200 and "The oldest import." in response.content.decode()
     assert COFFEE not in response.content.decode()
+
+
+@pytest.mark.parametrize("odd", ["²", "9" * 25, "0", "-1", "１２"])
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/admin/console/review/confirm/", "pair"),
+        ("/admin/console/review/confirm/", "candidates"),
+        ("/admin/console/conflicts/resolve/", "pair"),
+        ("/admin/console/health/retry/", "failures"),
+    ],
+)
+def test_an_id_that_cannot_name_a_row_changes_nothing_and_is_not_a_server_error(admin_client, bucket, path, field, odd):
+    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN)
+    pair = candidate(bucket, coffee, again)
+    value = f"{odd}:keep_both" if field == "pair" else odd
+    response = admin_client.post(path, {field: value, "action": "keep_both"})
+    assert response.status_code in (302, 404)
+    pair.refresh_from_db()
+    assert pair.status == "pending"

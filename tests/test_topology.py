@@ -101,6 +101,42 @@ def beat(env: dict[str, str], log: Path) -> Process:
     return Process(cmd, env, log, lambda: "beat: Starting" in log.read_text(errors="replace"))
 
 
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] * 1000, 1) if ordered else 0.0
+
+
+def _report_figures(clients, acknowledged, stored, *, killed_at, back_at, enriched_after) -> None:
+    """The run's figures (docs/RELIABILITY.md cites them), as JSON to ENGRAM_TOPOLOGY_REPORT
+    when it is set: calls and latencies per client kind and server, the outage as clients saw it."""
+    path = os.environ.get("ENGRAM_TOPOLOGY_REPORT")
+    if not path:
+        return
+    figures: dict = {"by_client": {}}
+    for kind in ("writer", "searcher"):
+        for side in "ab":
+            calls = [c for client in clients if client.name.startswith(kind) and client.name.endswith(side)
+                     for c in client.calls]  # fmt: skip
+            ok = [c["ended"] - c["started"] for c in calls if c["status"] in (200, 201)]
+            figures["by_client"][f"{kind}s on {side}"] = {
+                "calls": len(calls), "ok": len(ok), "unanswered": sum(c["status"] == 0 for c in calls),
+                "other": sum(c["status"] not in (0, 200, 201) for c in calls),
+                "p50_ms": _percentile(ok, 0.5), "p95_ms": _percentile(ok, 0.95), "max_ms": _percentile(ok, 1.0),
+            }  # fmt: skip
+    first = min(c["started"] for client in clients for c in client.calls)
+    last = max(c["ended"] for client in clients for c in client.calls)
+    refused = [c for client in clients for c in client.calls if c["status"] == 0]
+    figures.update(
+        load_seconds=round(last - first, 1),
+        killed_for_seconds=round(back_at - killed_at, 1),
+        unanswered_window_seconds=round(max(c["ended"] for c in refused) - killed_at, 1) if refused else 0.0,
+        acknowledged_memories=len(acknowledged),
+        stored_memories=sum(stored.values()),
+        enrichment_done_after_load_seconds=round(enriched_after, 1),
+    )
+    Path(path).write_text(json.dumps(figures, indent=2))
+
+
 def test_killing_a_web_server_and_a_worker_under_load_loses_nothing(pg_home, tmp_path):
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
@@ -195,7 +231,10 @@ def test_killing_a_web_server_and_a_worker_under_load_loses_nothing(pg_home, tmp
                 ).fetchone()[0]
             return pending == 0
 
+        load_ended = time.monotonic()
         wait_for(enriched, timeout=240, interval=1)
+        _report_figures(clients, acknowledged, stored, killed_at=killed_at, back_at=back_at,
+                        enriched_after=time.monotonic() - load_ended)  # fmt: skip
         for process in processes:
             process.stop()
         assert "Traceback" not in (tmp_path / "beat.log").read_text(errors="replace")
