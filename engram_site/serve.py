@@ -21,6 +21,8 @@ from pathlib import Path
 
 import django
 
+from engram_site import activity
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="./engram serve", description="Migrate, then serve Engram.")
@@ -36,8 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.conf import settings
     from django.core.management import call_command
-
-    from engram_site import activity
 
     host, port = args.host, args.port
     workers = os.environ.get("ENGRAM_WEB_WORKERS", "2")
