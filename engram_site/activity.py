@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import MiddlewareNotUsed
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +84,13 @@ _busy = _Busy()
 
 
 class RequestActivityMiddleware:
-    """Marks this process busy while it serves a request (first in MIDDLEWARE)."""
+    """Marks this process busy while it serves a request (first in MIDDLEWARE). With the pause
+    off (ENGRAM_WORKER_YIELD_SECONDS 0, the default) nobody reads the marks: Django drops the
+    middleware at start-up and requests touch no file."""
 
     def __init__(self, get_response):
+        if settings.ENGRAM_WORKER_YIELD_SECONDS <= 0:
+            raise MiddlewareNotUsed
         self.get_response = get_response
 
     def __call__(self, request):

@@ -19,6 +19,7 @@ from engram_site.celery import _requests_first
 @pytest.fixture(autouse=True)
 def _empty_directory(settings, tmp_path):
     settings.ENGRAM_HOME = tmp_path
+    settings.ENGRAM_WORKER_YIELD_SECONDS = 10  # the pause on: the web side marks its requests
     yield
     activity.clear()
 
@@ -74,6 +75,14 @@ def test_a_failing_view_still_clears_the_mark():
     with pytest.raises(ValueError):
         activity.RequestActivityMiddleware(broken)(object())
     assert not (activity.directory() / str(os.getpid())).exists()
+
+
+def test_with_the_pause_off_the_middleware_is_dropped_and_requests_touch_no_file(settings):
+    from django.core.exceptions import MiddlewareNotUsed
+
+    settings.ENGRAM_WORKER_YIELD_SECONDS = 0
+    with pytest.raises(MiddlewareNotUsed):
+        activity.RequestActivityMiddleware(lambda request: "response")
 
 
 def test_no_web_server_means_no_wait():
