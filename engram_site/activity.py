@@ -9,11 +9,15 @@ things with one ``stat``: whether any web process is serving now (a file is ther
 ago the last request ended (the directory's mtime). Two file operations per busy period, none
 per request while requests overlap.
 
-The worker side (:func:`wait_for_quiet`, called before every task by engram_site/celery.py)
-waits while a request is in flight or one ended less than ``GRACE_SECONDS`` ago (a client's next
-request usually follows at once), polling every ``POLL_SECONDS``, and never longer than
-``settings.ENGRAM_WORKER_YIELD_SECONDS``: under unbroken load the worker still runs a task at
-least that often, so the backlog keeps moving and drains when the load stops.
+The worker side (:func:`wait_for_quiet`) waits while a request is in flight or one ended less
+than ``GRACE_SECONDS`` ago (a client's next request usually follows at once), polling every
+``POLL_SECONDS``, and never longer than ``settings.ENGRAM_WORKER_YIELD_SECONDS``: under unbroken
+load the worker still does a turn of work at least that often, so the backlog keeps moving and
+drains when the load stops. It waits before every task (engram_site/celery.py) and, inside long
+tasks, at :func:`pause` points between turns of at most ``TURN`` memories (the follow-up work of a
+500-memory write is minutes of CPU; waiting only between tasks left requests sharing the cores
+with it for that long). :func:`pause` waits only in a worker process (:func:`become_background`),
+never inside a transaction (locks would be held while waiting), and is free when the pause is off.
 
 Only processes sharing ``$ENGRAM_HOME`` see each other: a worker on another machine never waits,
 which is right, since it takes no cores from this machine's requests.
@@ -25,16 +29,24 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from django.conf import settings
 from django.core.exceptions import MiddlewareNotUsed
+from django.db import connection
 
 logger = logging.getLogger(__name__)
 
 # A request that ended this recently still counts: the same client's next one is usually on its way.
 GRACE_SECONDS = 0.1
 POLL_SECONDS = 0.02
+# Memories handled between two pause points of a long background task.
+TURN = 25
+
+T = TypeVar("T")
+_background = False
 
 
 def directory() -> Path:
@@ -156,3 +168,38 @@ def clear() -> None:
     if folder.is_dir():
         for marker in folder.iterdir():
             marker.unlink(missing_ok=True)
+
+
+def become_background() -> None:
+    """Mark this process as one that does background work (the Celery worker, before it forks
+    its pool): its :func:`pause` points wait for requests. Web processes never call it."""
+    global _background
+    _background = True
+
+
+def yielding() -> bool:
+    """Whether this process's background work gives way to requests (see the module's doc)."""
+    return _background and settings.ENGRAM_WORKER_YIELD_SECONDS > 0
+
+
+def pause() -> float:
+    """A point between two turns of background work: wait for a pause in the requests (at most
+    ENGRAM_WORKER_YIELD_SECONDS). Does nothing outside a worker process, with the pause off, or
+    inside a transaction. Returns the seconds waited."""
+    if not yielding() or connection.in_atomic_block:
+        return 0.0
+    return wait_for_quiet()
+
+
+def turns(items: Iterable[T], size: int | None = None) -> Iterator[list[T]]:
+    """``items`` in lists of at most ``size`` (default ``TURN``), with a :func:`pause` before each
+    one; when this process does not yield, all of them as one list (the work goes as it always
+    went)."""
+    items = list(items)
+    if not yielding():
+        yield items
+        return
+    size = size or TURN
+    for start in range(0, len(items), size):
+        pause()
+        yield items[start : start + size]

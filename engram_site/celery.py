@@ -26,6 +26,13 @@ def _hold_embedded_database(**kwargs):
         embedded_pg.join(django_settings.ENGRAM_HOME)
 
 
+@worker_init.connect
+def _background_process(**kwargs):
+    """The worker's tasks give way to requests at their pause points (engram_site/activity.py);
+    the pool processes inherit the mark."""
+    activity.become_background()
+
+
 @worker_process_init.connect
 def _load_models_early(**kwargs):
     """Load the embedding model in each new pool process while it waits for work, so the

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 from django.db.models import Case, Q, When
 
+from engram_site import activity
 from graph import extract as extraction
 from graph import nlp
 from graph.models import Correction, Edge, Entity, Mention, Processed
@@ -519,21 +520,27 @@ def graph_extract_memories(*, memory_ids: Iterable[uuid.UUID]) -> GraphReport:
     by_bucket: dict[uuid.UUID, list[Memory]] = {}
     for memory in memories:
         by_bucket.setdefault(memory.bucket_id, []).append(memory)
-    for rows in by_bucket.values():
-        bucket = rows[0].bucket
-        with transaction.atomic():
-            # One extractor at a time per bucket: entity creation and timelines stay consistent.
-            _bucket_lock(bucket)
-            rules = bucket_rules(bucket=bucket)
-            entities = _Entities(bucket, rules)
-            touched: set = set()
-            for start in range(0, len(rows), BATCH):
-                touched |= _extract_batch(bucket, rows[start : start + BATCH], entities, report)
-            if rules:
-                rules_settle(bucket, rules)
-            affected = _recompute_timelines(bucket, touched)
-            report.superseded += _recompute_supersession(bucket, affected)
+    # In a worker that gives way to requests, a bucket's memories go in turns, one transaction
+    # each, with a pause point between them (engram_site/activity.py).
+    for bucket_rows in by_bucket.values():
+        for rows in activity.turns(bucket_rows):
+            _extract_in_bucket(rows[0].bucket, rows, report)
     return report
+
+
+def _extract_in_bucket(bucket: Bucket, rows: list[Memory], report: GraphReport) -> None:
+    with transaction.atomic():
+        # One extractor at a time per bucket: entity creation and timelines stay consistent.
+        _bucket_lock(bucket)
+        rules = bucket_rules(bucket=bucket)
+        entities = _Entities(bucket, rules)
+        touched: set = set()
+        for start in range(0, len(rows), BATCH):
+            touched |= _extract_batch(bucket, rows[start : start + BATCH], entities, report)
+        if rules:
+            rules_settle(bucket, rules)
+        affected = _recompute_timelines(bucket, touched)
+        report.superseded += _recompute_supersession(bucket, affected)
 
 
 def _bucket_lock(bucket: Bucket) -> None:

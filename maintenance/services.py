@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import Actor, audit_record
+from engram_site import activity
 from engram_site.exceptions import Conflict, DomainError, NotFound
 from maintenance import contradictions, neighbours, signals
 from maintenance.classifier import Classification, ClassifyInput, get_classifier
@@ -257,6 +258,7 @@ def memories_classify(
     counts = {"classified": 0, "general": 0, "specific": 0, "failures_recorded": 0}
     last_id = None
     while True:
+        activity.pause()
         page = queryset if last_id is None else queryset.filter(pk__gt=last_id)
         rows = list(page.values_list("id", "content", "embedding", "embedding_model")[:batch_size])
         if not rows:
@@ -396,6 +398,7 @@ def _incremental_scan(
         visited = 0
         for rows in _scan_rows(tenant_id=tenant_id, bucket_id=bucket_id, after=after):
             for row in rows:
+                activity.pause()
                 visit(row, tenant_id=tenant_id, bucket_id=bucket_id, exact=exact)
             visited += len(rows)
             # Advance to the last row visited, but never past a row still waiting for its
@@ -470,6 +473,7 @@ def near_duplicates_find_for(*, memory_ids: Iterable, threshold: float | None = 
     counts = {"scanned": 0, "candidates": 0}
     rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
     for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):
+        activity.pause()
         near = neighbours.nearest(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=NEAR_DUPLICATE_K, min_similarity=minimum
         )
@@ -576,6 +580,7 @@ def conflicts_find_for(*, memory_ids: Iterable) -> dict:
     counts = {"scanned": 0, "conflicts": 0}
     rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
     for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):
+        activity.pause()
         near = neighbours.nearest(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=CONFLICT_K,
             min_similarity=CONFLICT_MIN_SIMILARITY,
@@ -713,6 +718,7 @@ def links_find_for(*, memory_ids: Iterable) -> dict:
     """The per-write hint: refines / cites links of these (new) memories."""
     totals = {"scanned": 0, "cites": 0, "refines": 0}
     for memory in Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False).values(*_LINK_FIELDS):
+        activity.pause()
         for kind, n in _link_one(memory, exact=None).items():
             totals[kind] += n
         totals["scanned"] += 1

@@ -8,12 +8,19 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 
 import pytest
+from django.db import transaction
 from django.test import override_settings
 
 from engram_site import activity, serve
 from engram_site.celery import _requests_first
+from graph.models import Edge, Entity
+from graph.services import graph_extract_memories, graph_rebuild
+from maintenance.services import conflicts_find_for, links_find_for, memories_classify, near_duplicates_find_for
+from memories.models import Memory
+from memories.services import MemoryInput, memories_ingest
 
 
 @pytest.fixture(autouse=True)
@@ -165,3 +172,100 @@ def test_an_unknown_worker_priority_is_refused():
     )
     assert done.returncode != 0
     assert "ENGRAM_WORKER_NICE must be 0 to 19 or idle" in done.stderr
+
+
+# --- pause points inside long background tasks ---------------------------------------------------
+
+
+@pytest.fixture
+def background(monkeypatch):
+    """This process as the worker's: its pause points are live."""
+    monkeypatch.setattr(activity, "_background", True)
+
+
+@pytest.fixture
+def waits(monkeypatch):
+    """Each wait a pause point asks for (instead of waiting)."""
+    calls = []
+    monkeypatch.setattr(activity, "wait_for_quiet", lambda limit=None: calls.append(limit) or 0.0)
+    return calls
+
+
+def test_a_web_process_never_pauses_and_does_its_work_in_one_go(waits):
+    assert not activity.yielding()
+    assert list(activity.turns(range(60))) == [list(range(60))]
+    assert activity.pause() == 0.0
+    assert waits == []
+
+
+def test_a_worker_does_its_work_in_turns_with_a_pause_before_each(background, waits):
+    assert activity.yielding()
+    assert [len(turn) for turn in activity.turns(range(60), 25)] == [25, 25, 10]
+    assert len(waits) == 3
+    # With the pause off, a worker too goes in one go.
+    with override_settings(ENGRAM_WORKER_YIELD_SECONDS=0):
+        assert list(activity.turns(range(60), 25)) == [list(range(60))]
+    assert len(waits) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(ENGRAM_WORKER_YIELD_SECONDS=0.5)
+def test_a_pause_point_waits_for_requests_but_never_inside_a_transaction(background):
+    activity.directory().mkdir(parents=True)
+    (activity.directory() / str(os.getpid())).touch()  # a request in flight
+    started = time.monotonic()
+    assert activity.pause() >= 0.5
+    assert time.monotonic() - started >= 0.5
+    with transaction.atomic():
+        started = time.monotonic()
+        assert activity.pause() == 0.0  # it would hold the transaction's locks while waiting
+        assert time.monotonic() - started < 0.3
+
+
+def _graph(bucket):
+    entities = sorted(Entity.objects.for_bucket(bucket).values_list("normalized_name", "type"))
+    edges = sorted(
+        (e.subject.normalized_name, e.predicate, e.object_entity.normalized_name if e.object_entity else "",
+         e.object_literal or "", e.valid_from, e.valid_to, str(e.source_memory_id))
+        for e in Edge.objects.for_bucket(bucket).select_related("subject", "object_entity")
+    )  # fmt: skip
+    superseded = sorted(
+        Memory.objects.for_bucket(bucket)
+        .filter(superseded_by__isnull=False)
+        .values_list("id", "superseded_at", "superseded_by")
+    )
+    return entities, edges, superseded
+
+
+@pytest.mark.django_db
+def test_long_background_tasks_pause_between_memories_and_reach_the_same_result(bucket, background, monkeypatch):
+    """The follow-up work of a large write (graph extraction, near-duplicates, contradictions,
+    links, classification) gives way to requests between memories, not only before the task;
+    extraction in turns builds the graph one extraction of all the memories builds."""
+    texts = [
+        ("Alice lives in Boston.", 2021, 3), ("Alice works at Initech.", 2021, 4),
+        ("Initech is headquartered in Austin.", 2021, 5), ("My sister Anna is a nurse.", 2022, 1),
+        ("I bought a Pixel 7.", 2023, 1), ("Alice moved to Seattle.", 2024, 2),
+        ("I switched to an iPhone 15.", 2024, 6),
+    ]  # fmt: skip
+    items = [MemoryInput(content=c, created_at=datetime(y, m, 1, tzinfo=UTC)) for c, y, m in texts]
+    ids = [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
+    pauses = []
+    monkeypatch.setattr(activity, "pause", lambda: pauses.append(1) or 0.0)
+
+    monkeypatch.setattr(activity, "TURN", 2)
+    report = graph_extract_memories(memory_ids=ids)
+    assert not report.errors and report.memories == len(ids)
+    assert len(pauses) == 4  # turns of 2, 2, 2, 1
+    in_turns = _graph(bucket)
+    assert in_turns[1] and in_turns[2]  # facts, and Alice's move closed the Boston one
+    graph_rebuild(bucket=bucket)  # all of them in one transaction
+    assert _graph(bucket) == in_turns
+
+    for find in (near_duplicates_find_for, conflicts_find_for, links_find_for):
+        pauses.clear()
+        assert find(memory_ids=ids)["scanned"] == len(ids)
+        assert len(pauses) == len(ids), find.__name__
+    pauses.clear()
+    assert memories_classify(memory_ids=ids, force=True, batch_size=3)["classified"] == len(ids)
+    assert len(pauses) >= 3

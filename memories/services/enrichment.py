@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import Q
 
+from engram_site import activity
 from memories import embedding, lemmatizer
 from memories.models import PENDING_ENRICHMENT, EnrichmentStage, Memory
 from memories.services.enrichment_failures import deferred, failures_clear, failures_record, isolate
@@ -274,6 +275,7 @@ def memories_enrich_all_pending(
         memory_ids = list(memory_ids)
     total = EnrichmentReport()
     while True:
+        activity.pause()
         report = memories_enrich_pending(batch_size=batch_size, bucket=bucket, kind=kind, memory_ids=memory_ids)
         total.add(report)
         if report.scanned and on_batch is not None:
