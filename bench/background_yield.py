@@ -101,11 +101,17 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
             call("POST", f"{base}/api/v1/buckets/{bucket}/memories", token,
                  {"memories": [{"content": text} for text in rows[i : i + args.batch]]})  # fmt: skip
         ingest_seconds = time.perf_counter() - started
-        latencies = []
-        for query in queries:
-            t = time.perf_counter()
-            call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
-            latencies.append((time.perf_counter() - t) * 1000)
+        def searches() -> list[float]:
+            taken = []
+            for query in queries:
+                t = time.perf_counter()
+                call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
+                taken.append((time.perf_counter() - t) * 1000)
+            return sorted(taken)
+
+        search_window = [time.time()]
+        latencies = searches()
+        search_window.append(time.time())
         drained_after = pending_at_end = None
         if extra.get("ENGRAM_RUN_WORKER") == "1":
             dsn = inproc.run_task("dsn", {}, env)
@@ -118,12 +124,18 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
                     drained_after = time.perf_counter() - started
                     break
                 time.sleep(2)
-        latencies.sort()
+        # The same searches once the worker is idle (or, worker off, again): what the data the
+        # worker derived (graph, labels, links) costs a search, apart from the cores it takes.
+        time.sleep(5)
+        idle = searches()
         return {
             "condition": name,
             "items_per_s": len(rows) / ingest_seconds,
             "search_p50_ms": statistics.median(latencies),
             "search_p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
+            "search_window": search_window,
+            "idle_search_p50_ms": statistics.median(idle),
+            "idle_search_p95_ms": idle[int(0.95 * (len(idle) - 1))],
             "drained_s": drained_after,
             "drained_after_writes_s": None if drained_after is None else drained_after - ingest_seconds,
             "pending_after_searches": pending_at_end,
@@ -138,7 +150,10 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
         shutil.rmtree(home, ignore_errors=True)
 
 
-KEYS = ("items_per_s", "search_p50_ms", "search_p95_ms", "drained_s", "drained_after_writes_s")
+KEYS = (
+    "items_per_s", "search_p50_ms", "search_p95_ms", "idle_search_p50_ms", "idle_search_p95_ms", "drained_s",
+    "drained_after_writes_s",
+)  # fmt: skip
 
 
 def _median(values: list) -> float | None:

@@ -395,9 +395,10 @@ try:
     ENGRAM_WORKER_NICE = 19 if ENGRAM_WORKER_IDLE else int(_worker_nice)
 except ValueError:
     raise ImproperlyConfigured(f"ENGRAM_WORKER_NICE must be 0 to 19 or idle, not {_worker_nice!r}") from None
-# Before each task the worker waits while a web server on this machine (the same ENGRAM_HOME) is
-# serving, at most this many seconds (engram_site/activity.py); 0 starts tasks at once.
-ENGRAM_WORKER_YIELD_SECONDS = env_float("ENGRAM_WORKER_YIELD_SECONDS", 0.0)
+# Before each task, and at pause points inside long ones, the worker waits while a web server on
+# this machine (the same ENGRAM_HOME) is serving, at most this many seconds
+# (engram_site/activity.py); 0 never waits (and web processes mark nothing).
+ENGRAM_WORKER_YIELD_SECONDS = env_float("ENGRAM_WORKER_YIELD_SECONDS", 10.0)
 # Rows per enrichment transaction (embeddings and lemmas filled in the background).
 ENGRAM_ENRICH_BATCH_SIZE = env_int("ENGRAM_ENRICH_BATCH_SIZE", 128)
 # Job runs older than this are deleted by the nightly cleanup.

@@ -1,6 +1,6 @@
 """Settings of the test suite (pytest's DJANGO_SETTINGS_MODULE; ``./engram test`` passes it).
 
-The production settings with four defaults turned off, so that a test process loads no
+The production settings with five defaults turned off, so that a test process loads no
 model it does not use, starts no background threads and runs every search on its one
 connection, inside the test's transaction. Each can still be set in the environment.
 Processes that tests start (web servers, workers) run ``engram_site.settings``
@@ -22,9 +22,12 @@ if _worker:
     os.environ["ENGRAM_HOME"] = str(_home / "xdist" / _worker)
 
 from engram_site.settings import *  # noqa: E402, F403
-from engram_site.settings import env_bool  # noqa: E402
+from engram_site.settings import env_bool, env_float  # noqa: E402
 
 ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", False)
 ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", False)
 ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", False)
 ENGRAM_SEARCH_PARALLEL = env_bool("ENGRAM_SEARCH_PARALLEL", False)
+# No worker shares a test process's home, so its requests mark nothing (tests/test_activity.py
+# turns it on).
+ENGRAM_WORKER_YIELD_SECONDS = env_float("ENGRAM_WORKER_YIELD_SECONDS", 0.0)

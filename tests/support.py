@@ -82,6 +82,10 @@ def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.update({"HF_HUB_OFFLINE": "1", "DJANGO_SETTINGS_MODULE": "engram_site.settings"})
+    # The servers and workers a test starts share its home but stand for processes of a deployment,
+    # often on machines of their own: the worker does not wait for the servers' requests
+    # (engram_site/activity.py) unless the test asks for it.
+    env.setdefault("ENGRAM_WORKER_YIELD_SECONDS", "0")
     env.update(extra)
     return env
 

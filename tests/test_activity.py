@@ -179,8 +179,9 @@ def test_an_unknown_worker_priority_is_refused():
 
 @pytest.fixture
 def background(monkeypatch):
-    """This process as the worker's: its pause points are live."""
+    """This process as the worker's: its pause points are live (and no slice of work is running)."""
     monkeypatch.setattr(activity, "_background", True)
+    monkeypatch.setattr(activity, "_slice_started", 0.0)
 
 
 @pytest.fixture
@@ -269,3 +270,19 @@ def test_long_background_tasks_pause_between_memories_and_reach_the_same_result(
     pauses.clear()
     assert memories_classify(memory_ids=ids, force=True, batch_size=3)["classified"] == len(ids)
     assert len(pauses) >= 3
+
+
+@override_settings(ENGRAM_WORKER_YIELD_SECONDS=0.3)
+def test_after_a_wait_a_slice_of_work_goes_on_before_the_next_one(background, monkeypatch):
+    """Under unbroken load each wait (at most the limit) buys a slice of work, not one pause
+    point's worth: a per-memory loop would otherwise move one memory per limit."""
+    monkeypatch.setattr(activity, "SLICE_SECONDS", 0.4)
+    activity.directory().mkdir(parents=True)
+    (activity.directory() / str(os.getpid())).touch()  # a request that never ends
+    assert activity.pause() >= 0.3  # waited out the limit
+    started = time.monotonic()
+    for _ in range(100):  # within the slice: no wait
+        assert activity.pause() == 0.0
+    assert time.monotonic() - started < 0.3
+    time.sleep(0.45)
+    assert activity.pause() >= 0.3  # the slice is over: waits again
