@@ -101,6 +101,7 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
             call("POST", f"{base}/api/v1/buckets/{bucket}/memories", token,
                  {"memories": [{"content": text} for text in rows[i : i + args.batch]]})  # fmt: skip
         ingest_seconds = time.perf_counter() - started
+
         def searches() -> list[float]:
             taken = []
             for query in queries:
