@@ -1,6 +1,8 @@
 """Requests against background work: ingest and search through HTTP on ``./engram serve`` with
 the worker off, on at the web server's priority, on at a lower one (ENGRAM_WORKER_NICE), and
-with the pause before each task (ENGRAM_WORKER_YIELD_SECONDS).
+with the pause for requests (ENGRAM_WORKER_YIELD_SECONDS: before each task and at the pause
+points between slices of a long one; engram_site/activity.py). "defaults" is ./engram serve
+with no settings of its own.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/background_yield.py --rows 10000 --batch 500
 
@@ -10,7 +12,9 @@ in batches of ``--batch`` (one client, ``sequence`` at its default), and times i
 Right after the last batch, while the worker (when on) still works through the backlog the
 writes queued, it sends ``--searches`` hybrid searches one after another and reports their
 p50/p95. Then it waits for the backlog to drain — no message left in the embedded broker's queue,
-every memory classified and seen by the graph extractor — and reports how long that took.
+every memory classified and seen by the graph extractor — and reports how long that took, and
+sends the same searches again with the worker idle ("idle"): what the derived data (graph,
+labels, links) costs a search, apart from the cores the worker takes.
 Conditions run one after another, in the order given, ``--repeat`` times interleaved;
 medians are reported.
 """

@@ -26,6 +26,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.services import Actor, audit_record
+from engram_site import activity
 from engram_site.exceptions import NotFound
 from maintenance.jobs import lock_key
 from memories import hooks
@@ -469,6 +470,7 @@ def source_process(
     )
     distiller = distiller or distill.get_distiller()
     while True:
+        activity.pause()  # a worker sharing the machine with a web server gives way to requests
         if deadline is not None and _clock() > deadline:
             Source.objects.filter(pk=source.pk, status=SourceStatus.PROCESSING).update(status=SourceStatus.PENDING)
             report.status = SourceStatus.PENDING
