@@ -112,14 +112,31 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
                 t = time.perf_counter()
                 call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
                 taken.append((time.perf_counter() - t) * 1000)
-            return sorted(taken)
+            return taken
 
         search_window = [time.time()]
-        latencies = searches()
+        in_order = searches()
+        latencies = sorted(in_order)
         search_window.append(time.time())
-        drained_after = pending_at_end = None
+        drained_after = pending_at_end = drain_wait = None
+        under_load = None
         if extra.get("ENGRAM_RUN_WORKER") == "1":
             dsn = inproc.run_task("dsn", {}, env)
+            if args.load_seconds > 0:
+                # Unbroken load: one client searching back to back, so a request is always in
+                # flight or just ended. How much of the backlog moves meanwhile?
+                before, t = backlog(dsn, home, bucket), time.perf_counter()
+                served = 0
+                while time.perf_counter() - t < args.load_seconds:
+                    query = queries[served % len(queries)]
+                    call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
+                    served += 1
+                seconds, after = time.perf_counter() - t, backlog(dsn, home, bucket)
+                under_load = {
+                    "seconds": seconds, "searches": served, "before": before, "after": after,
+                    "classified_per_s": (before["unclassified"] - after["unclassified"]) / seconds,
+                    "extracted_per_s": (before["not_in_graph"] - after["not_in_graph"]) / seconds,
+                }  # fmt: skip
             t = time.perf_counter()
             while time.perf_counter() - t < args.drain_timeout:
                 left = backlog(dsn, home, bucket)
@@ -127,23 +144,27 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
                     pending_at_end = left
                 if not any(left.values()):
                     drained_after = time.perf_counter() - started
+                    drain_wait = time.perf_counter() - t  # from the end of the searches (and load)
                     break
                 time.sleep(2)
         # The same searches once the worker is idle (or, worker off, again): what the data the
         # worker derived (graph, labels, links) costs a search, apart from the cores it takes.
         time.sleep(5)
-        idle = searches()
+        idle = sorted(searches())
         return {
             "condition": name,
             "items_per_s": len(rows) / ingest_seconds,
             "search_p50_ms": statistics.median(latencies),
             "search_p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
             "search_window": search_window,
+            "search_ms_in_order": [round(v, 1) for v in in_order],
             "idle_search_p50_ms": statistics.median(idle),
             "idle_search_p95_ms": idle[int(0.95 * (len(idle) - 1))],
             "drained_s": drained_after,
             "drained_after_writes_s": None if drained_after is None else drained_after - ingest_seconds,
             "pending_after_searches": pending_at_end,
+            "under_load": under_load,
+            "drain_wait_s": drain_wait,
         }
     finally:
         os.killpg(serve.pid, signal.SIGINT)
@@ -174,6 +195,11 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--port", type=int, default=8791)
     p.add_argument("--drain-timeout", type=float, default=900)
+    p.add_argument(
+        "--load-seconds", type=float, default=0,
+        help="after the searches, keep one client searching back to back this long and report how "
+        "much of the backlog moved meanwhile (worker on only)",
+    )  # fmt: skip
     p.add_argument("--conditions", default=",".join(CONDITIONS))
     p.add_argument("--corpus", type=Path, default=ROOT / "bench" / "data" / "corpus-100k.jsonl")
     p.add_argument("--queries", type=Path, default=ROOT / "bench" / "data" / "queries-100k.jsonl")

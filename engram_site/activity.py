@@ -18,7 +18,7 @@ tasks, at :func:`pause` points: between memories, or turns of at most ``TURN`` m
 follow-up work of a 500-memory write is minutes of CPU; waiting only between tasks left requests
 sharing the cores with it for that long). A pause point less than ``SLICE_SECONDS`` after the last
 wait goes on without looking, so that under unbroken load each wait of at most the limit buys at
-least a slice of work (about 1/20 of the time at the defaults) instead of one memory's worth.
+least a slice of work instead of one memory's worth.
 :func:`pause` waits only in a worker process (:func:`become_background`), never inside a
 transaction (locks would be held while waiting), and is free when the pause is off.
 
