@@ -106,13 +106,13 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
                  {"memories": [{"content": text} for text in rows[i : i + args.batch]]})  # fmt: skip
         ingest_seconds = time.perf_counter() - started
 
+        def search(query: str) -> float:
+            t = time.perf_counter()
+            call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
+            return (time.perf_counter() - t) * 1000
+
         def searches() -> list[float]:
-            taken = []
-            for query in queries:
-                t = time.perf_counter()
-                call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
-                taken.append((time.perf_counter() - t) * 1000)
-            return taken
+            return [search(query) for query in queries]
 
         search_window = [time.time()]
         in_order = searches()
@@ -128,8 +128,7 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
                 before, t = backlog(dsn, home, bucket), time.perf_counter()
                 served = 0
                 while time.perf_counter() - t < args.load_seconds:
-                    query = queries[served % len(queries)]
-                    call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
+                    search(queries[served % len(queries)])
                     served += 1
                 seconds, after = time.perf_counter() - t, backlog(dsn, home, bucket)
                 under_load = {

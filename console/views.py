@@ -104,9 +104,10 @@ def enrichment_retry(request):
     if not ids:
         messages.warning(request, "Select at least one failure to retry.")
         return redirect(back)
-    if not all(_row_id(i) for i in ids):
+    numbers = {_row_id(i) for i in ids}
+    if None in numbers:
         raise Http404
-    failures = list(selectors.enrichment_failures(user=request.user).filter(pk__in={_row_id(i) for i in ids}))
+    failures = list(selectors.enrichment_failures(user=request.user).filter(pk__in=numbers))
     if len(failures) != len(set(ids)):
         # One the operator cannot see (or that is gone: its stage succeeded): nothing retried.
         raise Http404

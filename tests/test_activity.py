@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from django.core.exceptions import MiddlewareNotUsed
 from django.db import transaction
 from django.test import override_settings
 
@@ -84,8 +85,6 @@ def test_a_failing_view_still_clears_the_mark():
 
 
 def test_with_the_pause_off_the_middleware_is_dropped_and_requests_touch_no_file(settings):
-    from django.core.exceptions import MiddlewareNotUsed
-
     settings.ENGRAM_WORKER_YIELD_SECONDS = 0
     with pytest.raises(MiddlewareNotUsed):
         activity.RequestActivityMiddleware(lambda request: "response")
