@@ -7,7 +7,7 @@ context texts, which are about three times longer. Sent in one call, the runtime
 length and cuts model batches of 64, so up to a batch of memories is padded to the length of the
 contexts sharing its batch; sent in two calls, nothing is padded across the kinds, at the price
 of one more call. This script times both on the same texts with the server's runtime
-(``memories.embedding.embed_texts``, in this process with the server's thread settings): for each
+(``engram_site.providers.embedding.embed_texts``, in this process with the server's thread settings): for each
 ``k``, memory texts of consecutive corpus rows and their contexts (one or two predecessors + the
 memory, as ``memories.services`` joins them), fresh rows for every pass and form, the forms
 interleaved. Reported: the median milliseconds of ``--repeat`` passes per form.
@@ -49,7 +49,7 @@ def main() -> int:
     django.setup()
     import numpy as np
 
-    from memories import embedding
+    from engram_site.providers import embedding
     from memories.services import CONTEXT_PREDECESSORS, join_context
 
     need = 2 * args.repeat * max(sizes) + CONTEXT_PREDECESSORS

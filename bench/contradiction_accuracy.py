@@ -106,7 +106,7 @@ def similarities(pairs: list[dict]) -> list[float]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings.configure(ENGRAM_EMBEDDINGS_ENABLED=True)
     django.setup()
-    from memories.embedding import embed_texts
+    from engram_site.providers.embedding import embed_texts
 
     vectors = embed_texts([p["a"] for p in pairs] + [p["b"] for p in pairs])
     a, b = vectors[: len(pairs)], vectors[len(pairs) :]

@@ -16,7 +16,7 @@ the memory, as ``memories.services`` builds them), and ``--queries`` generated q
   ``--repeat`` passes, the runtimes interleaved.
 
 The ONNX graph is exported (and verified) into ``--cache`` if it is not there yet, exactly as
-the server does (``memories/onnx_encoder.py``).
+the server does (``engram_site/providers/onnx_encoder.py``).
 
 ``--int8`` adds a third runtime, not one the server offers: the exported graph with its weights
 quantised to int8 (ONNX Runtime's dynamic quantisation, per output channel). Besides the
@@ -63,7 +63,7 @@ def main() -> int:
     import django
 
     django.setup()
-    from memories import embedding, onnx_encoder
+    from engram_site.providers import embedding, onnx_encoder
 
     threads = embedding._threads()
     import torch
@@ -211,7 +211,7 @@ def int8_encoder(onnx_model, model_dir: Path, threads: int):
     channel), beside the full-precision file."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from memories import onnx_encoder
+    from engram_site.providers import onnx_encoder
 
     target = onnx_model.path.with_name(onnx_model.path.stem + "-int8.onnx")
     if not target.exists():

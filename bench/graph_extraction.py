@@ -18,7 +18,7 @@ afterwards, before the extractor first ran on it, and is kept out of development
 its score as the honest one.
 
 The real extractor runs over each memory alone (no database, no entity resolution
-across memories): the spaCy pipeline of graph/nlp.py, then graph/extract.py, with the
+across memories): the spaCy pipeline of engram_site/providers/nlp.py, then graph/extract.py, with the
 speaker rule the graph services apply (a leading ``Name:``) when the extractor has it.
 
 Matching rules:
@@ -87,8 +87,8 @@ def configure_django() -> None:
 
 def run_extractor(rows: list[dict]) -> tuple[list[tuple[set, set]], float, float]:
     """(entities, edges) predicted for each row, and the seconds spent parsing and extracting."""
+    from engram_site.providers import nlp
     from graph import extract as extraction
-    from graph import nlp
 
     pipeline = nlp.get_pipeline()
     pipeline("Warm up the pipeline.")

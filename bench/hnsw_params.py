@@ -7,7 +7,7 @@ Each ``m/ef_construction`` pair is measured on the same vectors, in a scratch ta
 database of ``--home`` (its embedded PostgreSQL; ``DATABASE_URL`` for another server), never in
 Engram's own tables:
 
-* the vectors: ``--rows`` texts embedded with ``memories.embedding.embed_texts`` (the server's
+* the vectors: ``--rows`` texts embedded with ``engram_site.providers.embedding.embed_texts`` (the server's
   model and runtime) and cached in ``bench/data/``; ``--source corpus`` takes the ``content`` of
   ``bench/make_corpus.py``'s rows and its questions as queries, ``--source docstrings`` the
   sentences of the installed packages' docstrings (other English, longer and more varied), with
@@ -195,7 +195,7 @@ def _vectors(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     if larger:
         saved = np.load(larger[0][1])
         return saved["rows"][: args.rows], saved["queries"]
-    from memories import embedding
+    from engram_site.providers import embedding
 
     rows, queries = _texts(args)
     started = time.perf_counter()

@@ -22,7 +22,7 @@ parameter binding like Django's) and runs the vector query of ``memories/retriev
 
 recall@k = |approximate top k ∩ exact top k| / |exact top k|, averaged over the query vectors
 (``--queries`` generated questions about the loaded rows, embedded with
-``memories.embedding.embed_query`` in a child process). "top-k in candidates" is what the
+``engram_site.providers.embedding.embed_query`` in a child process). "top-k in candidates" is what the
 server actually asks for: ``LIMIT candidates`` (100) at ``ef_search = max(ef, candidates)``, and
 the share of the exact top k found in that candidate list. Both vector columns (``embedding``,
 ``context_embedding``) are measured, without and with the per-query filters of
@@ -315,7 +315,7 @@ def build_report(ctx: dict) -> str:
         f"holds {info['rows_total']}: {info['embedded']} embeddings, {info['context_embedded']} context embeddings); "
         f"{ctx['load'].describe()}",
         f"- query vectors: {len(ctx['queries'])} generated questions ({ctx['about']} about loaded rows), embedded "
-        "with `memories.embedding.embed_query`; filtered runs use each query's filters: "
+        "with `engram_site.providers.embedding.embed_query`; filtered runs use each query's filters: "
         + loader.describe_filters(ctx["queries"]),
         f"- latency passes: {args.repeat}; recall from the first pass; `ANALYZE memories` before measuring",
         "",

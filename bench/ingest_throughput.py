@@ -21,7 +21,7 @@ Four parts, one run, one machine:
    and the post-commit queue hints, on the server's own database. The server is not modified.
    The difference between the HTTP time per item and the in-process time per item is what HTTP,
    authentication, validation and serialisation cost.
-3. **Ceiling**: ``memories.embedding.embed_texts`` alone (batches of 64, calls of 1,000 texts) on
+3. **Ceiling**: ``engram_site.providers.embedding.embed_texts`` alone (batches of 64, calls of 1,000 texts) on
    the memory texts of the first ``--split-rows`` rows and on their context texts
    (``predecessors + "\\n" + content``, derived like ``memories.services`` does and checked against
    what the stage split recorded), in a child process before the HTTP runs and again after them

@@ -7,13 +7,13 @@ machine, with the same environment as the server (``ENGRAM_HOME`` → the same e
 the same ``ENGRAM_TORCH_THREADS``), calling the project's functions directly:
 
 * ``memories.services.memories_ingest`` — the function the write endpoint calls — with timers
-  wrapped (in this child process only) around ``memories.embedding.embed_texts``,
-  ``memories.embedding.count_tokens``, ``memories.lemmatizer.lemmatize_many``, every SQL statement
+  wrapped (in this child process only) around ``engram_site.providers.embedding.embed_texts``,
+  ``engram_site.providers.embedding.count_tokens``, ``memories.lemmatizer.lemmatize_many``, every SQL statement
   and commit (``connection.execute_wrapper``), and the post-commit hint publishing. Times are
   *exclusive* (a stage nested in another is not counted twice); what is left is Python (context
   assignment, hashing, vector formatting, the insert's parameter building).
-* ``memories.embedding.embed_texts`` on the same texts in large batches: the model's ceiling.
-* ``memories.embedding.embed_query`` on distinct query texts (no cache hits).
+* ``engram_site.providers.embedding.embed_texts`` on the same texts in large batches: the model's ceiling.
+* ``engram_site.providers.embedding.embed_query`` on distinct query texts (no cache hits).
 
 Parents call :func:`run_task`; the child is ``python bench/inproc.py TASK REQUEST.json RESULT.json``.
 Progress goes to stderr. Nothing here is imported by the server.
@@ -158,7 +158,8 @@ def _memory_input(row: dict):
 
 
 def _warm_models() -> None:
-    from memories import embedding, lemmatizer
+    from engram_site.providers import embedding
+    from memories import lemmatizer
 
     started = time.perf_counter()
     embedding.embed_texts(["warm up the embedding model", "and its buffers"] * 16)
@@ -177,7 +178,8 @@ def task_ingest_split(request: dict) -> dict:
     from django.db import connections
 
     import graph.receivers
-    from memories import embedding, hooks, lemmatizer
+    from engram_site.providers import embedding
+    from memories import hooks, lemmatizer
     from memories.services import ingest as services
     from tenants.models import Bucket
 
@@ -286,7 +288,8 @@ def task_ceiling(request: dict) -> dict:
     request: {"texts": {"content": [...], "context": [...]}, "repeat": n, "chunk": 1000, "batch_size": 64}
     """
     _setup_django()
-    from memories import embedding, lemmatizer
+    from engram_site.providers import embedding
+    from memories import lemmatizer
 
     _warm_models()
     chunk = int(request.get("chunk", 1000))
@@ -322,7 +325,7 @@ def task_embed_queries(request: dict) -> dict:
     request: {"texts": [...], "return_vectors": bool}
     """
     _setup_django()
-    from memories import embedding
+    from engram_site.providers import embedding
 
     _warm_models()
     # Warm the single-text path too (first call of a shape allocates).

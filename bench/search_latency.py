@@ -16,7 +16,7 @@
   when the generator gave it some (agent, run, attribution, tag, date window), otherwise its
   source row's ``attributed_to`` or ``agent_id``. Each pass runs every condition once
   (interleaved); ``--repeat`` passes; the report gives medians of each percentile over passes.
-* **Query embedding**: ``memories.embedding.embed_query`` on the same vector/hybrid query texts,
+* **Query embedding**: ``engram_site.providers.embedding.embed_query`` on the same vector/hybrid query texts,
   in-process in a child process on the same machine (``bench/inproc.py``); its median is
   compared with the end-to-end latency. The server starts that embedding in a thread while the
   keyword SQL runs, so in hybrid mode part of it overlaps.

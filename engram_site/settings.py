@@ -320,7 +320,7 @@ ENGRAM_EMBEDDINGS_ENABLED = env_str("ENGRAM_EMBEDDINGS", "on").lower() not in {"
 ENGRAM_EMBEDDING_RUNTIME = env_str("ENGRAM_EMBEDDING_RUNTIME", "onnx").lower()
 if ENGRAM_EMBEDDING_RUNTIME not in {"onnx", "torch"}:
     raise ImproperlyConfigured(f"ENGRAM_EMBEDDING_RUNTIME must be onnx or torch, not {ENGRAM_EMBEDDING_RUNTIME!r}")
-# The embedding model new buckets start with (one of memories.embedding.MODELS; the names
+# The embedding model new buckets start with (one of engram_site.providers.embedding.MODELS; the names
 # are checked when a bucket is created). A bucket keeps its model until it is switched
 # (./engram manage switch_embedding_model), which re-embeds its rows.
 ENGRAM_EMBEDDING_MODEL = env_str("ENGRAM_EMBEDDING_MODEL", "all-MiniLM-L6-v2")

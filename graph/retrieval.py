@@ -17,8 +17,8 @@ from datetime import datetime
 
 from django.db import connection
 
+from engram_site.providers import nlp
 from graph import extract as extraction
-from graph import nlp
 from graph.extract.vocabulary import SYMMETRIC, relation_predicate
 from graph.selectors import entities_by_first_name
 from memories import lemmatizer

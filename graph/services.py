@@ -19,8 +19,8 @@ from django.db import connection, transaction
 from django.db.models import Case, Q, When
 
 from engram_site import activity
+from engram_site.providers import nlp
 from graph import extract as extraction
-from graph import nlp
 from graph.models import Correction, Edge, Entity, Mention, Processed
 from graph.rules import Rules, Target, bucket_rules
 from graph.selectors import entities_by_first_name

@@ -9,7 +9,7 @@
 :class:`LocalClassifier` (the default) needs no network: keyword rules plus
 embedding prototypes (a handful of example memories per label, embedded once
 per process with the same model as the memories). :class:`LLMClassifier` asks an
-OpenAI-compatible endpoint (``maintenance.llm``) and falls back to the local
+OpenAI-compatible endpoint (``engram_site.providers.llm``) and falls back to the local
 classifier for anything it cannot answer. ``bench/classify_accuracy.py``
 measures either on ``bench/classify/labelled.jsonl`` (written apart from the
 prototypes below).
@@ -27,8 +27,7 @@ from typing import Protocol
 import numpy as np
 from django.conf import settings
 
-from maintenance import llm
-from memories import embedding
+from engram_site.providers import embedding, llm
 
 logger = logging.getLogger(__name__)
 

@@ -28,12 +28,13 @@ from django.utils import timezone
 from audit.services import Actor, audit_record
 from engram_site import activity
 from engram_site.exceptions import Conflict, DomainError, NotFound
+from engram_site.providers import embedding
 from maintenance import contradictions, neighbours, signals
 from maintenance.classifier import Classification, ClassifyInput, get_classifier
 from maintenance.jobs import JobRecorder, advisory_lock
 from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandidate, DuplicateStatus, ScanCursor
 from maintenance.pairs import repoint_pairs
-from memories import embedding, hooks, lemmatizer
+from memories import hooks, lemmatizer
 from memories.links import RESERVED_PREFIX
 from memories.models import EnrichmentStage, Memory
 from memories.services.classification import memories_label

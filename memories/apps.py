@@ -9,7 +9,8 @@ class MemoriesConfig(AppConfig):
     def ready(self):
         # Imported here, not at the top: app modules load once the app registry is ready.
         from engram_site import metrics, warmup
-        from memories import embedding, selectors, tasks  # noqa: F401  (tasks: registers the task hooks queue by name)
+        from engram_site.providers import embedding
+        from memories import selectors, tasks  # noqa: F401  (tasks: registers the task hooks queue by name)
 
         warmup.register(embedding.warm_up_when_enabled)
         metrics.register_gauge(

@@ -1,4 +1,4 @@
-"""Text normalisation and hashing for dedup, and the token-count fallback."""
+"""Text normalisation and hashing for dedup; the speaker prefix and the text a memory is embedded by."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import unicodedata
 _WHITESPACE = re.compile(r"\s+")
 # A transcript line: "Caroline: I went to…", "Dr. Lee: take two a day".
 _SPEAKER_PREFIX = re.compile(r"^\s*([A-Z][\w'.-]{0,30}(?: [A-Z][\w'.-]{0,30}){0,2}):\s+(?=\S)")
-_ROUGH_TOKENS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 # The ASCII punctuation (Unicode category P), as a str.translate table: most memories are
 # ASCII, and translating them in C is several times faster than the per-character loop.
 _ASCII_PUNCTUATION = {cp: " " for cp in range(128) if unicodedata.category(chr(cp)).startswith("P")}
@@ -42,12 +41,6 @@ def hash_key(text: str) -> tuple[int, str]:
     shortest first, that texts with the same hash share (the write path inserts in it)."""
     normalized = normalize_for_hash(text) or text.strip()
     return len(normalized), hashlib.md5(normalized.encode("utf-8")).hexdigest()
-
-
-def rough_token_count(text: str) -> int:
-    """A stated fallback when the model tokenizer is unavailable: words and
-    punctuation marks, scaled by 1.3 (WordPiece splits rarer words)."""
-    return max(1, round(len(_ROUGH_TOKENS.findall(text)) * 1.3))
 
 
 def transcript_speaker(content: str) -> str | None:

@@ -38,7 +38,7 @@ from engram_site.fields import (
 )
 from engram_site.openapi import errors
 from engram_site.parsers import JSONParser, json_depth_exceeds
-from memories import embedding
+from engram_site.providers import embedding
 from memories.apis import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField
 from memories.links import RESERVED_PREFIX
 from memories.models import Scope, VersionKind

@@ -3,7 +3,7 @@
 Two distillers share one small interface (:class:`Distiller`):
 
 - :class:`RulesDistiller` (the default, no network, deterministic): Markdown clean-up,
-  sentence segmentation (spaCy's parser from :mod:`graph.nlp` when it is available, a
+  sentence segmentation (spaCy's parser from :mod:`engram_site.providers.nlp` when it is available, a
   regular-expression splitter otherwise), then clean-up into statements — greetings,
   thanks, acknowledgements and questions that carry no information are dropped; leading
   interjections ("ugh,", "ok so") are trimmed; fragments ("120km.", "first author") are
@@ -14,7 +14,7 @@ Two distillers share one small interface (:class:`Distiller`):
   speaker's name ("I moved to Lisbon" → "Maya moved to Lisbon"). Dates and numbers are never
   dropped.
 - :class:`LLMDistiller` (``ENGRAM_DISTILLER=llm``): asks the OpenAI-compatible endpoint of
-  :mod:`maintenance.llm` for the statements, and falls back to the rules when the endpoint
+  :mod:`engram_site.providers.llm` for the statements, and falls back to the rules when the endpoint
   fails or answers something unusable — writes never depend on an LLM being up.
 
 docs/SOURCES.md describes the rules and why they are what they are.
@@ -31,8 +31,7 @@ from typing import Protocol
 
 from django.conf import settings
 
-from graph import nlp
-from maintenance import llm
+from engram_site.providers import llm, nlp
 
 logger = logging.getLogger(__name__)
 

@@ -95,7 +95,7 @@ class Bucket(models.Model):
     )
 
     # The embedding model whose vectors this bucket's memories hold and whose vectors its
-    # searches compare (memories.embedding.MODELS). It changes only in the one transaction
+    # searches compare (engram_site.providers.embedding.MODELS). It changes only in the one transaction
     # that swaps in the vectors of a finished switch (memories.services.embedding_switch).
     embedding_model = models.CharField(
         max_length=64, default="all-MiniLM-L6-v2", db_default="all-MiniLM-L6-v2", editable=False

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from memories import embedding, onnx_encoder
+from engram_site.providers import embedding, onnx_encoder
 
 TEXTS = [
     "Our dog Biscuit is a golden retriever who loves the beach.",
@@ -129,7 +129,7 @@ def test_without_a_usable_export_the_model_runs_on_torch(
             return real_import(name, *args, **kwargs)
 
         monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
-    with caplog.at_level(logging.WARNING, logger="memories.embedding"):
+    with caplog.at_level(logging.WARNING, logger="engram_site.providers.embedding"):
         vectors = embedding.embed_texts(TEXTS[:3])
     assert embedding.runtime() == "torch"
     assert "using torch" in caplog.text

@@ -12,9 +12,9 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from audit.services import Actor
+from engram_site.providers import embedding
 from maintenance import jobs, services
 from maintenance.models import JobRun
-from memories import embedding
 from memories.models import Memory, NextEmbedding
 from memories.retrieval.search import memories_search
 from memories.services import MemoryInput, memories_ingest

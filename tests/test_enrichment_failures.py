@@ -16,12 +16,13 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.services import Actor
+from engram_site.providers import embedding
 from graph import extract as extraction
 from graph.models import Processed
 from graph.services import graph_extract_pending
 from maintenance.classifier import Classification
 from maintenance.services import memories_classify
-from memories import embedding, lemmatizer
+from memories import lemmatizer
 from memories.models import EnrichmentFailure, EnrichmentStage, Memory
 from memories.services import (
     MemoryInput,

@@ -30,7 +30,7 @@ import psutil
 import psycopg
 import pytest
 
-from memories import embedding
+from engram_site.providers import embedding
 from memories.models import EnrichmentFailure, Memory
 from tests.conftest import make_client
 from tests.scripts.http_writer import call

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.core.management import call_command
 
-from graph import nlp
+from engram_site.providers import nlp
 from graph.models import Edge, Entity, Mention
 from graph.services import graph_extract_memories, graph_rebuild
 from memories.models import Memory

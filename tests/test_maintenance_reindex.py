@@ -12,9 +12,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, connections
 
+from engram_site.providers import embedding
 from maintenance import jobs, services, tasks
 from maintenance.models import JobRun, JobStatus
-from memories import embedding
 from memories.models import Memory
 from tests.conftest import make_client
 

@@ -104,7 +104,7 @@ def test_duplicates_inside_one_batch_are_stored_once(api, bucket):
 
 
 def test_texts_the_bucket_already_holds_skip_the_model(api, bucket, monkeypatch):
-    from memories import embedding
+    from engram_site.providers import embedding
 
     old = [{"content": f"Box {i} sits on the {i}th shelf of the garage."} for i in range(5)]
     first = api.post(url(bucket), {"memories": old, "sequence": False}, format="json").json()["results"]
@@ -270,7 +270,7 @@ def test_sequence_false_stores_no_context(api, bucket):
 
 
 def test_a_small_batch_is_embedded_in_two_calls_memories_apart_from_their_contexts(api, bucket, monkeypatch):
-    from memories import embedding
+    from engram_site.providers import embedding
 
     calls = []
     original = embedding.embed_texts
@@ -287,7 +287,7 @@ def test_a_small_batch_is_embedded_in_two_calls_memories_apart_from_their_contex
 
 
 def test_token_count_uses_the_model_tokenizer(api, bucket):
-    from memories.embedding import get_model
+    from engram_site.providers.embedding import get_model
 
     api.post(url(bucket), {"content": "Tokenization counts wordpieces"}, format="json")
     memory = Memory.objects.get(bucket=bucket)
@@ -324,7 +324,7 @@ def big_batch(count: int, prefix: str = "Fact") -> list[dict]:
 
 
 def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bucket, monkeypatch):
-    from memories import embedding
+    from engram_site.providers import embedding
     from memories.services import ingest as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 7)
@@ -391,7 +391,7 @@ def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, buck
 
 
 def test_a_model_failing_on_one_chunk_stores_those_rows_without_vectors_and_the_rest_with(api, bucket, monkeypatch):
-    from memories import embedding
+    from engram_site.providers import embedding
     from memories.services import ingest as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 4)

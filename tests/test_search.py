@@ -10,8 +10,9 @@ from django.apps import apps
 from django.db import connection
 from django.utils import timezone
 
+from engram_site.providers import embedding
 from graph.services import graph_extract_memories
-from memories import access, embedding
+from memories import access
 from memories.models import Memory, MemoryAccess
 from memories.retrieval import keyword, rows, stats, vector
 from memories.services import MemoryInput, memories_ingest
@@ -457,7 +458,7 @@ def test_ranking_overrides_are_applied(api, bucket):
 )
 def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, runs):
     """With the defaults every signal runs (both BM25 and both vector walks, one embedding)."""
-    from memories import embedding
+    from engram_site.providers import embedding
 
     write(api, bucket, *CORPUS)
     seen = {"bm25": [], "vector": [], "embed": 0}

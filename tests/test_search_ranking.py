@@ -158,7 +158,7 @@ def test_a_transcript_line_is_embedded_without_its_speaker_unless_attributed():
 
 
 def test_the_stored_vector_of_a_transcript_line_is_that_of_its_words(api, bucket):
-    from memories import embedding
+    from engram_site.providers import embedding
 
     line, attributed = write(
         api, bucket, "Nate: I love my turtles.", {"content": "Nate: I walk my turtles.", "attributed_to": "user"}

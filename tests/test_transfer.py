@@ -26,7 +26,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 
-from memories import embedding
+from engram_site.providers import embedding
 from memories.models import Memory, MemoryVersion
 from memories.retrieval import vector
 from memories.services import MemoryInput, memories_enrich_all_pending, memories_ingest, memory_update

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from memories import embedding
+from engram_site.providers import embedding
 from memories.lemmatizer import lemmatize
 from tests.support import base_env, manage, test_database_url
 

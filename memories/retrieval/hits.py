@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from memories.text import rough_token_count
+from engram_site.providers.embedding import rough_token_count
 
 
 @dataclass

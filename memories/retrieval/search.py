@@ -20,7 +20,8 @@ from datetime import datetime
 from django.utils import timezone
 
 from engram_site import metrics, tracing
-from memories import access, embedding, ranking
+from engram_site.providers import embedding
+from memories import access, ranking
 from memories.filters import MemoryFilters, bucket_list
 from memories.retrieval import fusion, hits, keyword, neighbours, rows, vector
 from memories.retrieval.concurrency import start

@@ -13,7 +13,8 @@ from django.db import connection
 
 from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
-from memories import embedding, ranking
+from engram_site.providers import embedding
+from memories import ranking
 from memories.filters import MemoryFilters, bucket_list
 from memories.models import half_precision_distance
 from memories.retrieval.concurrency import start_walk

@@ -31,7 +31,7 @@ from django.db import connection, transaction
 from audit.services import Actor, audit_record
 from engram_site.db import binding_cursor
 from engram_site.exceptions import DomainError, NotFound
-from memories import embedding
+from engram_site.providers import embedding
 from memories.models import EMBEDDING_DIMENSIONS, Memory, NextEmbedding
 from memories.services.ingest import join_context
 from memories.text import embedding_text

