@@ -15,7 +15,7 @@ from django.db.models import Count, Q
 from console import charts
 from console.scoping import is_unrestricted, scope_queryset
 from maintenance.models import ConflictCandidate, DuplicateCandidate, JobRun, JobStatus
-from maintenance.services import HNSW_INDEXES
+from maintenance.services.reindex import HNSW_INDEXES
 from memories.models import PENDING_ENRICHMENT, EnrichmentFailure, Memory
 from memories.services import ENRICHMENT_KINDS
 from memories.storage import usage_storage_refresh

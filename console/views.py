@@ -27,8 +27,9 @@ from console.forms import BucketMergeForm, PlaygroundForm, TopicNameField
 from console.scoping import operator_tenants, scope_queryset, visible_bucket
 from engram_site.exceptions import DomainError
 from maintenance import conflicts as maintenance_conflicts
-from maintenance import services as maintenance_services
 from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandidate, DuplicateStatus
+from maintenance.services import duplicate_review
+from maintenance.services import topics as maintenance_topics
 from memories import topics
 from memories.filters import MemoryFilters
 from memories.models import Memory
@@ -209,7 +210,7 @@ def review_confirm(request):
         raise Http404
     actor = _actor(request)
     if action == "keep_both":
-        result = maintenance_services.duplicates_keep_both(candidates=candidates, actor=actor)
+        result = duplicate_review.duplicates_keep_both(candidates=candidates, actor=actor)
         messages.success(request, f"Kept both memories of {result.done} pair(s); they will not be suggested again.")
         return redirect(back)
     if action not in BULK_ACTIONS:
@@ -233,7 +234,7 @@ def review_confirm(request):
             ),
         )  # fmt: skip
     try:
-        result = maintenance_services.duplicates_merge(candidates=candidates, keep=keep, actor=actor)
+        result = duplicate_review.duplicates_merge(candidates=candidates, keep=keep, actor=actor)
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)
@@ -426,7 +427,7 @@ def topics_bucket(request, bucket_id):
             if action == "reclassify":
                 if not selected:
                     raise DomainError("Select the topics to classify again.")
-                counts = maintenance_services.topics_reclassify(bucket=bucket, topics=selected, actor=actor)
+                counts = maintenance_topics.topics_reclassify(bucket=bucket, topics=selected, actor=actor)
                 messages.success(request, _reclassified(bucket, counts))
                 return redirect(here)
             if action in ("rename", "merge"):
@@ -496,7 +497,7 @@ def topic_detail(request, bucket_id):
         try:
             if not ids:
                 raise DomainError("Select the memories to classify again.")
-            counts = maintenance_services.topics_reclassify(bucket=bucket, memory_ids=ids, actor=_actor(request))
+            counts = maintenance_topics.topics_reclassify(bucket=bucket, memory_ids=ids, actor=_actor(request))
             messages.success(request, _reclassified(bucket, counts))
         except (DomainError, ValueError) as exc:
             messages.error(request, getattr(exc, "message", str(exc)))

@@ -13,7 +13,7 @@ Three resolutions, each in one transaction with its audit event:
   may take new content that states what is true now (an ``edited`` version). The pair
   goes with the absorbed memory; the audit event ``conflict.merge`` keeps its content.
 
-Found pairs are written by ``maintenance.services.conflicts_scan`` / ``conflicts_find_for``.
+Found pairs are written by ``maintenance.services.conflicts`` (``conflicts_scan``, ``conflicts_find_for``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 DETECTOR_VERSION = 1
 
-# Which pairs are shown to the detector (maintenance.services.conflicts_scan): each memory and
+# Which pairs are shown to the detector (maintenance.services.conflicts.conflicts_scan): each memory and
 # its CANDIDATE_K nearest neighbours of the bucket with cosine similarity >= CANDIDATE_MIN_SIMILARITY.
 # A contradiction speaks of the same thing, so it sits near; the floor is low on purpose ("I'm
 # vegetarian" and "I had steak again" are not close in meaning) and the cues decide.

@@ -9,7 +9,8 @@ from django.dispatch import receiver
 from maintenance import tasks
 from maintenance.conflicts import conflicts_erase, conflicts_repoint
 from maintenance.models import ConflictCandidate, DuplicateCandidate
-from maintenance.services import duplicate_candidates_erase, duplicate_candidates_repoint, maintenance_bucket_merge
+from maintenance.services.buckets import maintenance_bucket_merge
+from maintenance.services.duplicates import duplicate_candidates_erase, duplicate_candidates_repoint
 from memories import signals
 
 

@@ -14,7 +14,17 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from maintenance import jobs, services
+from maintenance import jobs
+from maintenance.services import (
+    classification,
+    conflicts,
+    duplicates,
+    embedding_switch,
+    enrichment,
+    feed,
+    links,
+    reindex,
+)
 from memories import access
 from memories.services.lifecycle import memories_purge
 from tenants.models import Bucket
@@ -39,22 +49,22 @@ SCHEDULED = {**HINT, "max_retries": 2}
 
 @shared_task(name="maintenance.classify_memories", **HINT)
 def classify_memories(memory_ids: list[str]) -> dict:
-    return services.memories_classify(memory_ids=memory_ids)
+    return classification.memories_classify(memory_ids=memory_ids)
 
 
 @shared_task(name="maintenance.find_duplicates", **HINT)
 def find_duplicates(memory_ids: list[str]) -> dict:
-    return services.near_duplicates_find_for(memory_ids=memory_ids)
+    return duplicates.near_duplicates_find_for(memory_ids=memory_ids)
 
 
 @shared_task(name="maintenance.find_conflicts", **HINT)
 def find_conflicts(memory_ids: list[str]) -> dict:
-    return services.conflicts_find_for(memory_ids=memory_ids)
+    return conflicts.conflicts_find_for(memory_ids=memory_ids)
 
 
 @shared_task(name="maintenance.link_new_memories", **HINT)
 def link_new_memories(memory_ids: list[str]) -> dict:
-    return services.links_find_for(memory_ids=memory_ids)
+    return links.links_find_for(memory_ids=memory_ids)
 
 
 # --- scheduled jobs (maintenance/schedules.py), recorded as JobRuns -------------------------------
@@ -63,37 +73,37 @@ def link_new_memories(memory_ids: list[str]) -> dict:
 @shared_task(name="maintenance.enrichment_sweep", **SCHEDULED)
 def enrichment_sweep() -> dict:
     # Every minute: runs that found nothing to do are not kept.
-    return jobs.run_job("enrichment_sweep", services.enrichment_sweep, keep_idle=False).as_dict()
+    return jobs.run_job("enrichment_sweep", enrichment.enrichment_sweep, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.embed_missing", **SCHEDULED)
 def embed_missing() -> dict:
-    return jobs.run_job("embed_missing", services.missing_fill, kind="embeddings").as_dict()
+    return jobs.run_job("embed_missing", enrichment.missing_fill, kind="embeddings").as_dict()
 
 
 @shared_task(name="maintenance.lemmatize_missing", **SCHEDULED)
 def lemmatize_missing() -> dict:
-    return jobs.run_job("lemmatize_missing", services.missing_fill, kind="lemmas").as_dict()
+    return jobs.run_job("lemmatize_missing", enrichment.missing_fill, kind="lemmas").as_dict()
 
 
 @shared_task(name="maintenance.classify", **SCHEDULED)
 def classify() -> dict:
-    return jobs.run_job("classify", services.memories_classify, lock=True, keep_idle=False).as_dict()
+    return jobs.run_job("classify", classification.memories_classify, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.scan_near_duplicates", **SCHEDULED)
 def scan_near_duplicates() -> dict:
-    return jobs.run_job("scan_near_duplicates", services.near_duplicates_scan, lock=True, keep_idle=False).as_dict()
+    return jobs.run_job("scan_near_duplicates", duplicates.near_duplicates_scan, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.scan_conflicts", **SCHEDULED)
 def scan_conflicts() -> dict:
-    return jobs.run_job("scan_conflicts", services.conflicts_scan, lock=True, keep_idle=False).as_dict()
+    return jobs.run_job("scan_conflicts", conflicts.conflicts_scan, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.link_memories", **SCHEDULED)
 def link_memories() -> dict:
-    return jobs.run_job("link_memories", services.links_pass, lock=True, keep_idle=False).as_dict()
+    return jobs.run_job("link_memories", links.links_pass, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.switch_embedding_model", **HINT)
@@ -104,14 +114,14 @@ def switch_embedding_model(bucket_id: str) -> dict:
     if bucket is None:
         return {"job": "switch_embedding_model", "status": "skipped", "error": "no such bucket"}
     try:
-        return jobs.run_job("switch_embedding_model", services.embedding_switch, bucket=bucket).as_dict()
+        return jobs.run_job("switch_embedding_model", embedding_switch.embedding_switch, bucket=bucket).as_dict()
     except jobs.LockHeld as exc:
         return {"job": "switch_embedding_model", "status": "skipped", "error": str(exc)}
 
 
 @shared_task(name="maintenance.reindex_hnsw", **SCHEDULED)
 def reindex_hnsw() -> dict:
-    return jobs.run_job("reindex_hnsw", services.hnsw_reindex, lock=True).as_dict()
+    return jobs.run_job("reindex_hnsw", reindex.hnsw_reindex, lock=True).as_dict()
 
 
 @shared_task(name="maintenance.apply_access_times", **SCHEDULED)
@@ -126,7 +136,7 @@ def purge_memories() -> dict:
 
 @shared_task(name="maintenance.memory_events", **SCHEDULED)
 def memory_events() -> dict:
-    return jobs.run_job("memory_events", services.memory_events_maintain, lock=True, keep_idle=False).as_dict()
+    return jobs.run_job("memory_events", feed.memory_events_maintain, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.prune_job_runs", **SCHEDULED)

@@ -1,7 +1,7 @@
 """Topics of a bucket (``classified_topic``): grouping for operators (renames and merges
 are :mod:`memories.services.topics`).
 
-Re-running the classifier on a selection is ``maintenance.services.topics_reclassify``
+Re-running the classifier on a selection is ``maintenance.services.topics.topics_reclassify``
 (the classifier lives there). A topic an operator renamed or merged is marked
 ``metadata.classified_by = "operator"``: the scheduled classification never touches
 a set label, and a forced re-run (an operator's explicit request) may relabel it.

@@ -10,8 +10,9 @@ import pytest
 from django.core.management import call_command
 
 from audit.models import AuditEvent
-from maintenance import contradictions, receivers, services
+from maintenance import contradictions, receivers
 from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandidate
+from maintenance.services import conflicts
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
 from memories.services import MemoryInput, memories_ingest
 from memories.services.merge import memories_absorb
@@ -42,7 +43,7 @@ def url(bucket, suffix=""):
 def found(bucket):
     """A bucket with one contradiction (vegetarian / steak) among unrelated memories, found."""
     vegetarian, steak, *_ = write(bucket, VEGETARIAN, STEAK, *UNRELATED)
-    counts = services.conflicts_find_for(memory_ids=[steak])
+    counts = conflicts.conflicts_find_for(memory_ids=[steak])
     assert counts == {"scanned": 1, "conflicts": 1}
     [candidate] = ConflictCandidate.objects.for_bucket(bucket)
     return candidate, vegetarian, steak
@@ -112,10 +113,10 @@ def test_the_check_runs_in_the_worker_after_enrichment_not_in_the_write(
 def test_a_diet_pair_is_found_by_full_text_even_without_a_near_neighbour(bucket):
     """ "vegetarian" and "steak" are far apart in meaning: the diet probe finds the pair by its words."""
     vegetarian, steak, *others = write(bucket, VEGETARIAN, STEAK, *UNRELATED)
-    assert services._lexical_partners(
+    assert conflicts._lexical_partners(
         tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=steak, content=STEAK
     ) == [vegetarian]
-    stored = services._store_conflicts(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=steak, found=[])
+    stored = conflicts._store_conflicts(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=steak, found=[])
     assert stored == 1
     assert ConflictCandidate.objects.get().similarity is None  # not found by meaning
 

@@ -24,7 +24,7 @@ from audit.models import AuditEvent
 from graph.models import Correction, Entity
 from graph.services import graph_extract_memories
 from maintenance.models import DuplicateCandidate
-from maintenance.services import near_duplicates_find_for
+from maintenance.services.duplicates import near_duplicates_find_for
 from memories import access
 from memories.models import DeletedMemory, Memory, MemoryAccess
 from memories.services import MemoryInput, memories_ingest, memory_update

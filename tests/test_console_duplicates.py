@@ -12,8 +12,8 @@ from audit.models import AuditEvent
 from audit.services import Actor
 from engram_site.exceptions import Conflict, NotFound
 from graph.models import Edge, Entity, Mention
-from maintenance import services
 from maintenance.models import DuplicateCandidate, DuplicateStatus
+from maintenance.services import duplicate_review, duplicates
 from memories.links import LINKS_KEY
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest, memory_update
@@ -72,7 +72,7 @@ def test_merge_keeps_one_row_and_unites_tags_links_and_graph(bucket):
     )  # fmt: skip
     candidate = pair(coffee, again, bucket)
 
-    result = services.duplicate_merge(candidate=candidate, keep=side(candidate, coffee), actor=ACTOR)
+    result = duplicate_review.duplicate_merge(candidate=candidate, keep=side(candidate, coffee), actor=ACTOR)
 
     assert (result.kept_id, result.removed_id) == (coffee, again)
     assert not Memory.objects.filter(pk=again).exists()
@@ -104,7 +104,7 @@ def test_merge_keeping_b_removes_a(bucket):
     candidate = pair(coffee, again, bucket)
     keep = "b"
     survivor = candidate.memory_b_id
-    services.duplicate_merge(candidate=candidate, keep=keep, actor=ACTOR)
+    duplicate_review.duplicate_merge(candidate=candidate, keep=keep, actor=ACTOR)
     assert list(Memory.objects.for_bucket(bucket).values_list("id", flat=True)) == [survivor]
 
 
@@ -114,7 +114,7 @@ def test_supersession_and_other_candidates_follow_the_survivor(bucket):
     decided = pair(again, nurse_again, bucket, status=DuplicateStatus.KEPT_BOTH)
     open_pair = pair(again, nurse, bucket)
     candidate = pair(coffee, again, bucket)
-    services.duplicate_merge(candidate=candidate, keep=side(candidate, coffee), actor=ACTOR)
+    duplicate_review.duplicate_merge(candidate=candidate, keep=side(candidate, coffee), actor=ACTOR)
     assert Memory.objects.get(pk=nurse).superseded_by == coffee
     decided.refresh_from_db()
     open_pair.refresh_from_db()
@@ -127,22 +127,22 @@ def test_supersession_and_other_candidates_follow_the_survivor(bucket):
 def test_a_reviewed_or_vanished_pair_is_not_merged_again(bucket):
     coffee, again = write(bucket, COFFEE, COFFEE_AGAIN)
     candidate = pair(coffee, again, bucket)
-    services.duplicate_keep_both(candidate=candidate, actor=ACTOR)
+    duplicate_review.duplicate_keep_both(candidate=candidate, actor=ACTOR)
     with pytest.raises(Conflict):
-        services.duplicate_merge(candidate=candidate, keep="a", actor=ACTOR)
+        duplicate_review.duplicate_merge(candidate=candidate, keep="a", actor=ACTOR)
     assert Memory.objects.for_bucket(bucket).count() == 2
     DuplicateCandidate.objects.all().delete()
     with pytest.raises(NotFound):
-        services.duplicate_merge(candidate=candidate, keep="a", actor=ACTOR)
+        duplicate_review.duplicate_merge(candidate=candidate, keep="a", actor=ACTOR)
 
 
 def test_keep_both_is_never_suggested_again(bucket):
     write(bucket, COFFEE, COFFEE_AGAIN)
     scan()
     candidate = DuplicateCandidate.objects.get()
-    assert services.duplicate_keep_both(candidate=candidate, actor=ACTOR)
+    assert duplicate_review.duplicate_keep_both(candidate=candidate, actor=ACTOR)
     scan("--full")
-    services.near_duplicates_find_for(memory_ids=[candidate.memory_a_id, candidate.memory_b_id])
+    duplicates.near_duplicates_find_for(memory_ids=[candidate.memory_a_id, candidate.memory_b_id])
     candidate.refresh_from_db()
     assert candidate.status == DuplicateStatus.KEPT_BOTH
     assert not DuplicateCandidate.objects.pending().exists()
@@ -154,7 +154,7 @@ def test_bulk_merge_keeps_the_older_memory_of_each_pair(bucket):
     coffee, again, nurse, nurse_again = write(bucket, COFFEE, COFFEE_AGAIN, NURSE, NURSE_AGAIN)
     pair(coffee, again, bucket)
     pair(nurse, nurse_again, bucket)
-    result = services.duplicates_merge(candidates=DuplicateCandidate.objects.all(), keep="older", actor=ACTOR)
+    result = duplicate_review.duplicates_merge(candidates=DuplicateCandidate.objects.all(), keep="older", actor=ACTOR)
     assert (result.done, result.skipped) == (2, 0)
     assert set(Memory.objects.for_bucket(bucket).values_list("id", flat=True)) == {coffee, nurse}
     assert AuditEvent.objects.filter(action="duplicate.merge").count() == 2
@@ -165,7 +165,7 @@ def test_bulk_merge_skips_pairs_an_earlier_merge_resolved(bucket):
     pair(coffee, again, bucket, similarity=0.99)
     pair(again, nurse, bucket, similarity=0.91)
     pair(coffee, nurse, bucket, similarity=0.90)
-    result = services.duplicates_merge(candidates=DuplicateCandidate.objects.all(), keep="newer", actor=ACTOR)
+    result = duplicate_review.duplicates_merge(candidates=DuplicateCandidate.objects.all(), keep="newer", actor=ACTOR)
     # The first merge makes the other two pairs the same pair: one is dropped, the other merged.
     assert result.done + result.skipped == 3
     assert Memory.objects.for_bucket(bucket).count() == 3 - result.done
@@ -177,7 +177,7 @@ def test_bulk_keep_both_is_one_event_per_tenant(bucket, other_bucket):
     x, y = write(other_bucket, NURSE, NURSE_AGAIN)
     pair(coffee, again, bucket)
     pair(x, y, other_bucket)
-    result = services.duplicates_keep_both(candidates=DuplicateCandidate.objects.all(), actor=ACTOR)
+    result = duplicate_review.duplicates_keep_both(candidates=DuplicateCandidate.objects.all(), actor=ACTOR)
     assert result.done == 2
     assert sorted(AuditEvent.objects.values_list("tenant_id", flat=True)) == sorted(
         [bucket.tenant_id, other_bucket.tenant_id]

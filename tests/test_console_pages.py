@@ -175,7 +175,7 @@ def test_topics_page_groups_renames_after_confirmation_and_reclassifies(admin_cl
         calls.append(kwargs)
         return {"selected": 1, "classified": 1}
 
-    monkeypatch.setattr("maintenance.services.topics_reclassify", fake_reclassify)
+    monkeypatch.setattr("maintenance.services.topics.topics_reclassify", fake_reclassify)
     admin_client.post(url, {"action": "reclassify", "topics": ["__unlabelled__"]})
     assert calls[0]["topics"] == [None] and calls[0]["bucket"] == bucket
     detail = admin_client.get(f"/admin/console/topics/{bucket.pk}/memories/?topic=__unlabelled__")

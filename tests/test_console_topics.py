@@ -8,7 +8,7 @@ from audit.models import AuditEvent
 from audit.services import Actor
 from engram_site.exceptions import DomainError
 from maintenance.classifier import Classification
-from maintenance.services import topics_reclassify
+from maintenance.services.topics import topics_reclassify
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 from memories.services.topics import topic_rename, topics_merge

@@ -21,7 +21,7 @@ from graph import extract as extraction
 from graph.models import Processed
 from graph.services import graph_extract_pending
 from maintenance.classifier import Classification
-from maintenance.services import memories_classify
+from maintenance.services.classification import memories_classify
 from memories import lemmatizer
 from memories.models import EnrichmentFailure, EnrichmentStage, Memory
 from memories.services import (

@@ -9,8 +9,9 @@ import pytest
 from django.core.management import call_command
 
 from maintenance import classifier as classifiers
-from maintenance import services, tasks
+from maintenance import tasks
 from maintenance.models import JobRun, JobStatus
+from maintenance.services import classification
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest, memory_update
 from tests.support import FakeLLM
@@ -59,7 +60,7 @@ def test_classify_fills_missing_labels_and_keeps_labels_a_client_set(bucket):
     run = JobRun.objects.get(name="classify")
     assert run.status == JobStatus.SUCCEEDED and run.counts["classified"] == len(ids)
     # Nothing left: a second run classifies nothing.
-    assert services.memories_classify()["classified"] == 0
+    assert classification.memories_classify()["classified"] == 0
 
 
 def test_force_relabels_what_a_classifier_labelled_but_not_client_labels(bucket):
@@ -68,7 +69,7 @@ def test_force_relabels_what_a_classifier_labelled_but_not_client_labels(bucket)
     Memory.objects.filter(pk=ids[1]).update(
         classified_scope="general", classified_topic="work", metadata={"classified_by": "old-model"}
     )
-    services.memories_classify(force=True)
+    classification.memories_classify(force=True)
     assert labels(ids)[0] == ("specific", "work")
     assert labels(ids)[1][0] == "specific" and labels(ids)[1][1] != "work"
 
@@ -80,8 +81,8 @@ def test_tenants_with_classification_off_are_not_classified(bucket, other_bucket
     assert tenant.classification_enabled is False
     mine = write(bucket, "I prefer aisle seats on long flights.")
     theirs = write(other_bucket, "I prefer aisle seats on long flights.")
-    services.memories_classify()
-    services.memories_classify(memory_ids=mine)  # the per-write hint respects the flag too
+    classification.memories_classify()
+    classification.memories_classify(memory_ids=mine)  # the per-write hint respects the flag too
     assert labels(mine) == [(None, None)]
     assert labels(theirs) == [("general", "travel")]
     assert "classified_by" not in Memory.objects.get(pk=mine[0]).metadata
@@ -90,12 +91,12 @@ def test_tenants_with_classification_off_are_not_classified(bucket, other_bucket
 def test_memories_without_an_embedding_wait_for_the_sweep(bucket, settings):
     settings.ENGRAM_EMBEDDINGS_ENABLED = False
     ids = write(bucket, "I prefer aisle seats on long flights.")
-    assert services.memories_classify()["classified"] == 0
+    assert classification.memories_classify()["classified"] == 0
     settings.ENGRAM_EMBEDDINGS_ENABLED = True
     from memories.services import memories_enrich_all_pending
 
     memories_enrich_all_pending()
-    assert services.memories_classify()["classified"] == 1
+    assert classification.memories_classify()["classified"] == 1
     assert labels(ids) == [("general", "travel")]
 
 
@@ -145,7 +146,7 @@ def test_llm_answers_that_are_unusable_fall_back_to_the_local_classifier(bucket,
     with FakeLLM(lambda body: next(answers)) as fake:
         llm_settings(fake.base_url)
         first = write(bucket, "I prefer aisle seats on long flights.")
-        services.memories_classify(classifier=classifiers.get_classifier())
+        classification.memories_classify(classifier=classifiers.get_classifier())
         second = write(bucket, "My sister Lena had a baby boy in March.")
         call_command("classify", stdout=io.StringIO(), stderr=io.StringIO())
     assert labels(first) == [("general", "travel")]

@@ -8,8 +8,8 @@ import json
 import pytest
 from django.core.management import call_command
 
-from maintenance import services
 from maintenance.models import DuplicateCandidate, DuplicateStatus, JobRun, ScanCursor
+from maintenance.services import duplicates
 from memories.models import Memory
 from memories.services import MemoryInput, memories_enrich_all_pending, memories_ingest, memory_delete
 from memories.services import buckets as memory_buckets
@@ -97,8 +97,8 @@ def test_a_memory_still_waiting_for_its_embedding_is_not_skipped(bucket, setting
 def test_the_per_write_hint_compares_new_memories_with_their_bucket(bucket):
     write(bucket, COFFEE, *UNRELATED)
     new = write(bucket, COFFEE_AGAIN)
-    assert services.near_duplicates_find_for(memory_ids=new) == {"scanned": 1, "candidates": 1}
-    assert services.near_duplicates_find_for(memory_ids=new)["candidates"] == 0  # idempotent
+    assert duplicates.near_duplicates_find_for(memory_ids=new) == {"scanned": 1, "candidates": 1}
+    assert duplicates.near_duplicates_find_for(memory_ids=new)["candidates"] == 0  # idempotent
 
 
 def test_candidates_go_with_their_memories(bucket, other_bucket):

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from maintenance import services
+from maintenance.services import links
 from memories.links import LINKS_KEY
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
@@ -76,7 +76,7 @@ def test_links_are_recorded_once_and_existing_links_are_kept(bucket):
     Memory.objects.filter(pk=newer).update(linked_memory_ids=[superseded], metadata={"source": "chat"})
     link()
     link("--full")
-    assert services.links_find_for(memory_ids=[newer])["refines"] == 1  # found again, stored once
+    assert links.links_find_for(memory_ids=[newer])["refines"] == 1  # found again, stored once
     ids, kinds = links_of(newer)
     assert ids == [superseded, str(older)]
     assert kinds == [{"id": str(older), "kind": "refines"}]

@@ -13,8 +13,9 @@ from django.core.management.base import CommandError
 from django.db import connection, connections
 
 from engram_site.providers import embedding
-from maintenance import jobs, services, tasks
+from maintenance import jobs, tasks
 from maintenance.models import JobRun, JobStatus
+from maintenance.services import reindex
 from memories.models import Memory
 from tests.conftest import make_client
 
@@ -127,7 +128,7 @@ def test_reindex_runs_while_searches_and_writes_keep_working(bucket):
     summary = json.loads(out.getvalue())
     run = JobRun.objects.get(pk=summary["run_id"])
     assert run.status == JobStatus.SUCCEEDED and run.trigger == "command"
-    for name in services.HNSW_INDEXES:
+    for name in reindex.HNSW_INDEXES:
         result = run.counts[name]
         assert result["size_before"] > 0 and result["size_after"] > 0 and result["seconds"] >= 0
         assert index_state(name) == (True, 1)  # valid, and no _ccnew/_ccold left behind
@@ -162,6 +163,6 @@ def test_a_leftover_from_an_interrupted_reindex_is_dropped(bucket):
     with pytest.raises(DatabaseError), connection.cursor() as cur:
         cur.execute("CREATE UNIQUE INDEX CONCURRENTLY idx_memories_embedding_hnsw_ccnew ON memories (bucket_id)")
     assert index_state("idx_memories_embedding_hnsw") == (False, 2)
-    outcome = jobs.run_job("reindex_hnsw", services.hnsw_reindex, lock=True, indexes=["idx_memories_embedding_hnsw"])
+    outcome = jobs.run_job("reindex_hnsw", reindex.hnsw_reindex, lock=True, indexes=["idx_memories_embedding_hnsw"])
     assert outcome.counts["idx_memories_embedding_hnsw"]["dropped_leftovers"] == ["idx_memories_embedding_hnsw_ccnew"]
     assert index_state("idx_memories_embedding_hnsw") == (True, 1)

@@ -10,8 +10,8 @@ from django.utils.html import format_html
 from audit.services import Actor
 from console.actions import confirm_action, confirmed
 from console.scoping import TenantScopedAdmin
-from maintenance import services
 from maintenance.models import DuplicateCandidate, DuplicateStatus, JobRun, JobStatus
+from maintenance.services import duplicate_review
 
 
 @admin.register(JobRun)
@@ -96,7 +96,7 @@ class DuplicateCandidateAdmin(TenantScopedAdmin):
 
     @admin.action(description="Keep both (not duplicates)")
     def keep_both(self, request, queryset):
-        result = services.duplicates_keep_both(candidates=queryset, actor=Actor.operator(request.user, request))
+        result = duplicate_review.duplicates_keep_both(candidates=queryset, actor=Actor.operator(request.user, request))
         self.message_user(request, f"{result.done} pair(s) marked as kept both.", messages.SUCCESS)
 
     def _merge(self, request, queryset, keep: str, action: str):
@@ -114,7 +114,9 @@ class DuplicateCandidateAdmin(TenantScopedAdmin):
                 button=f"Yes, merge {len(pending)} pair(s)",
                 describe=lambda c: f"{c.memory_a.content[:80]}  ~  {c.memory_b.content[:80]} ({c.similarity:.3f})",
             )
-        result = services.duplicates_merge(candidates=pending, keep=keep, actor=Actor.operator(request.user, request))
+        result = duplicate_review.duplicates_merge(
+            candidates=pending, keep=keep, actor=Actor.operator(request.user, request)
+        )
         self.message_user(request, f"Merged {result.done} pair(s), {result.skipped} skipped.", messages.SUCCESS)
         return None
 

@@ -1,8 +1,8 @@
 """Classify scope (specific | general) and topic of memories that have none."""
 
-from maintenance import services
 from maintenance.classifier import get_classifier
 from maintenance.management.base import JobCommand
+from maintenance.services import classification
 
 
 class Command(JobCommand):
@@ -20,7 +20,7 @@ class Command(JobCommand):
         parser.add_argument("--batch-size", type=int, default=64)
 
     def job(self, **options):
-        return services.memories_classify, {
+        return classification.memories_classify, {
             "bucket": self.bucket(options),
             "force": options["force"],
             "batch_size": options["batch_size"],

@@ -1,7 +1,7 @@
 """Fill missing lemmas (batched, resumable, safe to run concurrently)."""
 
-from maintenance import services
 from maintenance.management.base import JobCommand
+from maintenance.services import enrichment
 
 
 class Command(JobCommand):
@@ -16,7 +16,7 @@ class Command(JobCommand):
         parser.add_argument("--batch-size", type=int, default=None, help="rows per transaction")
 
     def job(self, **options):
-        return services.missing_fill, {
+        return enrichment.missing_fill, {
             "kind": "lemmas",
             "bucket": self.bucket(options),
             "batch_size": options["batch_size"],

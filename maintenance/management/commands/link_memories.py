@@ -1,7 +1,7 @@
 """Record refines / cites links between memories; run the graph's supersession pass."""
 
-from maintenance import services
 from maintenance.management.base import JobCommand
+from maintenance.services import links
 
 
 class Command(JobCommand):
@@ -17,4 +17,4 @@ class Command(JobCommand):
         parser.add_argument("--full", action="store_true", help="revisit every memory, not only new ones")
 
     def job(self, **options):
-        return services.links_pass, {"bucket": self.bucket(options), "full": options["full"]}
+        return links.links_pass, {"bucket": self.bucket(options), "full": options["full"]}

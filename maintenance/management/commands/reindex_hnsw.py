@@ -1,7 +1,7 @@
 """REINDEX CONCURRENTLY the HNSW indexes (never two at once: advisory lock)."""
 
-from maintenance import services
 from maintenance.management.base import JobCommand
+from maintenance.services import reindex
 
 
 class Command(JobCommand):
@@ -18,9 +18,9 @@ class Command(JobCommand):
         parser.add_argument(
             "--index",
             action="append",
-            choices=services.HNSW_INDEXES,
+            choices=reindex.HNSW_INDEXES,
             help="only this index (repeatable; default: all HNSW indexes)",
         )
 
     def job(self, **options):
-        return services.hnsw_reindex, {"indexes": options["index"] or services.HNSW_INDEXES}
+        return reindex.hnsw_reindex, {"indexes": options["index"] or reindex.HNSW_INDEXES}

@@ -1,7 +1,7 @@
 """Store pairs of memories that likely contradict each other as open review candidates."""
 
-from maintenance import services
 from maintenance.management.base import JobCommand
+from maintenance.services import conflicts
 
 
 class Command(JobCommand):
@@ -18,4 +18,4 @@ class Command(JobCommand):
         parser.add_argument("--full", action="store_true", help="rescan every memory, not only new ones")
 
     def job(self, **options):
-        return services.conflicts_scan, {"bucket": self.bucket(options), "full": options["full"]}
+        return conflicts.conflicts_scan, {"bucket": self.bucket(options), "full": options["full"]}

@@ -1,7 +1,7 @@
 """Store near-duplicate pairs (cosine above a threshold) as pending review candidates."""
 
-from maintenance import services
 from maintenance.management.base import JobCommand
+from maintenance.services import duplicates
 
 
 class Command(JobCommand):
@@ -19,7 +19,7 @@ class Command(JobCommand):
         parser.add_argument("--full", action="store_true", help="rescan every memory, not only new ones")
 
     def job(self, **options):
-        return services.near_duplicates_scan, {
+        return duplicates.near_duplicates_scan, {
             "bucket": self.bucket(options),
             "full": options["full"],
             "threshold": options["threshold"],

@@ -10,9 +10,10 @@ from django.core.management.base import CommandError
 from engram_site.exceptions import DomainError
 from engram_site.progress import ProgressBar
 from engram_site.providers import embedding
-from maintenance import services, tasks
+from maintenance import tasks
 from maintenance.jobs import JobTrigger, LockHeld, run_job
 from maintenance.management.base import JobCommand
+from maintenance.services.embedding_switch import embedding_switch
 from memories.services.embedding_switch import embedding_switch_start, embedding_switch_status
 
 
@@ -65,7 +66,7 @@ class Command(JobCommand):
         bar = None if options["no_progress"] else ProgressBar(self.job_name, stream=self.stderr._out)
         try:
             outcome = run_job(
-                self.job_name, services.embedding_switch, trigger=JobTrigger.COMMAND, bar=bar, bucket=bucket,
+                self.job_name, embedding_switch, trigger=JobTrigger.COMMAND, bar=bar, bucket=bucket,
                 stop_after=options["stop_after"],
             )  # fmt: skip
         except LockHeld as exc:

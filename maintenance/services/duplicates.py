@@ -1,0 +1,132 @@
+"""Near-duplicates: the scan and the per-write hint that store candidate pairs, and what
+follows their memories (merges, erasure)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
+
+from engram_site import activity
+from maintenance import neighbours
+from maintenance.jobs import JobRecorder
+from maintenance.models import DuplicateCandidate, DuplicateStatus
+from maintenance.pairs import repoint_pairs
+from maintenance.services.scans import Row, incremental_scan
+from memories.models import Memory
+from tenants.models import Bucket, Tenant
+
+NEAR_DUPLICATE_K = 5
+
+
+def _store_candidates(*, tenant_id, bucket_id, memory_id, found: list[neighbours.Neighbour]) -> int:
+    if not found:
+        return 0
+    params: list = []
+    for n in found:
+        a, b = sorted([memory_id, n.id])  # uuid order == PostgreSQL's uuid order
+        params += [tenant_id, bucket_id, a, b, n.similarity, DuplicateStatus.PENDING]
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO duplicate_candidates (tenant_id, bucket_id, memory_a_id, memory_b_id, similarity, status) "
+            "VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(found)) +
+            # One row per pair: dupcand_pair_unique.
+            " ON CONFLICT (memory_a_id, memory_b_id) DO NOTHING",
+            params,
+        )  # fmt: skip
+        return cur.rowcount
+
+
+def _threshold(threshold: float | None) -> float:
+    return settings.ENGRAM_NEAR_DUPLICATE_THRESHOLD if threshold is None else threshold
+
+
+def near_duplicates_scan(
+    *, recorder: JobRecorder, bucket: Bucket | None = None, full: bool = False, threshold: float | None = None
+) -> dict:
+    """Store pairs of memories of a bucket whose cosine similarity is at least
+    ``threshold`` as pending :class:`DuplicateCandidate` rows for review.
+
+    Exact duplicates never get here (the hash index makes them one row); these
+    are paraphrases and near-copies. Each memory is compared once, by a kNN
+    query, with the whole bucket; the bucket's cursor makes the hourly run look
+    only at memories added since the last one.
+    """
+    minimum = _threshold(threshold)
+    found = {"candidates": 0}
+
+    def visit(row: Row, *, tenant_id, bucket_id, exact: bool) -> None:
+        near = neighbours.nearest(
+            tenant_id=tenant_id, bucket_id=bucket_id, memory_id=row.id, k=NEAR_DUPLICATE_K, min_similarity=minimum,
+            exact=exact,
+        )  # fmt: skip
+        found["candidates"] += _store_candidates(tenant_id=tenant_id, bucket_id=bucket_id, memory_id=row.id, found=near)
+
+    incremental_scan(job="near_duplicates", bucket=bucket, full=full, recorder=recorder, visit=visit)
+    recorder.add(candidates=found["candidates"])
+    recorder.set(threshold=minimum)
+    return dict(recorder.counts)
+
+
+def near_duplicates_find_for(*, memory_ids: Iterable, threshold: float | None = None) -> dict:
+    """The per-write hint: compare these (new) memories with their buckets."""
+    minimum = _threshold(threshold)
+    counts = {"scanned": 0, "candidates": 0}
+    rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
+    for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):
+        activity.pause()
+        near = neighbours.nearest(
+            tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=NEAR_DUPLICATE_K, min_similarity=minimum
+        )
+        counts["candidates"] += _store_candidates(
+            tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, found=near
+        )
+        counts["scanned"] += 1
+    return counts
+
+
+def duplicate_candidates_resolve(*, candidates, status: str) -> int:
+    """Record an operator's decision on candidates (``kept_both`` or ``merged``)."""
+    if status not in (DuplicateStatus.KEPT_BOTH, DuplicateStatus.MERGED):
+        raise ValueError(f"not a resolution: {status!r}")
+    return candidates.update(status=status, reviewed_at=timezone.now())
+
+
+def duplicate_candidates_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
+    """Candidates naming an absorbed memory name its survivor instead (``memories_absorbing``).
+
+    A pair that becomes a memory with itself is deleted; a pair that already exists
+    keeps one row, and a decision (kept both) wins over a pending state, so a pair an
+    operator said to keep is never suggested again.
+    """
+    if not mapping:
+        return 0
+    changed = 0
+    with connection.cursor() as cur:
+        # memory_a leads dupcand_pair_unique, memory_b has dupcand_memory_b.
+        cur.execute(
+            "SELECT id FROM duplicate_candidates WHERE memory_a_id = ANY(%s) OR memory_b_id = ANY(%s) ORDER BY id",
+            [list(mapping), list(mapping)],
+        )
+        ids = [row[0] for row in cur.fetchall()]
+    for start in range(0, len(ids), 5000):
+        changed += _repoint_candidates(ids[start : start + 5000], mapping)
+    return changed
+
+
+def duplicate_candidates_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> int:
+    """Delete the review candidates of erased memories (``memories_erasing``), reviewed or not;
+    returns how many. Their foreign keys would cascade too: deleting them here counts them."""
+    ids = list(memory_ids)
+    # memory_a leads dupcand_pair_unique, memory_b has dupcand_memory_b.
+    pairs = DuplicateCandidate.objects.for_tenant(tenant).filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
+    return pairs.delete()[0]
+
+
+def _repoint_candidates(ids: list[int], mapping: dict[uuid.UUID, uuid.UUID]) -> int:
+    pairs = DuplicateCandidate.objects.filter(pk__in=ids)
+    return repoint_pairs(pairs, mapping, undecided=DuplicateStatus.PENDING, decision=("reviewed_at",))

@@ -1,0 +1,61 @@
+"""The enrichment jobs: the every-minute sweep and ``embed_missing`` / ``lemmatize_missing``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from maintenance.jobs import JobRecorder
+from memories import hooks
+from memories.services.enrichment import (
+    ENRICHMENT_KINDS,
+    EnrichmentReport,
+    memories_enrich_all_pending,
+    pending_enrichment_count,
+)
+from tenants.models import Bucket
+
+
+def enrichment_sweep(*, recorder: JobRecorder, batch_size: int | None = None) -> EnrichmentReport:
+    """Fill every missing derived column (the every-minute sweep).
+
+    This is what makes the broker optional: a write whose hint was lost (broker
+    down, worker killed) still has NULL columns, and this finds it through the
+    partial index idx_memories_enrich_pending. Rows that get their embedding are
+    handed on to classification, the near-duplicate scan and the link pass.
+    """
+    recorder.set_total(pending_enrichment_count())
+
+    def on_batch(report: EnrichmentReport) -> None:
+        recorder.advance(report.scanned)
+        if report.embedded_ids:
+            hooks.after_enrichment(memory_ids=report.embedded_ids)
+
+    report = memories_enrich_all_pending(batch_size=batch_size or settings.ENGRAM_ENRICH_BATCH_SIZE, on_batch=on_batch)
+    recorder.add(**report.counts())
+    if report.failed:
+        recorder.fail("; ".join(report.errors))
+    return report
+
+
+def missing_fill(
+    *, recorder: JobRecorder, kind: str, bucket: Bucket | None = None, batch_size: int | None = None
+) -> EnrichmentReport:
+    """``embed_missing`` (kind="embeddings") and ``lemmatize_missing`` (kind="lemmas").
+
+    Batched (one transaction per batch), resumable (the NULL columns are the
+    cursor: a run that stops leaves the rest for the next) and safe to run
+    concurrently (rows are claimed with FOR UPDATE SKIP LOCKED).
+    """
+    if kind not in ENRICHMENT_KINDS:
+        raise ValueError(f"unknown kind {kind!r}")
+    recorder.set_total(pending_enrichment_count(bucket=bucket, kind=kind))
+    report = memories_enrich_all_pending(
+        batch_size=batch_size or settings.ENGRAM_ENRICH_BATCH_SIZE,
+        bucket=bucket,
+        kind=kind,
+        on_batch=lambda r: recorder.advance(r.scanned),
+    )
+    recorder.add(**report.counts())
+    if report.failed:
+        recorder.fail("; ".join(report.errors))
+    return report
