@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
-import anyio
 import httpx
 
 from engram_client import _core as core
@@ -44,7 +43,7 @@ class AsyncEngram:
     ``http_client``'s own). Reads, and calls the server certainly did not carry out, are
     retried up to ``retries`` times with exponential backoff and jitter (see
     :class:`~engram_client.RetryPolicy`). ``http_client`` (an
-    ``httpx.Client`` you own) or ``transport`` replace the connection pool the client makes.
+    ``httpx.AsyncClient`` you own) or ``transport`` replace the connection pool the client makes.
 
     Use it as an async context manager, or await :meth:`aclose`.
     """
@@ -107,7 +106,7 @@ class AsyncEngram:
                 wait = self.retry.delay(attempt, call, response=response)
                 if wait is None:
                     core.raise_for_status(response)
-            await anyio.sleep(wait)
+            await core.asleep(wait)
             attempt += 1
 
     async def _run(self, call: Call[core.T]) -> core.T:
@@ -334,11 +333,7 @@ class AsyncEngram:
     async def import_bucket(
         self,
         bucket_id: Id,
-        lines: Iterable[dict[str, Any] | str | bytes]
-        | AsyncIterable[dict[str, Any] | str | bytes]
-        | str
-        | os.PathLike[str]
-        | IO[bytes],
+        lines: core.AsyncJsonLines,
         *,
         skip_invalid: bool = False,
         timeout: float | httpx.Timeout | None = None,
@@ -358,7 +353,7 @@ class AsyncEngram:
                 return call.parse(core.decode(await self._send(call, content=core.afile_chunks(handle), **extra)))
         if hasattr(lines, "read"):
             return call.parse(core.decode(await self._send(call, content=core.afile_chunks(lines), **extra)))  # type: ignore[arg-type]
-        return call.parse(core.decode(await self._send(call, content=_ndjson(lines), **extra)))  # type: ignore[arg-type]
+        return call.parse(core.decode(await self._send(call, content=core.andjson_lines(lines), **extra)))  # type: ignore[arg-type]
 
     # --- documents and conversations ---------------------------------------------------------
 
@@ -478,12 +473,3 @@ class AsyncEngram:
         fields = core.body(agent_id=agent_id, run_id=run_id, attributed_to=attributed_to,
                            source_actor_id=source_actor_id, bucket_id=bucket_id, dry_run=dry_run)  # fmt: skip
         return await self._run(Call("POST", "erasure", json=fields, parse=ErasureResult.from_api))
-
-
-async def _ndjson(items: Any) -> AsyncIterator[bytes]:
-    if isinstance(items, AsyncIterable):
-        async for item in items:
-            yield core.ndjson_line(item)
-    else:
-        for item in items:
-            yield core.ndjson_line(item)

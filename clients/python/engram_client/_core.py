@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import IO, Any, Generic, TypeVar
 from urllib.parse import parse_qsl, quote, urlsplit
 
+import anyio
 import httpx
 
 from engram_client import errors
@@ -28,6 +30,11 @@ NDJSON = "application/x-ndjson"
 
 T = TypeVar("T")
 Id = str | uuid.UUID
+# What import_bucket reads: objects, text or bytes lines, a path, or a binary file. The async
+# client also takes an async iterable (the sync client is generated with ``JsonLines``).
+JsonLine = dict[str, Any] | str | bytes
+JsonLines = Iterable[JsonLine] | str | os.PathLike[str] | IO[bytes]
+AsyncJsonLines = AsyncIterable[JsonLine] | JsonLines
 
 
 class _Unset:
@@ -156,9 +163,19 @@ def ndjson_line(item: Any) -> bytes:
     return line if line.endswith(b"\n") else line + b"\n"
 
 
-def ndjson_lines(items: Iterable[Any]) -> Iterable[bytes]:
+def ndjson_lines(items: Iterable[Any]) -> Iterator[bytes]:
     for item in items:
         yield ndjson_line(item)
+
+
+async def andjson_lines(items: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[bytes]:
+    """:func:`ndjson_lines` for an asynchronous body, from an async or a plain iterable."""
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield ndjson_line(item)
+    else:
+        for item in items:
+            yield ndjson_line(item)
 
 
 def write_call(bucket_id: Id, payload: dict[str, Any], *, parse: Callable[[Any], T]) -> Call[T]:
@@ -256,6 +273,15 @@ class RetryPolicy:
             step = min(self.max_backoff, self.backoff * 2**attempt)
             return random.uniform(step / 2, step)
         return retry_after if retry_after <= self.max_backoff else None
+
+
+def sleep(seconds: float) -> None:
+    """The pause between two attempts of a call (:func:`asleep` in the async client)."""
+    time.sleep(seconds)
+
+
+async def asleep(seconds: float) -> None:
+    await anyio.sleep(seconds)
 
 
 def _code(response: httpx.Response) -> str | None:

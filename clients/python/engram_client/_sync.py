@@ -1,13 +1,14 @@
+# Generated from _async.py by clients/python/unasync_build.py: do not edit. Change _async.py and
+# run `python clients/python/unasync_build.py` (`./engram lint` fails while this file is stale).
 """The synchronous client, :class:`Engram`."""
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -36,7 +37,7 @@ SearchMode = Literal["hybrid", "vector", "keyword", "graph"]
 
 
 class Engram:
-    """A client of Engram's HTTP API (``/api/v1``).
+    """A client of Engram's HTTP API (``/api/v1``), on ``httpx.Client``.
 
     ``base_url`` and ``token`` default to ``ENGRAM_URL`` (else ``http://127.0.0.1:8000``) and
     ``ENGRAM_TOKEN``. ``timeout`` is in seconds (or an ``httpx.Timeout``; default 30 s, or the
@@ -106,7 +107,7 @@ class Engram:
                 wait = self.retry.delay(attempt, call, response=response)
                 if wait is None:
                     core.raise_for_status(response)
-            time.sleep(wait)
+            core.sleep(wait)
             attempt += 1
 
     def _run(self, call: Call[core.T]) -> core.T:
@@ -331,7 +332,7 @@ class Engram:
     def import_bucket(
         self,
         bucket_id: Id,
-        lines: Iterable[dict[str, Any] | str | bytes] | str | os.PathLike[str] | IO[bytes],
+        lines: core.JsonLines,
         *,
         skip_invalid: bool = False,
         timeout: float | httpx.Timeout | None = None,
