@@ -1,7 +1,7 @@
 """OpenAPI schema helpers: the error responses every operation documents, page envelopes, and
 an extension that lets the schema say what the strict serializers enforce.
 
-The schema is a contract the API fuzz test (tests/test_api_fuzz.py) holds the code to: every
+The schema is a contract the API fuzz test (tests/system/test_api_fuzz.py) holds the code to: every
 status an operation answers must be documented here, with its body's shape.
 """
 

@@ -28,6 +28,6 @@ ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", False)
 ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", False)
 ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", False)
 ENGRAM_SEARCH_PARALLEL = env_bool("ENGRAM_SEARCH_PARALLEL", False)
-# No worker shares a test process's home, so its requests mark nothing (tests/test_activity.py
+# No worker shares a test process's home, so its requests mark nothing (tests/platform/test_activity.py
 # turns it on).
 ENGRAM_WORKER_YIELD_SECONDS = env_float("ENGRAM_WORKER_YIELD_SECONDS", 0.0)

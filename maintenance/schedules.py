@@ -1,7 +1,7 @@
 """The default beat schedules (django-celery-beat's DatabaseScheduler).
 
 Migrations 0002-0007 each create the rows they add from a frozen copy (a new default
-schedule needs a new migration; tests/test_migrations_frozen.py checks that they add up to
+schedule needs a new migration; tests/platform/test_migrations_frozen.py checks that they add up to
 this list); ``ensure_default_schedules`` re-adds missing ones. Both only add schedules that
 are missing (matched by name), so an operator's edits in the admin — another interval, a
 disabled task — survive upgrades and re-runs.

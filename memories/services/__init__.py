@@ -1,5 +1,5 @@
 """The write gateway of the memories table: every insert, update and delete of a memory row
-happens in this package, and nowhere else (tests/test_architecture.py checks it).
+happens in this package, and nowhere else (tests/platform/test_architecture.py checks it).
 
 One module per kind of change:
 

@@ -1,4 +1,4 @@
-"""The Celery app of engram_site, for the worker processes tests/test_sources_concurrency.py starts.
+"""The Celery app of engram_site, for the worker processes tests/sources/test_sources_concurrency.py starts.
 
 Usage: python -m celery -A tests.scripts.sources_worker_app worker ...
 

@@ -3,11 +3,12 @@ restarted under load, the embedding model failing at run time.
 
 Covered elsewhere, not repeated here:
 * broker unreachable at write time, the sweep catching up afterwards (filesystem broker
-  and Redis): tests/test_maintenance_worker.py::test_with_the_broker_down_writes_succeed_and_the_sweep_catches_up
+  and Redis):
+  tests/maintenance/test_maintenance_worker.py::test_with_the_broker_down_writes_succeed_and_the_sweep_catches_up
 * worker SIGKILLed in the middle of a large enrichment batch: no row left unenriched or
   duplicated, finished rows untouched:
-  tests/test_maintenance_worker.py::test_killing_the_worker_mid_batch_loses_and_duplicates_nothing
-* the model raising while a request is written: tests/test_search.py::TestModelUnavailable
+  tests/maintenance/test_maintenance_worker.py::test_killing_the_worker_mid_batch_loses_and_duplicates_nothing
+* the model raising while a request is written: tests/retrieval/test_search.py::TestModelUnavailable
 
 Every server, worker and database started here is stopped here, by its PID or data directory.
 """

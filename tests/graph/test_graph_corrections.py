@@ -19,7 +19,7 @@ from memories.services import buckets as memory_buckets
 from memories.services.erasure import memories_erase
 from tenants.services import bucket_create
 from tests.conftest import make_operator
-from tests.test_graph import facts, ingest, snapshot
+from tests.graph.test_graph import facts, ingest, snapshot
 
 pytestmark = pytest.mark.django_db
 

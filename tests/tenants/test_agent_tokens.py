@@ -1,7 +1,7 @@
 """Tokens held to agents (docs/API.md, "Tokens held to agents"): issuing them, what they write,
 shared memories with and without include_shared, and what the graph, sources and runs show them.
 Every path to another agent's memory is refused in the generated matrix
-(tests/test_isolation_matrix.py, endpoint × agent); these are the rules around it."""
+(tests/system/test_isolation_matrix.py, endpoint × agent); these are the rules around it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from sources.services import MessageInput, source_submit_conversation
 from tenants import services
 from tenants.models import ApiToken
 from tests.conftest import make_client
-from tests.test_isolation_matrix import _graph, assert_unchanged, db_snapshot
+from tests.system.test_isolation_matrix import _graph, assert_unchanged, db_snapshot
 
 pytestmark = pytest.mark.django_db
 

@@ -358,7 +358,7 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     "memory-history": {"GET": [Call({"memory_id": "memory"}), Call({"memory_id": "deleted"})]},
     "memory-restore": {"POST": [Call({"memory_id": "deleted"})]},
     "source-detail": {"GET": [Call({"source_id": "source"})], "DELETE": [Call({"source_id": "source"})]},
-    # Without buckets a search reads every bucket the token can read (tests/test_search_across_buckets.py).
+    # Without buckets a search reads every bucket the token can read (tests/retrieval/test_search_across_buckets.py).
     "search": {
         "POST": [
             Call(
@@ -374,7 +374,7 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
             ),
         ],
     },  # fmt: skip
-    # Without a bucket an erasure is the caller's own tenant's (tests/test_erasure.py checks it).
+    # Without a bucket an erasure is the caller's own tenant's (tests/memories/test_erasure.py checks it).
     "erasure": {
         "POST": [
             Call(data=lambda ids: {"agent_id": "x", "bucket_id": ids["bucket"]}, targets=("bucket",)),
@@ -626,7 +626,7 @@ def test_every_route_is_in_the_matrix():
     assert not unknown, (
         "Routes the tenant isolation matrix does not know how to exercise:\n  "
         + "\n  ".join(unknown)
-        + "\nAdd each to API_ROUTES, ADMIN_ROUTES or ADMIN_MODELS in tests/test_isolation_matrix.py, with the "
+        + "\nAdd each to API_ROUTES, ADMIN_ROUTES or ADMIN_MODELS in tests/system/test_isolation_matrix.py, with the "
         "calls (ids, bodies) that aim it at another tenant's objects, or mark it LISTED / STATIC."
     )
     stale = (known_names | known_unnamed) - seen
@@ -652,7 +652,9 @@ def test_every_api_method_has_calls_in_the_matrix():
             continue
         for method in sorted(_api_methods(_api_view(name)) - set(calls)):
             missing.append(f"{method} {name}")
-    assert not missing, f"Methods without a cross-tenant call in API_ROUTES (tests/test_isolation_matrix.py): {missing}"
+    assert not missing, (
+        f"Methods without a cross-tenant call in API_ROUTES (tests/system/test_isolation_matrix.py): {missing}"
+    )
 
 
 # --- the API -----------------------------------------------------------------------------------------
@@ -1174,7 +1176,9 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
 }
 # Routes of API_ROUTES the agent matrix need not aim: what they are and where that is checked.
 AGENT_EXEMPT = {
-    "bucket-list": "buckets are the tenant's, not an agent's; creating one is refused: tests/test_agent_tokens.py",
+    "bucket-list": (
+        "buckets are the tenant's, not an agent's; creating one is refused: tests/tenants/test_agent_tokens.py"
+    ),
     **{
         name: "admin scope (the tenant's webhooks), which a token held to agents cannot have (test_agent_tokens.py)"
         for name in ("webhook-list", "webhook-detail", "webhook-secret", "webhook-deliveries", "webhook-retry")
@@ -1193,8 +1197,8 @@ def test_every_api_route_and_method_is_in_the_agent_matrix():
         methods = set(calls) if isinstance(calls, dict) else _api_methods(_api_view(name))
         missing += [f"{method} {name}" for method in sorted(methods - set(AGENT_ROUTES[name]))]
     assert not missing, (
-        "API routes the agent matrix does not exercise (tests/test_isolation_matrix.py AGENT_ROUTES): every route "
-        f"that reaches memories must show how a token held to one agent is kept from another's: {missing}"
+        "API routes the agent matrix does not exercise (tests/system/test_isolation_matrix.py AGENT_ROUTES): "
+        f"every route that reaches memories must show how a token held to one agent is kept from another's: {missing}"
     )
     assert not set(AGENT_ROUTES) - set(API_ROUTES), "AGENT_ROUTES names routes the API does not have"
 

@@ -221,7 +221,8 @@ def test_ascii_fast_path_normalises_like_the_character_definition(text):
         "see https://example.com/path?q=1&x=2#frag for details",
         "def f(x):\n    return x ** 2  # code",
         "a" * 5000,
-        "Zalgo t̸̢̛e̵͇͝x̶̱̆t̴̰̿ and \u200b zero width",  # control characters (a bell) are refused: tests/test_hostile_input.py
+        # Control characters (a bell) are refused: tests/system/test_hostile_input.py
+        "Zalgo t̸̢̛e̵͇͝x̶̱̆t̴̰̿ and \u200b zero width",
         "SELECT * FROM memories; DROP TABLE memories; -- ' \" & | ! ( ) : * < ->",
     ],
 )

@@ -1,6 +1,6 @@
 """Tenant operators: staff users who see and act on only the tenants they are members of.
 
-The cross-tenant matrix (tests/test_isolation_matrix.py) checks that an operator cannot
+The cross-tenant matrix (tests/system/test_isolation_matrix.py) checks that an operator cannot
 reach another tenant anywhere; these tests check that they can still do their work on
 their own tenants, and how operators are made.
 """

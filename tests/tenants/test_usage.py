@@ -17,7 +17,7 @@ from tenants import services as tenant_services
 from tenants import usage
 from tenants.models import TenantUsage
 from tests.conftest import make_client, make_operator
-from tests.test_console_browser import SKIP_REASON, browser, console, operator  # noqa: F401 (fixtures)
+from tests.console.test_console_browser import SKIP_REASON, browser, console, operator  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)

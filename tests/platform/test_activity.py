@@ -23,7 +23,7 @@ from maintenance.services.conflicts import conflicts_find_for
 from maintenance.services.duplicates import near_duplicates_find_for
 from maintenance.services.links import links_find_for
 from memories.services import MemoryInput, memories_ingest
-from tests.test_graph import snapshot
+from tests.graph.test_graph import snapshot
 
 
 @pytest.fixture(autouse=True)

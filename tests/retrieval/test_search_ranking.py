@@ -7,8 +7,8 @@ import pytest
 
 from memories import ranking, retrieval, text
 from memories.models import Memory
-from tests.test_memories_crud import write
-from tests.test_search import search
+from tests.memories.test_memories_crud import write
+from tests.retrieval.test_search import search
 
 pytestmark = pytest.mark.django_db
 

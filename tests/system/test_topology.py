@@ -29,7 +29,7 @@ import psycopg
 import pytest
 
 from tests.support import ROOT, TcpPostgres, base_env, free_port, http_get, manage, wait_for
-from tests.test_faults import PROVISION, Client, PrivateRedis, run_clients, unhandled_errors
+from tests.system.test_faults import PROVISION, Client, PrivateRedis, run_clients, unhandled_errors
 
 pytestmark = pytest.mark.slow
 

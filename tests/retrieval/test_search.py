@@ -298,7 +298,7 @@ HOSTILE = {
     "like wildcards": "%{w}% _{w}_ %_",
     "dollar quoting": "$${w}$$ $tag$",
     "regex": "{w}.* [a-z]+ ^$ (?i)",
-    # The API refuses NUL and the other C0 controls (tests/test_hostile_input.py); these it takes.
+    # The API refuses NUL and the other C0 controls (tests/system/test_hostile_input.py); these it takes.
     "control characters": "{w}\t\r\n\u0085\u009b\u200b\u200d\u202e\ufeff\u2028 end",
     "unicode": "東京 {w} Ünïcödé café שלום",
     "emoji": "🥜 {w} 😀👩🏽\u200d💻🇵🇹",

@@ -5,8 +5,8 @@
   lost, none duplicated, no orphan, a write to a removed source is a clean 404.
 * Concurrent PATCHes of one memory: no lost update, derived columns match the content.
 
-(Writes and searches during ``reindex_hnsw``: tests/test_maintenance_reindex.py.
-Concurrent writers through the service function: tests/test_dedup_race.py.)
+(Writes and searches during ``reindex_hnsw``: tests/maintenance/test_maintenance_reindex.py.
+Concurrent writers through the service function: tests/memories/test_dedup_race.py.)
 The server is started and stopped here, by its PID (tests.support.web_server).
 """
 
