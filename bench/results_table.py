@@ -25,7 +25,7 @@ Only the latest report of a benchmark and series stays in bench/results/; older 
 bench/results/archive/, which this script does not read. Two reports of the same benchmark and
 series in bench/results/ are an error, so the table can never quietly show the older one.
 
-Standard library only: the check runs in the test suite (tests/test_bench_results.py).
+Standard library only: the check runs in the test suite (tests/platform/test_bench_results.py).
 """
 
 from __future__ import annotations
