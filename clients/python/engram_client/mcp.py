@@ -1,4 +1,5 @@
-"""Engram's memory as MCP tools, on the official MCP SDK (``mcp`` 2.x).
+"""Engram's memory as MCP tools, on the official MCP SDK (``mcp`` 2.x): the package's ``mcp``
+extra, ``pip install "engram-client[mcp]"`` (the rest of the client needs only httpx).
 
 :func:`create_server` defines the tools once; what serves them decides where each call's
 :class:`~engram_client.AsyncEngram` comes from (``client_for``, given the tool call's
@@ -28,11 +29,16 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+try:
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver import Context
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import Field
+except ModuleNotFoundError as missing:  # the SDK is the "mcp" extra, not a dependency of the client
+    raise ModuleNotFoundError(
+        f'engram_client.mcp needs {missing.name}: pip install "engram-client[mcp]"', name=missing.name
+    ) from missing
 
 from engram_client import _core as core
 from engram_client._async import AsyncEngram
