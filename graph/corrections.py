@@ -5,7 +5,7 @@ bucket's graph lock, so no extraction interleaves) changes the current graph, re
 correction in graph_corrections and writes the audit event. The recorded correction names
 entities by normalized name and type and edges by what they say, so a rebuild — which
 gives every row a new id — and later extraction follow it (graph/rules.py,
-graph.services._Entities).
+graph.services.entities.EntityResolver).
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from django.db.models import Case, When
 
 from audit.services import Actor, audit_record
 from engram_site.exceptions import DomainError, NotFound
-from graph import services
 from graph.extract import normalize_name
 from graph.models import Correction, CorrectionKind, Edge, Entity, Mention
 from graph.rules import Target
+from graph.services.entities import entity_merge, mention_counts_refresh
+from graph.services.extraction import edge_fixed_key
+from graph.services.locks import bucket_lock
+from graph.services.timelines import timelines_recompute
 
 NAME_MAX_CHARS = 500
 PREDICATE = re.compile(r"^[a-z][a-z0-9_:]{0,59}$")
@@ -34,7 +37,7 @@ def _target(entity: Entity) -> dict:
 
 def _fresh(entity: Entity) -> Entity:
     """``entity`` as it is now, under the bucket's lock (an extraction may have merged it away)."""
-    services.bucket_lock(entity.bucket)
+    bucket_lock(entity.bucket)
     current = Entity.objects.filter(pk=entity.pk, tenant_id=entity.tenant_id).first()
     if current is None:
         raise NotFound("Entity not found.")
@@ -83,7 +86,7 @@ def _timelines_recompute(entity_bucket, subject_ids: Iterable[uuid.UUID], extra_
         .values_list("subject_id", "functional_key")
         .distinct()
     )
-    services.timelines_recompute(bucket=entity_bucket, timelines=timelines, memory_ids=set(extra_memories))
+    timelines_recompute(bucket=entity_bucket, timelines=timelines, memory_ids=set(extra_memories))
 
 
 # --- entities -------------------------------------------------------------------------------------
@@ -122,7 +125,7 @@ def entities_merge(*, source: Entity, target: Entity, actor: Actor) -> Entity:
     source, target = _fresh(source), _fresh(target)
     payload = {"source": _target(source), "target": _target(target), "aliases": sorted(source.aliases)}
     ids = [source.pk, target.pk]
-    services.entity_merge(source=source, target=target)
+    entity_merge(source=source, target=target)
     # An edge between the two is now an edge of one entity with itself: it says nothing.
     Edge.objects.filter(subject=target, object_entity=target).delete()
     target.refresh_from_db()
@@ -178,7 +181,7 @@ def entity_split(
     entity.save(update_fields=["aliases"])
     new.aliases = sorted((set(new.aliases) | set(aliases)) - {key})
     new.save(update_fields=["aliases"])
-    services.mention_counts_refresh(bucket=entity.bucket, entity_ids=[entity.pk, new.pk])
+    mention_counts_refresh(bucket=entity.bucket, entity_ids=[entity.pk, new.pk])
     _timelines_recompute(entity.bucket, [entity.pk, new.pk], ids)
     new.refresh_from_db()
     _record(
@@ -249,7 +252,7 @@ def _edge_payload(edge: Edge) -> dict:
 
 
 def _fresh_edge(edge: Edge) -> Edge:
-    services.bucket_lock(edge.bucket)
+    bucket_lock(edge.bucket)
     current = Edge.objects.filter(pk=edge.pk, tenant_id=edge.tenant_id).select_related("subject", "object_entity")
     found = current.first()
     if found is None:
@@ -301,7 +304,7 @@ def edge_fix(
         edge.predicate, edge.object_entity_id, None if edge.object_entity_id else edge.object_literal,
     ):  # fmt: skip
         raise DomainError("The edge already says that.")
-    edge.functional_key = services.edge_fixed_key(predicate, edge.predicate, edge.functional_key)
+    edge.functional_key = edge_fixed_key(predicate, edge.predicate, edge.functional_key)
     edge.predicate = predicate
     edge.object_entity = object_entity
     edge.object_literal = literal

@@ -6,15 +6,9 @@ from django.conf import settings
 from django.dispatch import receiver
 
 from graph.models import Edge
-from graph.services import (
-    graph_absorb_memories,
-    graph_erase_memories,
-    graph_forget_memory,
-    graph_merge_buckets,
-    graph_merge_preview,
-    graph_recompute,
-    supersession_pass,
-)
+from graph.services.erasure import graph_erase_memories
+from graph.services.merges import graph_absorb_memories, graph_merge_buckets, graph_merge_preview
+from graph.services.timelines import graph_forget_memory, graph_recompute, supersession_pass
 from graph.tasks import enqueue_extraction
 from maintenance import signals as maintenance_signals
 from memories import signals

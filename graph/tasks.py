@@ -1,4 +1,4 @@
-"""Celery tasks of the graph app: thin wrappers around graph.services.
+"""Celery tasks of the graph app: thin wrappers around graph.services.extraction.
 
 Extraction is queued after a write commits (a hint); the ``graph.extract_pending``
 sweep (beat, every two minutes) extracts whatever a lost hint left behind, since
@@ -11,7 +11,8 @@ import logging
 
 from celery import shared_task
 
-from graph import services
+from graph.services import extraction
+from graph.services.reports import GraphReport
 from maintenance import jobs
 from maintenance.tasks import HINT, SCHEDULED
 from memories import hooks
@@ -20,7 +21,7 @@ from tenants.models import Bucket
 logger = logging.getLogger(__name__)
 
 
-def _as_counts(report: services.GraphReport) -> dict:
+def _as_counts(report: GraphReport) -> dict:
     return {
         "memories": report.memories,
         "edges": report.edges,
@@ -32,12 +33,12 @@ def _as_counts(report: services.GraphReport) -> dict:
 
 @shared_task(name="graph.extract_memories", **HINT)
 def extract_memories(memory_ids: list[str]) -> dict:
-    return _as_counts(services.graph_extract_memories(memory_ids=memory_ids))
+    return _as_counts(extraction.graph_extract_memories(memory_ids=memory_ids))
 
 
 def _extract_pending(*, recorder: jobs.JobRecorder, limit: int = 1000) -> None:
     while True:
-        report = services.graph_extract_pending(limit=limit)
+        report = extraction.graph_extract_pending(limit=limit)
         if report.skipped:
             recorder.set(skipped=report.skipped)
             return
@@ -62,7 +63,7 @@ def extract_pending() -> dict:
 def rebuild_bucket(bucket_id: str) -> dict:
     def run(*, recorder: jobs.JobRecorder) -> None:
         bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
-        report = services.graph_rebuild(bucket=bucket)
+        report = extraction.graph_rebuild(bucket=bucket)
         recorder.add(**{k: v for k, v in _as_counts(report).items() if k != "errors"})
         if report.errors:
             recorder.fail("; ".join(report.errors[:5]))

@@ -1,6 +1,6 @@
 """Marking memories superseded (``superseded_at``, ``superseded_by``) with their ``supersedes`` links.
 
-The graph decides from temporal facts which memory replaced which (graph/services.py);
+The graph decides from temporal facts which memory replaced which (graph/services/timelines.py);
 the rows and links change here, together.
 """
 

@@ -22,7 +22,7 @@ from django.contrib.sessions.models import Session
 
 from audit.models import AuditEvent
 from graph.models import Correction, Entity
-from graph.services import graph_extract_memories
+from graph.services.extraction import graph_extract_memories
 from maintenance.models import DuplicateCandidate
 from maintenance.services.duplicates import near_duplicates_find_for
 from memories import access

@@ -10,7 +10,7 @@ from audit.models import AuditEvent
 from audit.services import Actor
 from engram_site.exceptions import DomainError
 from graph.models import Edge, Entity, Mention
-from graph.services import graph_extract_memories
+from graph.services.extraction import graph_extract_memories
 from maintenance.models import DuplicateCandidate, DuplicateStatus, ScanCursor
 from memories.links import LINKS_KEY
 from memories.models import Memory

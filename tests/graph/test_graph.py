@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from engram_site.providers import nlp
 from graph.models import Edge, Entity, Mention
-from graph.services import graph_extract_memories, graph_rebuild
+from graph.services.extraction import graph_extract_memories, graph_rebuild
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from tenants.services import bucket_create

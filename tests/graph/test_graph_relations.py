@@ -10,7 +10,7 @@ import pytest
 
 from graph.extract import split_speaker
 from graph.models import Edge, Entity
-from graph.services import graph_extract_memories, graph_rebuild
+from graph.services.extraction import graph_extract_memories, graph_rebuild
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 

@@ -19,7 +19,7 @@ from audit.services import Actor
 from engram_site.providers import embedding
 from graph import extract as extraction
 from graph.models import Processed
-from graph.services import graph_extract_pending
+from graph.services.extraction import graph_extract_pending
 from maintenance.classifier import Classification
 from maintenance.services.classification import memories_classify
 from memories import lemmatizer

@@ -16,7 +16,7 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from audit.services import ERASED, Actor, audit_record, audit_scrub
 from graph.models import Edge, Entity, Mention, Processed
-from graph.services import graph_extract_memories
+from graph.services.extraction import graph_extract_memories
 from maintenance.models import DuplicateCandidate
 from memories.models import DeletedMemory, Memory, MemoryAccess, MemoryVersion
 from memories.services import MemoryInput, memories_ingest

@@ -17,7 +17,7 @@ from django.test import override_settings
 
 from engram_site import activity, serve
 from engram_site.celery import _requests_first
-from graph.services import graph_extract_memories, graph_rebuild
+from graph.services.extraction import graph_extract_memories, graph_rebuild
 from maintenance.services.classification import memories_classify
 from maintenance.services.conflicts import conflicts_find_for
 from maintenance.services.duplicates import near_duplicates_find_for

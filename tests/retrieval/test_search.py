@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from engram_site.providers import embedding
-from graph.services import graph_extract_memories
+from graph.services.extraction import graph_extract_memories
 from memories import access
 from memories.models import Memory, MemoryAccess
 from memories.retrieval import keyword, rows, stats, vector

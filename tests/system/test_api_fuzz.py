@@ -44,7 +44,7 @@ from schemathesis.specs.openapi.checks import (
 
 from engram_site.wsgi import application  # what gunicorn serves
 from graph.models import Edge, Entity
-from graph.services import graph_extract_memories
+from graph.services.extraction import graph_extract_memories
 from memories.services import MemoryInput, memories_ingest
 from sources import services as source_services
 from tenants import services as tenant_services

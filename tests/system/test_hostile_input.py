@@ -28,7 +28,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from graph.models import Edge, Entity, Mention
-from graph.services import graph_extract_memories
+from graph.services.extraction import graph_extract_memories
 from memories.apis import MAX_BATCH, MAX_METADATA_DEPTH
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest

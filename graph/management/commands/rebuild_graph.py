@@ -8,7 +8,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from graph import services
+from graph.services import extraction
 from tenants.models import Bucket, Tenant
 from tenants.selectors import parse_uuid
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         if pending:
             total = 0
             while True:
-                report = services.graph_extract_pending(limit=500)
+                report = extraction.graph_extract_pending(limit=500)
                 if report.skipped:
                     raise CommandError(report.skipped)
                 if not report.memories:
@@ -50,7 +50,7 @@ class Command(BaseCommand):
             buckets = list(Bucket.objects.select_related("tenant").order_by("tenant__name", "name"))
         for index, item in enumerate(buckets, start=1):
             sys.stderr.write(f"[{index}/{len(buckets)}] {item.tenant.name} / {item.name} … ")
-            report = services.graph_rebuild(bucket=item)
+            report = extraction.graph_rebuild(bucket=item)
             if report.skipped:
                 raise CommandError(report.skipped)
             sys.stderr.write(

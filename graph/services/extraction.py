@@ -1,0 +1,319 @@
+"""Extraction: a memory's mentions and edges replaced by what the extractor reads in it, and
+the timelines it touched recomputed; rebuilds of a whole bucket; the sweep of memories not
+extracted yet."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+
+from django.db import connection, transaction
+
+from engram_site import activity
+from engram_site.providers import nlp
+from graph import extract as extraction
+from graph.models import Edge, Entity, Mention
+from graph.rules import bucket_rules
+from graph.services.entities import EntityResolver, mention_counts_refresh, rules_settle
+from graph.services.locks import bucket_lock
+from graph.services.reports import GraphReport
+from graph.services.timelines import supersession_recompute, timeline_windows_recompute
+from memories.models import EnrichmentStage, Memory
+from memories.services.enrichment_failures import error_text, failures_clear, failures_record
+from memories.services.supersession import supersessions_clear
+from tenants.models import Bucket, Tenant
+
+logger = logging.getLogger(__name__)
+
+# 2: relation predicates (manager_of, sibling_of, owns_pet …), the "Name:" speaker, first names.
+EXTRACTOR_VERSION = 2
+BATCH = 200
+
+
+def _parse(memories: list[Memory]) -> tuple[list, dict[uuid.UUID, str]]:
+    """(memory, speaker, parsed text, parsed context) per memory; a leading "Name:" is the speaker.
+
+    When the pipeline fails on the batch, the memories are parsed one by one and those it
+    fails on come back as ``{memory id: error}`` instead."""
+    pipeline = nlp.get_pipeline()
+    speakers, texts = [], []
+    for memory in memories:
+        speaker, text = extraction.split_speaker(memory.content[:5000], attributed_to=memory.attributed_to)
+        speakers.append(speaker)
+        texts.append(text)
+    contexts = [m.context_text[-2000:] if m.context_text else "" for m in memories]
+    try:
+        docs = list(pipeline.pipe(texts, batch_size=64))
+        context_docs = list(pipeline.pipe(contexts, batch_size=64))
+    except Exception:
+        logger.exception("the spaCy pipeline failed on a batch of %d memories; parsing one by one", len(memories))
+        return _parse_one_by_one(pipeline, memories, speakers, texts, contexts)
+    parsed = [
+        (memory, speaker, doc, context_doc if memory.context_text else None)
+        for memory, speaker, doc, context_doc in zip(memories, speakers, docs, context_docs, strict=True)
+    ]
+    return parsed, {}
+
+
+def _parse_one_by_one(pipeline, memories, speakers, texts, contexts) -> tuple[list, dict[uuid.UUID, str]]:
+    parsed, failed = [], {}
+    for memory, speaker, text, context in zip(memories, speakers, texts, contexts, strict=True):
+        try:
+            doc, context_doc = pipeline(text), pipeline(context)
+        except Exception as exc:
+            failed[memory.pk] = error_text(exc)
+            continue
+        parsed.append((memory, speaker, doc, context_doc if memory.context_text else None))
+    return parsed, failed
+
+
+def _extract_batch(bucket: Bucket, memories: list[Memory], entities: EntityResolver, report: GraphReport) -> set:
+    """Replace the graph rows of ``memories``; returns the (subject, functional_key) timelines touched."""
+    touched: set[tuple[uuid.UUID, str]] = set()
+    ids = [m.pk for m in memories]
+    for subject_id, key in Edge.objects.filter(source_memory_id__in=ids, functional_key__isnull=False).values_list(
+        "subject_id", "functional_key"
+    ):
+        touched.add((subject_id, key))
+    Edge.objects.filter(source_memory_id__in=ids).delete()
+    Mention.objects.filter(memory_id__in=ids).delete()
+
+    new_edges: list[Edge] = []
+    new_mentions: list[Mention] = []
+    parsed, failed = _parse(memories)
+    for memory, speaker, doc, context_doc in parsed:
+        try:
+            result = extraction.extract(doc, speaker=speaker, context_doc=context_doc)
+        except Exception as exc:  # one odd memory must not stop a batch, nor a rebuild
+            logger.exception("extraction failed for memory %s", memory.pk)
+            failed[memory.pk] = error_text(exc)
+            continue
+        report.memories += 1
+        mentioned: set[uuid.UUID] = set()
+        for ref in result.mentions:
+            entity = entities.resolve(ref, memory.pk)
+            if entity.pk not in mentioned:
+                mentioned.add(entity.pk)
+                new_mentions.append(
+                    Mention(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory=memory, entity=entity)
+                )
+        seen_facts = set()
+        for fact in result.facts:
+            subject = entities.resolve(fact.subject, memory.pk)
+            obj = entities.resolve(fact.obj, memory.pk) if fact.obj is not None else None
+            if obj is not None and obj.pk == subject.pk:
+                continue
+            signature = (subject.pk, fact.predicate, obj.pk if obj else fact.literal)
+            if signature in seen_facts:
+                continue
+            seen_facts.add(signature)
+            new_edges.append(
+                Edge(
+                    tenant_id=bucket.tenant_id,
+                    bucket_id=bucket.pk,
+                    subject_id=subject.pk,
+                    predicate=fact.predicate[:60],
+                    object_entity_id=obj.pk if obj is not None else None,
+                    object_literal=(fact.literal or "")[:500] or None if obj is None else None,
+                    functional_key=fact.functional_key,
+                    valid_from=fact.valid_from or memory.created_at,
+                    confidence=fact.confidence,
+                    source_memory_id=memory.pk,
+                )
+            )
+            if fact.functional_key:
+                touched.add((subject.pk, fact.functional_key))
+    # A placeholder may have been merged into a named entity after we referenced it.
+    for mention in new_mentions:
+        mention.entity_id = entities.final_id(mention.entity_id)
+    for edge in new_edges:
+        edge.subject_id = entities.final_id(edge.subject_id)
+        if edge.object_entity_id:
+            edge.object_entity_id = entities.final_id(edge.object_entity_id)
+    touched = {(entities.final_id(subject_id), key) for subject_id, key in touched}
+    if entities.rules.edges:
+        new_edges = _corrected_edges(new_edges, entities, touched)
+    new_edges = [e for e in new_edges if e.subject_id != e.object_entity_id]
+    Mention.objects.bulk_create(new_mentions, ignore_conflicts=True)
+    Edge.objects.bulk_create(new_edges)
+    report.edges += len(new_edges)
+    mention_counts_refresh(bucket=bucket, entity_ids={m.entity_id for m in new_mentions})
+    # A memory the extractor failed on is not marked processed: it gets a failure record (and
+    # its retry time) instead, and the sweep comes back to it then.
+    done = [i for i in ids if i not in failed]
+    _record_processed(done)
+    failures_clear(stage=EnrichmentStage.GRAPH, memory_ids=done)
+    failures_record(stage=EnrichmentStage.GRAPH, errors=failed)
+    report.errors += [f"{memory_id}: {error}" for memory_id, error in failed.items()]
+    report.failures_recorded += len(failed)
+    return touched
+
+
+def edge_signature(edge: Edge, names: dict[uuid.UUID, str]):
+    """What an edge says, as corrections name it (graph.rules.EdgeKey): ``names`` maps entity
+    ids to normalized names."""
+    obj = names.get(edge.object_entity_id) if edge.object_entity_id else None
+    literal = None if edge.object_entity_id else edge.object_literal
+    return (names.get(edge.subject_id), edge.predicate, obj, literal, str(edge.source_memory_id))
+
+
+def edge_fixed_key(predicate: str, old_predicate: str, functional_key: str | None) -> str | None:
+    """The timeline of an edge whose predicate an operator changed: a functional edge stays on
+    its timeline under the new predicate (``owns:phone`` stays while the predicate stays owns);
+    an accumulating one stays accumulating."""
+    if functional_key is None or predicate == old_predicate:
+        return functional_key
+    return predicate
+
+
+def _corrected_edges(edges: list[Edge], entities: EntityResolver, touched: set) -> list[Edge]:
+    """The edges an operator deleted dropped, the ones they fixed changed (graph/rules.py)."""
+    rules = entities.rules
+    ids = {e.subject_id for e in edges} | {e.object_entity_id for e in edges if e.object_entity_id}
+    names = dict(Entity.objects.filter(pk__in=ids).values_list("pk", "normalized_name"))
+    kept = []
+    for edge in edges:
+        key = edge_signature(edge, names)
+        if key in rules.deleted_edges:
+            continue
+        fix = rules.fixed_edges.get(key)
+        if fix is not None:
+            edge.functional_key = edge_fixed_key(fix.predicate, edge.predicate, edge.functional_key)
+            edge.predicate = fix.predicate
+            edge.object_entity_id = entities.target(fix.obj).pk if fix.obj is not None else None
+            edge.object_literal = fix.literal if fix.obj is None else None
+            if edge.functional_key:
+                touched.add((edge.subject_id, edge.functional_key))
+        kept.append(edge)
+    return kept
+
+
+def _record_processed(memory_ids: list[uuid.UUID]) -> None:
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO graph_processed (memory_id, extractor_version, processed_at)
+            SELECT unnest(%s::uuid[]), %s, now()
+            ON CONFLICT (memory_id) DO UPDATE SET extractor_version = EXCLUDED.extractor_version,
+                                                  processed_at = EXCLUDED.processed_at
+            """,
+            [memory_ids, EXTRACTOR_VERSION],
+        )
+
+
+def graph_extract_memories(*, memory_ids: Iterable[uuid.UUID]) -> GraphReport:
+    """Extract (or re-extract) the given memories into their buckets' graphs.
+
+    Idempotent: a memory's previous mentions and edges are replaced. Memories are
+    processed per bucket in ``created_at`` order. Without the spaCy pipeline the
+    call does nothing and says why.
+    """
+    report = GraphReport()
+    if not nlp.available():
+        report.skipped = "spaCy pipeline unavailable"
+        return report
+    memories = list(
+        Memory.objects.filter(pk__in=list(memory_ids))
+        .select_related("bucket")
+        .defer("embedding", "context_embedding")
+        .order_by("bucket_id", "created_at", "id")
+    )
+    by_bucket: dict[uuid.UUID, list[Memory]] = {}
+    for memory in memories:
+        by_bucket.setdefault(memory.bucket_id, []).append(memory)
+    # In a worker that gives way to requests, a bucket's memories go in turns, one transaction
+    # each, with a pause point between them (engram_site/activity.py).
+    for bucket_rows in by_bucket.values():
+        for rows in activity.turns(bucket_rows):
+            _extract_in_bucket(rows[0].bucket, rows, report)
+    return report
+
+
+def _extract_in_bucket(bucket: Bucket, rows: list[Memory], report: GraphReport) -> None:
+    with transaction.atomic():
+        # One extractor at a time per bucket: entity creation and timelines stay consistent.
+        bucket_lock(bucket)
+        rules = bucket_rules(bucket=bucket)
+        entities = EntityResolver(bucket, rules)
+        touched: set = set()
+        for start in range(0, len(rows), BATCH):
+            touched |= _extract_batch(bucket, rows[start : start + BATCH], entities, report)
+        if rules:
+            rules_settle(bucket, rules)
+        affected = timeline_windows_recompute(bucket, touched)
+        report.superseded += supersession_recompute(bucket, affected)
+
+
+def graph_rebuild(*, bucket: Bucket) -> GraphReport:
+    """Drop and rebuild a bucket's graph from its memories, oldest first. The operator's
+    corrections (graph_corrections) are not dropped: extraction follows them again."""
+    report = GraphReport()
+    if not nlp.available():
+        report.skipped = "spaCy pipeline unavailable"
+        return report
+    with transaction.atomic():
+        bucket_lock(bucket)
+        # Undo what the graph wrote onto memories, then drop the graph.
+        supersessions_clear(bucket=bucket)
+        Edge.objects.for_bucket(bucket).delete()
+        Mention.objects.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk).delete()
+        Entity.objects.for_bucket(bucket).delete()
+        # The operator's corrections are kept and replayed (graph/rules.py).
+        rules = bucket_rules(bucket=bucket)
+        entities = EntityResolver(bucket, rules)
+        touched: set = set()
+        queryset = (
+            Memory.objects.for_bucket(bucket).defer("embedding", "context_embedding").order_by("created_at", "id")
+        )
+        batch: list[Memory] = []
+        for memory in queryset.iterator(chunk_size=BATCH):
+            batch.append(memory)
+            if len(batch) == BATCH:
+                touched |= _extract_batch(bucket, batch, entities, report)
+                batch = []
+        if batch:
+            touched |= _extract_batch(bucket, batch, entities, report)
+        if rules:
+            rules_settle(bucket, rules)
+        affected = timeline_windows_recompute(bucket, touched)
+        report.superseded += supersession_recompute(bucket, affected)
+        report.entities = Entity.objects.for_bucket(bucket).count()
+    return report
+
+
+def graph_rebuild_tenant(*, tenant: Tenant) -> GraphReport:
+    total = GraphReport()
+    for bucket in tenant.buckets.all():
+        report = graph_rebuild(bucket=bucket)
+        total.memories += report.memories
+        total.entities += report.entities
+        total.edges += report.edges
+        total.superseded += report.superseded
+        total.errors += report.errors
+        total.skipped = report.skipped
+    return total
+
+
+def graph_extract_pending(*, limit: int = 1000) -> GraphReport:
+    """Extract memories the graph has not seen yet (the sweep behind the async path)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT m.id FROM memories m
+            LEFT JOIN graph_processed p ON p.memory_id = m.id
+            WHERE (p.memory_id IS NULL OR p.extractor_version < %s)
+              -- A memory the extractor failed on waits for its retry time
+              -- (enrichment_failures_memory_stage serves the anti-join).
+              AND NOT EXISTS (
+                SELECT 1 FROM enrichment_failures f
+                WHERE f.memory_id = m.id AND f.stage = %s AND f.next_retry_at > statement_timestamp()
+              )
+            ORDER BY m.created_at LIMIT %s
+            """,
+            [EXTRACTOR_VERSION, EnrichmentStage.GRAPH.value, limit],
+        )
+        ids = [row[0] for row in cur.fetchall()]
+    if not ids:
+        return GraphReport()
+    return graph_extract_memories(memory_ids=ids)

@@ -1,0 +1,17 @@
+"""What a graph job did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GraphReport:
+    memories: int = 0
+    entities: int = 0
+    edges: int = 0
+    superseded: int = 0
+    skipped: str | None = None
+    errors: list[str] = field(default_factory=list)
+    # Memories the extractor failed on, recorded in enrichment_failures (stage "graph").
+    failures_recorded: int = 0
