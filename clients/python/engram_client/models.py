@@ -1,6 +1,8 @@
 """Typed results of the API.
 
-Each is a frozen dataclass holding the fields this client knows. The whole answer stays in
+Each is a frozen dataclass holding the fields this client knows: those of the server's output
+serializers, which tests/clients/test_client_schema.py checks against the server's OpenAPI
+schema (names, types, what may be null or missing). The whole answer stays in
 ``raw``, so a field added by a newer server is readable (``memory["new_field"]``,
 ``memory.extra``) before the client learns its name, and nothing breaks meanwhile. Fields a
 token does not get (a write-only token's ``PATCH`` answers ``{"id"}``) are ``None``.
@@ -146,6 +148,7 @@ class Memory(Model):
     classified_topic: str | None = None
     token_count: int | None = None
     linked_memory_ids: list[str] | None = None
+    links: list[dict[str, Any]] | None = None  # each link of linked_memory_ids with its kind: {"id", "kind"}
     superseded_at: datetime | None = None
     superseded_by: str | None = None
     importance: float | None = None
@@ -242,6 +245,7 @@ class ErasureResult(Model):
     deleted_memories: int = 0
     versions: int = 0
     access_times: int = 0
+    enrichment_failures: int = 0
     contexts_cleared: int = 0
     graph_mentions: int = 0
     graph_edges: int = 0
@@ -249,6 +253,7 @@ class ErasureResult(Model):
     sources: int = 0
     source_chunks: int = 0
     duplicate_candidates: int = 0
+    conflict_candidates: int = 0
     audit_events_scrubbed: int = 0
 
 
