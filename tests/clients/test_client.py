@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import time
 import uuid
 import venv
 from datetime import UTC, datetime, timedelta
@@ -39,6 +38,7 @@ from engram_client import (
     ServiceUnavailable,
     ValidationError,
 )
+from engram_client import _core as client_core
 
 from tenants import services as tenant_services
 from tests.support import ROOT, LoopbackServer, base_env, free_port, manage, test_database_url, web_server
@@ -436,7 +436,7 @@ THROTTLED = (429, {"Retry-After": "0"}, {"detail": "Request was throttled.", "co
 MEMORY = (200, {}, {"id": "m1", "content": "x", "added_by_a_newer_server": {"kind": "note"}})
 
 
-def test_reads_are_retried_on_503_429_and_refused_connections():
+def test_reads_are_retried_on_503_429_and_refused_connections(monkeypatch):
     with Stub([UNAVAILABLE, THROTTLED, MEMORY]) as stub, Engram(stub.url, "t", backoff=0.01) as engram:
         memory = engram.get_memory("m1")
         assert stub.requests == [("GET", "/api/v1/memories/m1")] * 3
@@ -452,10 +452,12 @@ def test_reads_are_retried_on_503_429_and_refused_connections():
         assert len(stub.requests) == 2
 
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    started = time.monotonic()
+    waits = []
+    monkeypatch.setattr(client_core, "sleep", waits.append)  # the pause between attempts, recorded
     with Engram(closed, "t", retries=2, backoff=0.05) as engram, pytest.raises(APIConnectionError):
         engram.get_memory("m1")
-    assert time.monotonic() - started >= 0.05  # it waited between the attempts
+    # Two waits for three attempts, backoff × 2ⁿ with jitter: half to all of 0.05 s, then of 0.1 s.
+    assert len(waits) == 2 and 0.025 <= waits[0] <= 0.05 and 0.05 <= waits[1] <= 0.1
 
 
 def test_writes_are_retried_only_when_the_server_certainly_did_nothing():
