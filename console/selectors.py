@@ -14,7 +14,8 @@ from django.db.models import Count, Q
 
 from console import charts
 from console.scoping import is_unrestricted, scope_queryset
-from maintenance.models import ConflictCandidate, DuplicateCandidate, JobRun, JobStatus
+from engram_site.models import JobRun, JobStatus
+from maintenance.models import ConflictCandidate, DuplicateCandidate
 from maintenance.services.reindex import HNSW_INDEXES
 from memories.models import PENDING_ENRICHMENT, EnrichmentFailure, Memory
 from memories.services import ENRICHMENT_KINDS

@@ -376,7 +376,7 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("ENGRAM_QUEUE") or "engram"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# No result backend: job runs are recorded in maintenance.JobRun.
+# No result backend: job runs are recorded in engram_site.JobRun (engram_site/jobs/runner.py).
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"

@@ -11,10 +11,10 @@ import logging
 
 from celery import shared_task
 
+from engram_site.jobs import runner
+from engram_site.jobs.presets import HINT, SCHEDULED
 from graph.services import extraction
 from graph.services.reports import GraphReport
-from maintenance import jobs
-from maintenance.tasks import HINT, SCHEDULED
 from memories import hooks
 from tenants.models import Bucket
 
@@ -36,7 +36,7 @@ def extract_memories(memory_ids: list[str]) -> dict:
     return _as_counts(extraction.graph_extract_memories(memory_ids=memory_ids))
 
 
-def _extract_pending(*, recorder: jobs.JobRecorder, limit: int = 1000) -> None:
+def _extract_pending(*, recorder: runner.JobRecorder, limit: int = 1000) -> None:
     while True:
         report = extraction.graph_extract_pending(limit=limit)
         if report.skipped:
@@ -56,19 +56,19 @@ def _extract_pending(*, recorder: jobs.JobRecorder, limit: int = 1000) -> None:
 
 @shared_task(name="graph.extract_pending", **SCHEDULED)
 def extract_pending() -> dict:
-    return jobs.run_job("graph_extract_pending", _extract_pending, lock=True, keep_idle=False).as_dict()
+    return runner.run_job("graph_extract_pending", _extract_pending, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="graph.rebuild_bucket", **SCHEDULED)
 def rebuild_bucket(bucket_id: str) -> dict:
-    def run(*, recorder: jobs.JobRecorder) -> None:
+    def run(*, recorder: runner.JobRecorder) -> None:
         bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
         report = extraction.graph_rebuild(bucket=bucket)
         recorder.add(**{k: v for k, v in _as_counts(report).items() if k != "errors"})
         if report.errors:
             recorder.fail("; ".join(report.errors[:5]))
 
-    return jobs.run_job("graph_rebuild", run, lock=False).as_dict()
+    return runner.run_job("graph_rebuild", run, lock=False).as_dict()
 
 
 def retry_work(memory_ids: list[str]) -> list:

@@ -2,8 +2,7 @@
 
 Names are explicit and stable: django-celery-beat's schedules and queued
 messages refer to tasks by name. Tasks take ids, never objects, and are
-idempotent, so ``acks_late`` + ``reject_on_worker_lost`` (run again after a
-crash) and bounded retries are safe.
+idempotent; their options are the platform's presets (engram_site/jobs/presets.py).
 """
 
 from __future__ import annotations
@@ -12,9 +11,10 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 
-from maintenance import jobs
+from engram_site.jobs import runner
+from engram_site.jobs.presets import HINT, SCHEDULED
+from engram_site.locks import LockHeld
 from maintenance.services import (
     classification,
     conflicts,
@@ -28,21 +28,6 @@ from maintenance.services import (
 from memories import access
 from memories.services.lifecycle import memories_purge
 from tenants.models import Bucket
-
-# Connection trouble is worth a few retries with backoff; anything else is a bug or
-# a bad row, recorded in the job run and left for the next scheduled run.
-RETRYABLE = (OperationalError, InterfaceError)
-HINT = {
-    "acks_late": True,
-    "reject_on_worker_lost": True,
-    "autoretry_for": RETRYABLE,
-    "retry_backoff": 5,
-    "retry_backoff_max": 300,
-    "retry_jitter": True,
-    "max_retries": 5,
-}
-SCHEDULED = {**HINT, "max_retries": 2}
-
 
 # --- hints: follow-up work for new memories (hooks.after_ingest / after_enrichment) ---------------
 
@@ -73,37 +58,37 @@ def link_new_memories(memory_ids: list[str]) -> dict:
 @shared_task(name="maintenance.enrichment_sweep", **SCHEDULED)
 def enrichment_sweep() -> dict:
     # Every minute: runs that found nothing to do are not kept.
-    return jobs.run_job("enrichment_sweep", enrichment.enrichment_sweep, keep_idle=False).as_dict()
+    return runner.run_job("enrichment_sweep", enrichment.enrichment_sweep, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.embed_missing", **SCHEDULED)
 def embed_missing() -> dict:
-    return jobs.run_job("embed_missing", enrichment.missing_fill, kind="embeddings").as_dict()
+    return runner.run_job("embed_missing", enrichment.missing_fill, kind="embeddings").as_dict()
 
 
 @shared_task(name="maintenance.lemmatize_missing", **SCHEDULED)
 def lemmatize_missing() -> dict:
-    return jobs.run_job("lemmatize_missing", enrichment.missing_fill, kind="lemmas").as_dict()
+    return runner.run_job("lemmatize_missing", enrichment.missing_fill, kind="lemmas").as_dict()
 
 
 @shared_task(name="maintenance.classify", **SCHEDULED)
 def classify() -> dict:
-    return jobs.run_job("classify", classification.memories_classify, lock=True, keep_idle=False).as_dict()
+    return runner.run_job("classify", classification.memories_classify, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.scan_near_duplicates", **SCHEDULED)
 def scan_near_duplicates() -> dict:
-    return jobs.run_job("scan_near_duplicates", duplicates.near_duplicates_scan, lock=True, keep_idle=False).as_dict()
+    return runner.run_job("scan_near_duplicates", duplicates.near_duplicates_scan, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.scan_conflicts", **SCHEDULED)
 def scan_conflicts() -> dict:
-    return jobs.run_job("scan_conflicts", conflicts.conflicts_scan, lock=True, keep_idle=False).as_dict()
+    return runner.run_job("scan_conflicts", conflicts.conflicts_scan, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.link_memories", **SCHEDULED)
 def link_memories() -> dict:
-    return jobs.run_job("link_memories", links.links_pass, lock=True, keep_idle=False).as_dict()
+    return runner.run_job("link_memories", links.links_pass, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.switch_embedding_model", **HINT)
@@ -114,31 +99,31 @@ def switch_embedding_model(bucket_id: str) -> dict:
     if bucket is None:
         return {"job": "switch_embedding_model", "status": "skipped", "error": "no such bucket"}
     try:
-        return jobs.run_job("switch_embedding_model", embedding_switch.embedding_switch, bucket=bucket).as_dict()
-    except jobs.LockHeld as exc:
+        return runner.run_job("switch_embedding_model", embedding_switch.embedding_switch, bucket=bucket).as_dict()
+    except LockHeld as exc:
         return {"job": "switch_embedding_model", "status": "skipped", "error": str(exc)}
 
 
 @shared_task(name="maintenance.reindex_hnsw", **SCHEDULED)
 def reindex_hnsw() -> dict:
-    return jobs.run_job("reindex_hnsw", reindex.hnsw_reindex, lock=True).as_dict()
+    return runner.run_job("reindex_hnsw", reindex.hnsw_reindex, lock=True).as_dict()
 
 
 @shared_task(name="maintenance.apply_access_times", **SCHEDULED)
 def apply_access_times() -> dict:
-    return jobs.run_job("apply_access_times", access.apply_pending, keep_idle=False).as_dict()
+    return runner.run_job("apply_access_times", access.apply_pending, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.purge_memories", **SCHEDULED)
 def purge_memories() -> dict:
-    return jobs.run_job("purge_memories", memories_purge, lock=True).as_dict()
+    return runner.run_job("purge_memories", memories_purge, lock=True).as_dict()
 
 
 @shared_task(name="maintenance.memory_events", **SCHEDULED)
 def memory_events() -> dict:
-    return jobs.run_job("memory_events", feed.memory_events_maintain, lock=True, keep_idle=False).as_dict()
+    return runner.run_job("memory_events", feed.memory_events_maintain, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.prune_job_runs", **SCHEDULED)
 def prune_job_runs() -> int:
-    return jobs.job_runs_prune(older_than=timedelta(days=settings.ENGRAM_JOB_RETENTION_DAYS))
+    return runner.job_runs_prune(older_than=timedelta(days=settings.ENGRAM_JOB_RETENTION_DAYS))

@@ -28,7 +28,7 @@ from django.utils import timezone
 from audit.services import Actor, audit_record
 from engram_site import activity
 from engram_site.exceptions import NotFound
-from maintenance.jobs import lock_key
+from engram_site.locks import lock_key
 from memories import hooks
 from memories.models import Memory
 from memories.services import MemoryInput, constraint_name, hold_bucket, memories_ingest, memory_delete

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from maintenance import jobs
-from maintenance.tasks import HINT, SCHEDULED
+from engram_site.jobs import runner
+from engram_site.jobs.presets import HINT, SCHEDULED
 from sources import services
 
 
@@ -21,4 +21,4 @@ def process_source(source_id: str) -> dict:
 
 @shared_task(name="sources.sweep", **SCHEDULED)
 def sweep() -> dict:
-    return jobs.run_job("sources_sweep", services.sources_sweep, lock=True, keep_idle=False).as_dict()
+    return runner.run_job("sources_sweep", services.sources_sweep, lock=True, keep_idle=False).as_dict()

@@ -10,7 +10,8 @@ from django.utils.html import format_html
 from audit.services import Actor
 from console.actions import confirm_action, confirmed
 from console.scoping import TenantScopedAdmin
-from maintenance.models import DuplicateCandidate, DuplicateStatus, JobRun, JobStatus
+from engram_site.models import JobRun, JobStatus
+from maintenance.models import DuplicateCandidate, DuplicateStatus
 from maintenance.services import duplicate_review
 
 

@@ -5,6 +5,6 @@ All of them are idempotent and safe to run again after a crash: they only fill
 what is missing (NULL columns, pairs not yet stored, links not yet recorded),
 commit in batches, and keep their place in the database itself (the NULLs, or a
 :class:`~maintenance.models.ScanCursor`). Runs are recorded by
-``maintenance.jobs.run_job``; the ``recorder`` argument receives totals, progress
+``engram_site.jobs.runner.run_job``; the ``recorder`` argument receives totals, progress
 and counts.
 """

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from django.db.models import Q
 
 from engram_site import activity
+from engram_site.jobs.runner import JobRecorder
 from maintenance.classifier import Classification, ClassifyInput, get_classifier
-from maintenance.jobs import JobRecorder
 from memories.models import EnrichmentStage, Memory
 from memories.services.classification import memories_label
 from memories.services.enrichment_failures import deferred, failures_clear, failures_record, isolate

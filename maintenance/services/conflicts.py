@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from django.db import connection
 
 from engram_site import activity
+from engram_site.jobs.runner import JobRecorder
 from maintenance import contradictions, neighbours
-from maintenance.jobs import JobRecorder
 from maintenance.models import ConflictStatus
 from maintenance.services.scans import Row, incremental_scan
 from memories.models import Memory

@@ -12,8 +12,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from engram_site import activity
+from engram_site.jobs.runner import JobRecorder
 from maintenance import neighbours
-from maintenance.jobs import JobRecorder
 from maintenance.models import DuplicateCandidate, DuplicateStatus
 from maintenance.pairs import repoint_pairs
 from maintenance.services.scans import Row, incremental_scan

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from engram_site.jobs.runner import JobRecorder
+from engram_site.locks import advisory_lock
 from engram_site.providers import embedding
-from maintenance.jobs import JobRecorder, advisory_lock
 from memories.services.embedding_switch import embedding_switch_run, embedding_switch_status
 from tenants.models import Bucket
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from maintenance.jobs import JobRecorder
+from engram_site.jobs.runner import JobRecorder
 from memories import hooks
 from memories.services.enrichment import (
     ENRICHMENT_KINDS,

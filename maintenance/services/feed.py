@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from maintenance.jobs import JobRecorder
+from engram_site.jobs.runner import JobRecorder
 from memories.services.feed import events_expire, events_trim
 
 

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from django.db.models import Q
 
 from engram_site import activity
+from engram_site.jobs.runner import JobRecorder
 from maintenance import neighbours, signals
-from maintenance.jobs import JobRecorder
 from maintenance.services.scans import Row, incremental_scan
 from memories import lemmatizer
 from memories.links import RESERVED_PREFIX

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from django.db import connection
 
-from maintenance.jobs import JobRecorder
+from engram_site.jobs.runner import JobRecorder
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from datetime import datetime
 from django.db import connection
 
 from engram_site import activity
+from engram_site.jobs.runner import JobRecorder
 from maintenance import neighbours
-from maintenance.jobs import JobRecorder
 from maintenance.models import ScanCursor
 from tenants.models import Bucket
 

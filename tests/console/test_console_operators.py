@@ -16,7 +16,8 @@ from django.core.management import call_command
 from audit.models import AuditEvent
 from console.scoping import SuperuserOnlyAdmin, TenantScopedAdmin, operator_tenant_ids
 from console.sites import ConsoleAdminSite
-from maintenance.models import DuplicateCandidate, DuplicateStatus, JobRun
+from engram_site.models import JobRun
+from maintenance.models import DuplicateCandidate, DuplicateStatus
 from memories.services import MemoryInput, memories_ingest
 from tenants import services
 from tenants.models import ApiToken, Bucket, OperatorMembership
@@ -93,7 +94,7 @@ def test_an_operator_works_on_their_own_tenant(operator, bucket, tenant):
 
 def test_only_superusers_create_tenants_and_see_what_spans_every_tenant(operator):
     for url in ("/admin/tenants/tenant/add/", "/admin/tenants/operatormembership/", "/admin/auth/user/",
-                "/admin/maintenance/jobrun/", "/admin/django_celery_beat/periodictask/"):  # fmt: skip
+                "/admin/engram_site/jobrun/", "/admin/django_celery_beat/periodictask/"):  # fmt: skip
         assert operator.get(url).status_code == 403, url
     health = operator.get("/admin/console/health/")
     assert health.status_code == 200 and b"health-system-hidden" in health.content
@@ -151,4 +152,4 @@ def test_an_admin_registered_without_tenant_scoping_is_closed_to_tenant_operator
 def _all_jobrun_permissions():
     from django.contrib.auth.models import Permission
 
-    return Permission.objects.filter(content_type__app_label="maintenance", content_type__model="jobrun")
+    return Permission.objects.filter(content_type__app_label="engram_site", content_type__model="jobrun")

@@ -9,7 +9,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from maintenance.models import DuplicateCandidate, JobRun, JobStatus
+from engram_site.models import JobRun, JobStatus
+from maintenance.models import DuplicateCandidate
 from memories.models import Memory, MemoryAccess
 from memories.services import MemoryInput, memories_ingest
 from tenants import services as tenant_services

@@ -8,9 +8,9 @@ import json
 import pytest
 from django.core.management import call_command
 
+from engram_site.models import JobRun, JobStatus
 from maintenance import classifier as classifiers
 from maintenance import tasks
-from maintenance.models import JobRun, JobStatus
 from maintenance.services import classification
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest, memory_update

@@ -8,7 +8,8 @@ import json
 import pytest
 from django.core.management import call_command
 
-from maintenance.models import DuplicateCandidate, DuplicateStatus, JobRun, ScanCursor
+from engram_site.models import JobRun
+from maintenance.models import DuplicateCandidate, DuplicateStatus, ScanCursor
 from maintenance.services import duplicates
 from memories.models import Memory
 from memories.services import MemoryInput, memories_enrich_all_pending, memories_ingest, memory_delete

@@ -13,8 +13,9 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from maintenance import jobs
-from maintenance.models import JobRun, JobStatus
+from engram_site import locks
+from engram_site.jobs import runner
+from engram_site.models import JobRun, JobStatus
 from maintenance.schedules import DEFAULT_SCHEDULES, ensure_default_schedules
 from memories import hooks
 from memories.models import PENDING_ENRICHMENT, Memory
@@ -79,7 +80,7 @@ def test_a_successful_run_is_recorded_with_counts_and_progress():
             recorder.advance()
         recorder.add(done=4)
 
-    outcome = jobs.run_job("unit_job", job)
+    outcome = runner.run_job("unit_job", job)
     run = JobRun.objects.get(pk=outcome.run_id)
     assert (run.status, run.counts, run.progress) == (JobStatus.SUCCEEDED, {"done": 4}, 1.0)
     assert run.finished_at >= run.started_at and run.pid == os.getpid() and run.host
@@ -91,35 +92,35 @@ def test_a_crashing_job_is_recorded_as_failed_and_visible_in_the_admin(admin_cli
         raise ValueError("the disk is on fire")
 
     with pytest.raises(ValueError):
-        jobs.run_job("crashy_job", job)
+        runner.run_job("crashy_job", job)
     run = JobRun.objects.get(name="crashy_job")
     assert run.status == JobStatus.FAILED and "the disk is on fire" in run.error
     assert run.counts == {"before_crash": 1}
-    response = admin_client.get("/admin/maintenance/jobrun/?status__exact=failed")
+    response = admin_client.get("/admin/engram_site/jobrun/?status__exact=failed")
     assert list(response.context["cl"].result_list) == [run]
     assert "the disk is on fire" in response.content.decode()  # the error shows in the list itself
-    response = admin_client.get("/admin/maintenance/jobrun/?status__exact=succeeded")
+    response = admin_client.get("/admin/engram_site/jobrun/?status__exact=succeeded")
     assert run not in response.context["cl"].result_list
-    assert admin_client.get(f"/admin/maintenance/jobrun/{run.pk}/change/").status_code == 200
+    assert admin_client.get(f"/admin/engram_site/jobrun/{run.pk}/change/").status_code == 200
 
 
 def test_a_job_that_reports_failure_without_raising_is_failed():
-    outcome = jobs.run_job("half_job", lambda *, recorder: recorder.fail("3 rows could not be embedded"))
+    outcome = runner.run_job("half_job", lambda *, recorder: recorder.fail("3 rows could not be embedded"))
     assert outcome.status == JobStatus.FAILED
     assert JobRun.objects.get(pk=outcome.run_id).error == "3 rows could not be embedded"
 
 
 def test_idle_runs_of_frequent_jobs_are_not_kept():
-    outcome = jobs.run_job("quiet_job", lambda *, recorder: None, keep_idle=False)
+    outcome = runner.run_job("quiet_job", lambda *, recorder: None, keep_idle=False)
     assert outcome.status == JobStatus.SUCCEEDED and outcome.run_id is None
     assert not JobRun.objects.filter(name="quiet_job").exists()
-    busy = jobs.run_job("quiet_job", lambda *, recorder: recorder.add(rows=2), keep_idle=False)
+    busy = runner.run_job("quiet_job", lambda *, recorder: recorder.add(rows=2), keep_idle=False)
     assert JobRun.objects.filter(pk=busy.run_id).exists()
 
 
 def test_runs_of_dead_processes_are_closed_as_failed():
     dead = JobRun.objects.create(
-        name="ghost", status=JobStatus.RUNNING, started_at=timezone.now(), host=jobs.HOST, pid=2**22 + 12345
+        name="ghost", status=JobStatus.RUNNING, started_at=timezone.now(), host=runner.HOST, pid=2**22 + 12345
     )
     silent = JobRun.objects.create(
         name="silent", status=JobStatus.RUNNING, started_at=timezone.now() - timedelta(hours=3), host="elsewhere"
@@ -127,7 +128,7 @@ def test_runs_of_dead_processes_are_closed_as_failed():
     alive = JobRun.objects.create(
         name="alive", status=JobStatus.RUNNING, started_at=timezone.now(), host="elsewhere", pid=1
     )
-    jobs.run_job("next_job", lambda *, recorder: None)
+    runner.run_job("next_job", lambda *, recorder: None)
     for run in (dead, silent, alive):
         run.refresh_from_db()
     assert dead.status == JobStatus.FAILED and "is gone" in dead.error
@@ -136,25 +137,25 @@ def test_runs_of_dead_processes_are_closed_as_failed():
 
 
 def test_a_locked_job_is_skipped_while_another_run_holds_the_lock():
-    with jobs.advisory_lock("lonely_job"):
+    with locks.advisory_lock("lonely_job"):
         # Another session: the lock is per database session.
         from django.db import connections
 
         other = connections.create_connection("default")
         try:
             with other.cursor() as cur:
-                cur.execute("SELECT pg_try_advisory_lock(%s)", [jobs.lock_key("lonely_job")])
+                cur.execute("SELECT pg_try_advisory_lock(%s)", [locks.lock_key("lonely_job")])
                 assert cur.fetchone()[0] is False
         finally:
             other.close()
-        outcome = jobs.run_job("lonely_job", lambda *, recorder: None, lock=False)
+        outcome = runner.run_job("lonely_job", lambda *, recorder: None, lock=False)
         assert outcome.status == JobStatus.SUCCEEDED  # unlocked jobs do not care
 
 
 def test_old_runs_are_pruned():
     old = JobRun.objects.create(name="old", status=JobStatus.SUCCEEDED, started_at=timezone.now() - timedelta(days=40))
     new = JobRun.objects.create(name="new", status=JobStatus.SUCCEEDED, started_at=timezone.now())
-    assert jobs.job_runs_prune(older_than=timedelta(days=30)) == 1
+    assert runner.job_runs_prune(older_than=timedelta(days=30)) == 1
     assert not JobRun.objects.filter(pk=old.pk).exists() and JobRun.objects.filter(pk=new.pk).exists()
 
 

@@ -12,9 +12,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, connections
 
+from engram_site import locks
+from engram_site.jobs import runner
+from engram_site.models import JobRun, JobStatus
 from engram_site.providers import embedding
-from maintenance import jobs, tasks
-from maintenance.models import JobRun, JobStatus
+from maintenance import tasks
 from maintenance.services import reindex
 from memories.models import Memory
 from tests.conftest import make_client
@@ -139,14 +141,14 @@ def test_never_two_reindexes_at_once(db):
     other = connections.create_connection("default")
     try:
         with other.cursor() as cur:  # another session is reindexing
-            cur.execute("SELECT pg_advisory_lock(%s)", [jobs.lock_key("reindex_hnsw")])
+            cur.execute("SELECT pg_advisory_lock(%s)", [locks.lock_key("reindex_hnsw")])
         with pytest.raises(CommandError, match="already running"):
             call_command("reindex_hnsw", stdout=io.StringIO(), stderr=io.StringIO())
         assert tasks.reindex_hnsw.apply().get()["status"] == "skipped"
         assert not JobRun.objects.filter(name="reindex_hnsw").exists()
         with other.cursor() as cur:  # the other session is done (closing alone releases
             # the lock only once the server notices the disconnect)
-            cur.execute("SELECT pg_advisory_unlock(%s)", [jobs.lock_key("reindex_hnsw")])
+            cur.execute("SELECT pg_advisory_unlock(%s)", [locks.lock_key("reindex_hnsw")])
     finally:
         other.close()
     call_command("reindex_hnsw", "--index", "idx_memories_context_hnsw", stdout=io.StringIO(), stderr=io.StringIO())
@@ -163,6 +165,6 @@ def test_a_leftover_from_an_interrupted_reindex_is_dropped(bucket):
     with pytest.raises(DatabaseError), connection.cursor() as cur:
         cur.execute("CREATE UNIQUE INDEX CONCURRENTLY idx_memories_embedding_hnsw_ccnew ON memories (bucket_id)")
     assert index_state("idx_memories_embedding_hnsw") == (False, 2)
-    outcome = jobs.run_job("reindex_hnsw", reindex.hnsw_reindex, lock=True, indexes=["idx_memories_embedding_hnsw"])
+    outcome = runner.run_job("reindex_hnsw", reindex.hnsw_reindex, lock=True, indexes=["idx_memories_embedding_hnsw"])
     assert outcome.counts["idx_memories_embedding_hnsw"]["dropped_leftovers"] == ["idx_memories_embedding_hnsw_ccnew"]
     assert index_state("idx_memories_embedding_hnsw") == (True, 1)

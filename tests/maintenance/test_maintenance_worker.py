@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from engram_site.models import JobRun, JobStatus
 from graph.models import Edge
-from maintenance.models import DuplicateCandidate, JobRun, JobStatus
+from maintenance.models import DuplicateCandidate
 from maintenance.schedules import ensure_default_schedules
 from memories import hooks
 from memories.models import PENDING_ENRICHMENT, Memory

@@ -12,9 +12,9 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from audit.services import Actor
+from engram_site.jobs import runner
+from engram_site.models import JobRun
 from engram_site.providers import embedding
-from maintenance import jobs
-from maintenance.models import JobRun
 from maintenance.services.embedding_switch import embedding_switch
 from memories.models import Memory, NextEmbedding
 from memories.retrieval.search import memories_search
@@ -171,7 +171,7 @@ def test_an_interrupted_switch_goes_on_from_where_it_stopped(db, live_bucket, mo
         return real(texts, **kwargs)
 
     monkeypatch.setattr(embedding, "embed_texts", spy)
-    outcome = jobs.run_job("switch_embedding_model", embedding_switch, bucket=bucket)
+    outcome = runner.run_job("switch_embedding_model", embedding_switch, bucket=bucket)
     assert outcome.status == "succeeded" and outcome.counts["staged"] == ROWS - 16
     run = JobRun.objects.get(pk=outcome.run_id)
     assert run.progress == 1.0 and run.counts["next_model"] == NEW

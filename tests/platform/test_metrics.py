@@ -78,7 +78,7 @@ def test_a_scrape_without_the_metrics_token_is_refused(client, db):
 
 
 def test_a_job_run_is_counted_by_outcome(client, db):
-    from maintenance.jobs import run_job
+    from engram_site.jobs.runner import run_job
 
     before = scrape(client)
     run_job("metrics-probe", lambda recorder: None)

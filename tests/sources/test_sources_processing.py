@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from maintenance.models import JobRun
+from engram_site.models import JobRun
 from memories.models import Memory
 from sources import services, tasks
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceStatus

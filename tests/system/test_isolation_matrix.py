@@ -47,8 +47,9 @@ from django_celery_beat.models import (
 )
 
 from audit.services import Actor, audit_record
+from engram_site.models import JobRun, JobStatus
 from graph.models import Edge, Entity, Mention
-from maintenance.models import ConflictCandidate, DuplicateCandidate, JobRun, JobStatus
+from maintenance.models import ConflictCandidate, DuplicateCandidate
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryEvent
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from memories.services.enrichment_failures import failures_record
@@ -393,7 +394,7 @@ ADMIN_MODELS = {
     "memories_memory": "memory",
     "memories_deletedmemory": "deleted",
     "maintenance_duplicatecandidate": "candidate",
-    "maintenance_jobrun": "jobrun",
+    "engram_site_jobrun": "jobrun",
     "audit_auditevent": "event",
     "sources_source": "source",
     "auth_user": "user_a",
@@ -954,7 +955,7 @@ def test_tenant_operators_cannot_open_what_spans_every_tenant(operator_b, world)
             response = operator_b.get(reverse(f"admin:{key}_{suffix}"))
             assert response.status_code == 403, f"{key}_{suffix}: {response.status_code}"
     index = operator_b.get("/admin/").content.decode()
-    for hidden in ("/admin/auth/user/", "/admin/maintenance/jobrun/", "/admin/django_celery_beat/",
+    for hidden in ("/admin/auth/user/", "/admin/engram_site/jobrun/", "/admin/django_celery_beat/",
                    "/admin/tenants/operatormembership/"):  # fmt: skip
         assert hidden not in index, hidden
     # ... and their own tenant's pages still work.

@@ -1,6 +1,6 @@
 """Copy pending access times into memories.last_accessed_at (what the five-minute schedule runs)."""
 
-from maintenance.management.base import JobCommand
+from engram_site.jobs.command import JobCommand
 from memories import access
 
 
@@ -10,7 +10,6 @@ class Command(JobCommand):
         "batched, at most once per ENGRAM_ACCESS_RESOLUTION per memory. Resumable, safe to run concurrently."
     )
     job_name = "apply_access_times"
-    bucket_option = False
 
     def add_arguments(self, parser):
         super().add_arguments(parser)

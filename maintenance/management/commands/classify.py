@@ -1,11 +1,11 @@
 """Classify scope (specific | general) and topic of memories that have none."""
 
 from maintenance.classifier import get_classifier
-from maintenance.management.base import JobCommand
+from maintenance.management.base import BucketJobCommand
 from maintenance.services import classification
 
 
-class Command(JobCommand):
+class Command(BucketJobCommand):
     help = (
         "Set classified_scope and classified_topic where missing, with the local classifier (default) or the "
         "LLM one (ENGRAM_CLASSIFIER=llm or --classifier llm). Tenants with classification_enabled=false are skipped."

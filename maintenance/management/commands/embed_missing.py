@@ -1,10 +1,10 @@
 """Fill missing embeddings and context vectors (batched, resumable, safe to run concurrently)."""
 
-from maintenance.management.base import JobCommand
+from maintenance.management.base import BucketJobCommand
 from maintenance.services import enrichment
 
 
-class Command(JobCommand):
+class Command(BucketJobCommand):
     help = (
         "Embed memories whose embedding or context vector is NULL (the model was down, or a backfill after "
         "a model change). Batched, resumable, safe to run concurrently."

@@ -1,10 +1,10 @@
 """Fill missing lemmas (batched, resumable, safe to run concurrently)."""
 
-from maintenance.management.base import JobCommand
+from maintenance.management.base import BucketJobCommand
 from maintenance.services import enrichment
 
 
-class Command(JobCommand):
+class Command(BucketJobCommand):
     help = (
         "Lemmatize memories whose text_lemmatized or context lemmas are NULL (the lemmatizer was down, or a "
         "backfill after a lemmatizer change). Batched, resumable, safe to run concurrently."

@@ -1,10 +1,10 @@
 """Record refines / cites links between memories; run the graph's supersession pass."""
 
-from maintenance.management.base import JobCommand
+from maintenance.management.base import BucketJobCommand
 from maintenance.services import links
 
 
-class Command(JobCommand):
+class Command(BucketJobCommand):
     help = (
         "Record refines / cites links into linked_memory_ids (kinds in metadata.links) for memories added since "
         "the last pass (--full: all), then run the graph app's supersession pass on the buckets that changed."

@@ -1,6 +1,6 @@
 """Delete for good what is past its retention window (what the hourly schedule runs)."""
 
-from maintenance.management.base import JobCommand
+from engram_site.jobs.command import JobCommand
 from memories.services.lifecycle import memories_purge
 
 
@@ -10,7 +10,6 @@ class Command(JobCommand):
         "with their history. Batched, resumable, safe to run concurrently."
     )
     job_name = "purge_memories"
-    bucket_option = False
 
     def job(self, **options):
         return memories_purge, {}

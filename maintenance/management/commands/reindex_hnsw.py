@@ -1,6 +1,6 @@
 """REINDEX CONCURRENTLY the HNSW indexes (never two at once: advisory lock)."""
 
-from maintenance.management.base import JobCommand
+from engram_site.jobs.command import JobCommand
 from maintenance.services import reindex
 
 
@@ -11,7 +11,6 @@ class Command(JobCommand):
     )
     job_name = "reindex_hnsw"
     lock = True
-    bucket_option = False
 
     def add_arguments(self, parser):
         super().add_arguments(parser)

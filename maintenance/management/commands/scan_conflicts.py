@@ -1,10 +1,10 @@
 """Store pairs of memories that likely contradict each other as open review candidates."""
 
-from maintenance.management.base import JobCommand
+from maintenance.management.base import BucketJobCommand
 from maintenance.services import conflicts
 
 
-class Command(JobCommand):
+class Command(BucketJobCommand):
     help = (
         "Compare memories of a bucket with their nearest neighbours using the local contradiction detector "
         "(maintenance/contradictions.py) and store the pairs it raises as open conflict candidates. Incremental: "

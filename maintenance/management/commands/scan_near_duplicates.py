@@ -1,10 +1,10 @@
 """Store near-duplicate pairs (cosine above a threshold) as pending review candidates."""
 
-from maintenance.management.base import JobCommand
+from maintenance.management.base import BucketJobCommand
 from maintenance.services import duplicates
 
 
-class Command(JobCommand):
+class Command(BucketJobCommand):
     help = (
         "Find pairs of memories in a bucket whose embeddings are at least --threshold similar (default "
         "ENGRAM_NEAR_DUPLICATE_THRESHOLD) and store them as pending duplicate candidates. Incremental: only "

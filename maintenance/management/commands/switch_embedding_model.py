@@ -8,16 +8,18 @@ import json
 from django.core.management.base import CommandError
 
 from engram_site.exceptions import DomainError
+from engram_site.jobs.runner import run_job
+from engram_site.locks import LockHeld
+from engram_site.models import JobTrigger
 from engram_site.progress import ProgressBar
 from engram_site.providers import embedding
 from maintenance import tasks
-from maintenance.jobs import JobTrigger, LockHeld, run_job
-from maintenance.management.base import JobCommand
+from maintenance.management.base import BucketJobCommand
 from maintenance.services.embedding_switch import embedding_switch
 from memories.services.embedding_switch import embedding_switch_start, embedding_switch_status
 
 
-class Command(JobCommand):
+class Command(BucketJobCommand):
     help = (
         "Switch a bucket to another embedding model (--model), or show (--status) or cancel (--cancel) the switch "
         "in progress. The memories are re-embedded in batches while searches answer from the old vectors; the "

@@ -2,7 +2,7 @@
 
 from django.core.management.base import CommandError
 
-from maintenance.management.base import JobCommand
+from engram_site.jobs.command import JobCommand
 from sources import services
 from sources.models import Source
 from tenants.selectors import parse_uuid
@@ -15,7 +15,6 @@ class Command(JobCommand):
     )
     job_name = "process_sources"
     lock = True
-    bucket_option = False
 
     def add_arguments(self, parser):
         super().add_arguments(parser)

@@ -1,10 +1,11 @@
-"""Recording job runs, and the locks that keep two runs of a job apart.
+"""The job runner: every background job of every app runs and is recorded here.
 
-Every maintenance job — from a worker task or a management command — runs
-inside :func:`job_run`, which stores a :class:`~maintenance.models.JobRun`
-(running → succeeded | failed, counts, progress, error, host/pid). Runs whose
-process died are closed as failed by the next job that starts, so the admin
-never shows a crashed run as still busy.
+:func:`run_job` is what tasks and commands call: it keeps two runs of a job apart when asked
+(an advisory lock, :mod:`engram_site.locks`), runs the job inside :func:`recorded_run` and
+answers a :class:`JobOutcome`. :func:`recorded_run` is the recording alone, around a block: it
+stores a :class:`~engram_site.models.JobRun` (running → succeeded | failed, counts, progress,
+error, host/pid). Runs whose process died are closed as failed by the next job that starts, so
+the admin never shows a crashed run as still busy.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import socket
 import time
 import traceback
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,8 +24,9 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from engram_site import metrics
+from engram_site.locks import LockHeld, advisory_lock
+from engram_site.models import JobRun, JobStatus, JobTrigger
 from engram_site.progress import ProgressBar
-from maintenance.models import JobRun, JobStatus, JobTrigger
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def reap_stale_runs() -> int:
 
 
 @contextlib.contextmanager
-def job_run(
+def recorded_run(
     name: str, *, trigger: str = JobTrigger.TASK, keep_idle: bool = True, bar: ProgressBar | None = None
 ) -> Iterator[JobRecorder]:
     """Record one run of ``name`` around the block.
@@ -191,45 +192,6 @@ def job_runs_prune(*, older_than: timedelta) -> int:
     return deleted
 
 
-# --- advisory locks ----------------------------------------------------------------------------
-
-
-def lock_key(name: str) -> int:
-    """A stable 63-bit key for ``pg_advisory_lock`` from a lock name."""
-    return zlib.crc32(b"engram:" + name.encode()) | (0x656E67 << 32)
-
-
-class LockHeld(RuntimeError):
-    """Another session holds the lock: the same job is already running."""
-
-
-@contextlib.contextmanager
-def advisory_lock(name: str) -> Iterator[None]:
-    """Hold a session-level PostgreSQL advisory lock for the block, or raise LockHeld.
-
-    Session-level, not transaction-level: the block may commit many times (and
-    REINDEX CONCURRENTLY cannot run inside a transaction at all). If the process
-    dies, its connection closes and PostgreSQL releases the lock.
-    """
-    key = lock_key(name)
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        if not cur.fetchone()[0]:
-            raise LockHeld(f"{name} is already running (advisory lock {key} is held)")
-    try:
-        yield
-    finally:
-        try:
-            with connection.cursor() as cur:
-                cur.execute("SELECT pg_advisory_unlock(%s)", [key])
-        except DatabaseError:
-            # The connection is gone, and the lock with it.
-            logger.warning("could not release advisory lock %s", name, exc_info=True)
-
-
-# --- running a job ---------------------------------------------------------------------------------
-
-
 @dataclass
 class JobOutcome:
     name: str
@@ -273,7 +235,7 @@ def run_job(
         metrics.JOB_RUNS.labels(job=name, status="skipped").inc()
         return JobOutcome(name=name, status="skipped", error=str(exc))
     try:
-        with job_run(name, trigger=trigger, keep_idle=keep_idle, bar=bar) as recorder:
+        with recorded_run(name, trigger=trigger, keep_idle=keep_idle, bar=bar) as recorder:
             fn(recorder=recorder, **kwargs)
     finally:
         guard.__exit__(None, None, None)
