@@ -10,7 +10,6 @@ from graph.services.erasure import graph_erase_memories
 from graph.services.merges import graph_absorb_memories, graph_merge_buckets, graph_merge_preview
 from graph.services.timelines import graph_forget_memory, graph_recompute, supersession_pass
 from graph.tasks import enqueue_extraction
-from maintenance import signals as maintenance_signals
 from memories import signals
 from tenants.models import Bucket
 
@@ -51,7 +50,7 @@ def move_graph_to_survivors(sender, *, mapping, **kwargs):
     graph_absorb_memories(mapping=mapping)
 
 
-@receiver(maintenance_signals.links_recorded)
+@receiver(signals.links_recorded)
 def supersede_from_facts(sender, *, bucket, **kwargs) -> int | None:
     """The link pass recorded links in ``bucket``: recompute which memories the graph's
     temporal facts mark superseded. None when the graph is switched off (ENGRAM_GRAPH=off)."""

@@ -39,3 +39,8 @@ erasure_locking = Signal()
 # Receivers delete what they keep about those memories or what names the erased values, and
 # return a dict of counts for the report. An exception rolls the whole erasure back.
 memories_erasing = Signal()
+
+# --- links (the memories' ``links`` column), sent by maintenance's link pass after it commits -----
+# bucket: the link pass recorded new links in this bucket. A receiver may return how many
+# memories it marked superseded (the graph's supersession pass); the pass reports the sum.
+links_recorded = Signal()

@@ -102,7 +102,7 @@ def test_the_pass_is_incremental_and_runs_the_graph_supersession_pass_on_changed
 
 def test_without_a_listener_the_supersedes_step_is_skipped(bucket, monkeypatch):
     import graph.receivers
-    from maintenance import signals
+    from memories import signals
 
     assert signals.links_recorded.disconnect(graph.receivers.supersede_from_facts)
     try:
