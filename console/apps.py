@@ -3,7 +3,7 @@ from django.core import checks
 
 
 class ConsoleConfig(AppConfig):
-    """The operator console: custom admin pages (console/views.py) served by the admin
+    """The operator console: custom admin pages (console/views/) served by the admin
     site of console/sites.py. The site itself is installed in place of
     ``django.contrib.admin`` (``console.sites.ConsoleAdminConfig``)."""
 

@@ -5,7 +5,7 @@ are a member of (``tenants.OperatorMembership``); without a membership they see 
 tenant data at all. Everything in the console goes through this module:
 
 - :func:`operator_tenant_ids` / :func:`operator_tenants` / :func:`scope_queryset` for the
-  console pages (console/views.py, console/selectors.py, console/forms.py);
+  console pages (console/views/, console/selectors.py, console/forms.py);
 - :class:`TenantScopedAdmin`, the base of every model admin of tenant data: changelists,
   change / delete / history views, actions, autocomplete, FK dropdowns and list filters;
 - :class:`SuperuserOnlyAdmin` for everything else. ``ConsoleAdminSite.register`` wraps

@@ -2,7 +2,7 @@
 
 ``ConsoleAdminSite`` is ``admin.site`` (installed through ``ConsoleAdminConfig``,
 console/admin_config.py, in place of ``django.contrib.admin``), so every ``@admin.register`` lands on it. It adds
-the console pages (console/views.py) under ``/admin/console/`` and puts the pending
+the console pages (console/views/, one module per page) under ``/admin/console/`` and puts the pending
 review count and the console's pages on the index.
 
 Tenant scoping (console/scoping.py) cannot be forgotten by a new model admin:
@@ -16,10 +16,10 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path, reverse
 
-from console import entities, views
 from console.login import ThrottledAuthenticationForm
 from console.scoping import superuser_only
 from console.selectors import console_summary
+from console.views import bucket_merge, conflicts, duplicates, entities, health, home, playground, topics, usage
 
 
 class ConsoleAdminSite(admin.AdminSite):
@@ -51,19 +51,19 @@ class ConsoleAdminSite(admin.AdminSite):
             return path(f"console/{route}", self.admin_view(view), name=name)
 
         return [
-            page("", views.home, "console_home"),
-            page("health/", views.health, "console_health"),
-            page("health/retry/", views.enrichment_retry, "console_enrichment_retry"),
-            page("usage/", views.usage, "console_usage"),
-            page("review/", views.review_queue, "console_review"),
-            page("review/confirm/", views.review_confirm, "console_review_confirm"),
-            page("conflicts/", views.conflicts_queue, "console_conflicts"),
-            page("conflicts/resolve/", views.conflicts_resolve, "console_conflicts_resolve"),
-            page("bucket-merge/", views.bucket_merge, "console_bucket_merge"),
-            page("topics/", views.topics_index, "console_topics"),
-            page("topics/<uuid:bucket_id>/", views.topics_bucket, "console_topics_bucket"),
-            page("topics/<uuid:bucket_id>/memories/", views.topic_detail, "console_topic_detail"),
-            page("playground/", views.playground, "console_playground"),
+            page("", home.home, "console_home"),
+            page("health/", health.health, "console_health"),
+            page("health/retry/", health.enrichment_retry, "console_enrichment_retry"),
+            page("usage/", usage.usage, "console_usage"),
+            page("review/", duplicates.review_queue, "console_review"),
+            page("review/confirm/", duplicates.review_confirm, "console_review_confirm"),
+            page("conflicts/", conflicts.conflicts_queue, "console_conflicts"),
+            page("conflicts/resolve/", conflicts.conflicts_resolve, "console_conflicts_resolve"),
+            page("bucket-merge/", bucket_merge.bucket_merge, "console_bucket_merge"),
+            page("topics/", topics.topics_index, "console_topics"),
+            page("topics/<uuid:bucket_id>/", topics.topics_bucket, "console_topics_bucket"),
+            page("topics/<uuid:bucket_id>/memories/", topics.topic_detail, "console_topic_detail"),
+            page("playground/", playground.playground, "console_playground"),
             page("entities/", entities.entities_index, "console_entities"),
             page("entities/<uuid:bucket_id>/", entities.entities_bucket, "console_entities_bucket"),
             page("entities/<uuid:bucket_id>/<uuid:entity_id>/", entities.entity_page, "console_entity"),

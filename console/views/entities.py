@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from console.scoping import scope_queryset
-from console.views import _actor, _bucket_or_404, _context, _require
+from console.views.base import bucket_or_404, operator_actor, page_context, require
 from engram_site.exceptions import DomainError, NotFound
 from graph import corrections, selectors
 from graph.extract import normalize_name
@@ -115,27 +115,27 @@ def _named(bucket: Bucket, name: str, *, exclude: Entity | None = None, type: st
 
 def entities_index(request):
     """The operator's buckets, each with its entity count."""
-    _require(request, VIEW)
+    require(request, VIEW)
     buckets = list(
         scope_queryset(Bucket.objects.select_related("tenant"), user=request.user).order_by("tenant__name", "name")
     )
     counts = selectors.entity_counts(bucket_ids=[b.pk for b in buckets])
     for bucket in buckets:
         bucket.entity_count = counts.get(bucket.pk, 0)
-    return TemplateResponse(request, "console/entities_index.html", _context(request, "Entities", buckets=buckets))
+    return TemplateResponse(request, "console/entities_index.html", page_context(request, "Entities", buckets=buckets))
 
 
 def entities_bucket(request, bucket_id):
     """A bucket's entities (search by name or alias), and the corrections made to its graph."""
-    _require(request, VIEW)
-    bucket = _bucket_or_404(request, bucket_id)
+    require(request, VIEW)
+    bucket = bucket_or_404(request, bucket_id)
     query, kind = request.GET.get("q", "")[:200], request.GET.get("type", "")[:20]
     entities = selectors.entity_list(bucket=bucket, query=query or None, type=kind or None)
     page = Paginator(entities, ENTITY_PAGE_SIZE).get_page(request.GET.get("page"))
     return TemplateResponse(
         request,
         "console/entities_bucket.html",
-        _context(
+        page_context(
             request, f"Entities of {bucket.name}", bucket=bucket, page=page, query=query, type=kind,
             corrections=_rows(selectors.corrections_of_bucket(bucket=bucket)),
             filters=urlencode({k: v for k, v in (("q", query), ("type", kind)) if v}),
@@ -145,17 +145,17 @@ def entities_bucket(request, bucket_id):
 
 def entity_page(request, bucket_id, entity_id):
     """One entity: aliases, memories, edges, corrections, and the forms that correct them."""
-    _require(request, VIEW)
-    bucket = _bucket_or_404(request, bucket_id)
+    require(request, VIEW)
+    bucket = bucket_or_404(request, bucket_id)
     entity = _entity_or_404(bucket, entity_id)
     if request.method == "POST":
-        _require(request, CHANGE)
+        require(request, CHANGE)
         return _correct(request, bucket, entity)
     edges = list(selectors.edges_of_entity(entity=entity))
     return TemplateResponse(
         request,
         "console/entity.html",
-        _context(
+        page_context(
             request, str(entity.name), bucket=bucket, entity=entity, edges=edges,
             memories=list(selectors.entity_memories(entity=entity)[:ENTITY_MEMORIES]),
             corrections=_rows(selectors.corrections_of_entity(entity=entity)),
@@ -173,7 +173,7 @@ def _edge_of(entity: Entity, value) -> Edge:
 
 def _correct(request, bucket: Bucket, entity: Entity):
     here = reverse("admin:console_entity", args=[bucket.pk, entity.pk])
-    post, actor, action = request.POST, _actor(request), request.POST.get("action", "")
+    post, actor, action = request.POST, operator_actor(request), request.POST.get("action", "")
     # Ids of rows outside this entity are 404 before anything else is looked at.
     edge = _edge_of(entity, post.get("edge")) if action in ("edge_delete", "edge_fix") else None
     memory_ids = []
@@ -242,4 +242,4 @@ def _confirm(request, bucket: Bucket, entity: Entity, action: str, *, edge, memo
             name=post.get("name", ""), aliases=aliases,
             memories=list(selectors.entity_memories(entity=entity).filter(pk__in=memory_ids)),
         )  # fmt: skip
-    return TemplateResponse(request, "console/entity_confirm.html", _context(request, "Confirm", **context))
+    return TemplateResponse(request, "console/entity_confirm.html", page_context(request, "Confirm", **context))
