@@ -8,7 +8,8 @@ the same ``ENGRAM_TORCH_THREADS``), calling the project's functions directly:
 
 * ``memories.services.memories_ingest`` — the function the write endpoint calls — with timers
   wrapped (in this child process only) around ``engram_site.providers.embedding.embed_texts``,
-  ``engram_site.providers.embedding.count_tokens``, ``memories.lemmatizer.lemmatize_many``, every SQL statement
+  ``engram_site.providers.embedding.count_tokens``, ``engram_site.providers.lemmatizer.lemmatize_many``,
+  every SQL statement
   and commit (``connection.execute_wrapper``), and the post-commit hint publishing. Times are
   *exclusive* (a stage nested in another is not counted twice); what is left is Python (context
   assignment, hashing, vector formatting, the insert's parameter building).
@@ -158,8 +159,7 @@ def _memory_input(row: dict):
 
 
 def _warm_models() -> None:
-    from engram_site.providers import embedding
-    from memories import lemmatizer
+    from engram_site.providers import embedding, lemmatizer
 
     started = time.perf_counter()
     embedding.embed_texts(["warm up the embedding model", "and its buffers"] * 16)
@@ -178,8 +178,8 @@ def task_ingest_split(request: dict) -> dict:
     from django.db import connections
 
     import graph.receivers
-    from engram_site.providers import embedding
-    from memories import hooks, lemmatizer
+    from engram_site.providers import embedding, lemmatizer
+    from memories import hooks
     from memories.services import ingest as services
     from tenants.models import Bucket
 
@@ -288,8 +288,7 @@ def task_ceiling(request: dict) -> dict:
     request: {"texts": {"content": [...], "context": [...]}, "repeat": n, "chunk": 1000, "batch_size": 64}
     """
     _setup_django()
-    from engram_site.providers import embedding
-    from memories import lemmatizer
+    from engram_site.providers import embedding, lemmatizer
 
     _warm_models()
     chunk = int(request.get("chunk", 1000))

@@ -17,11 +17,10 @@ from datetime import datetime
 
 from django.db import connection
 
-from engram_site.providers import nlp
+from engram_site.providers import lemmatizer, nlp
 from graph import extract as extraction
 from graph.extract.vocabulary import SYMMETRIC, relation_predicate
 from graph.selectors import entities_by_first_name
-from memories import lemmatizer
 
 MAX_DEPTH = 3
 # Bounds that keep the walk's cost independent of the bucket's size (see _walk).

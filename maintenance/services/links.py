@@ -11,9 +11,10 @@ from django.db.models import Q
 
 from engram_site import activity
 from engram_site.jobs.runner import JobRecorder
+from engram_site.providers import lemmatizer
 from maintenance import neighbours
 from maintenance.services.scans import Row, incremental_scan
-from memories import lemmatizer, signals
+from memories import signals
 from memories.links import RESERVED_PREFIX
 from memories.models import Memory
 from memories.services.links import links_add

@@ -9,7 +9,7 @@ import uuid
 from django.db import connection
 
 from engram_site import metrics, tracing
-from memories import lemmatizer, ranking
+from memories import ranking, search_terms
 from memories.filters import MemoryFilters, bucket_list
 from memories.retrieval.concurrency import start
 from memories.retrieval.stats import DOC_LENGTH, bucket_stats
@@ -185,7 +185,7 @@ def keyword_signals(
     """BM25 over the memory and over memory + context (that one in another thread when
     ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query, and the coverage of the memory
     side (of the context side when only that one runs). A signal weighted 0 is not run."""
-    lexemes = query_lexemes(" ".join(lemmatizer.query_terms(query, now)))
+    lexemes = query_lexemes(" ".join(search_terms.query_terms(query, now)))
     context_side = (
         start(bm25, bucket, lexemes, filters, config, context=True) if config.weight("keyword_context") > 0 else None
     )

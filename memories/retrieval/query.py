@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from memories import lemmatizer
+from memories import search_terms
 
 _PREFERENCE_QUERY = re.compile(
     r"\b(like|likes|love|loves|prefer|prefers|preference|favou?rite|enjoy|enjoys|hate|hates|dislike|usually|"
@@ -17,7 +17,7 @@ _SPECIFIC_QUERY = re.compile(
 )
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)?)\b")
 _POSSESSIVE = re.compile(r"['\u2019]s$")
-_NOT_NAMES = {m.capitalize() for m in lemmatizer.MONTHS + lemmatizer.WEEKDAYS} | {"I", "I'm", "I've", "I'd"}
+_NOT_NAMES = {m.capitalize() for m in search_terms.MONTHS + search_terms.WEEKDAYS} | {"I", "I'm", "I've", "I'd"}
 
 
 # "When did…", "what year…", "how long ago…": the answer is a time.
@@ -28,7 +28,7 @@ _WHEN_QUERY = re.compile(
 _TIME_WORDS = (
     "yesterday|today|tonight|tomorrow|ago|recently|lately|earlier|later|weekend|morning|afternoon|evening|"
     "week|weeks|month|months|year|years|summer|winter|spring|autumn|fall|christmas|birthday|anniversary|"
-    + "|".join(lemmatizer.MONTHS + lemmatizer.WEEKDAYS)
+    + "|".join(search_terms.MONTHS + search_terms.WEEKDAYS)
 )
 _TIME_EXPRESSION = re.compile(rf"\b(?:{_TIME_WORDS}|(?:19|20)\d\d)\b", re.IGNORECASE)
 

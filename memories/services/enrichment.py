@@ -17,8 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from engram_site import activity
-from engram_site.providers import embedding
-from memories import lemmatizer
+from engram_site.providers import embedding, lemmatizer
 from memories.models import PENDING_ENRICHMENT, EnrichmentStage, Memory
 from memories.services.enrichment_failures import deferred, failures_clear, failures_record, isolate
 from memories.services.events import note_writes

@@ -28,8 +28,8 @@ from audit.services import Actor, audit_record
 from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
-from engram_site.providers import embedding
-from memories import hooks, lemmatizer, signals
+from engram_site.providers import embedding, lemmatizer
+from memories import hooks, search_terms, signals
 from memories import quotas as memory_quotas
 from memories.models import EventKind, Memory
 from memories.services.events import note_writes, send_safely
@@ -145,7 +145,7 @@ def lemmatize_rows(rows: list[Row], *, strict: bool = False) -> None:
 def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
     """The BM25 document: the content's lemmas plus its date words ("2024 may
     tuesday"), so questions about a month or year can match the memory."""
-    return " ".join(filter(None, [content_lemmas, " ".join(lemmatizer.date_terms(created_at))]))
+    return " ".join(filter(None, [content_lemmas, " ".join(search_terms.date_terms(created_at))]))
 
 
 @tracing.traced("engram.write.embed")

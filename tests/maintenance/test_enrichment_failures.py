@@ -16,13 +16,12 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.services import Actor
-from engram_site.providers import embedding
+from engram_site.providers import embedding, lemmatizer
 from graph import extract as extraction
 from graph.models import Processed
 from graph.services.extraction import graph_extract_pending
 from maintenance.classifier import Classification
 from maintenance.services.classification import memories_classify
-from memories import lemmatizer
 from memories.models import EnrichmentFailure, EnrichmentStage, Memory
 from memories.services import (
     MemoryInput,

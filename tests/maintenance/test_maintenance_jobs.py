@@ -163,7 +163,7 @@ def test_old_runs_are_pruned():
 
 
 def test_embed_missing_fills_only_embeddings_with_a_progress_bar(bucket, settings, monkeypatch):
-    from memories import lemmatizer
+    from engram_site.providers import lemmatizer
 
     settings.ENGRAM_EMBEDDINGS_ENABLED = False
     monkeypatch.setattr(lemmatizer, "_load", lambda: (_ for _ in ()).throw(lemmatizer.LemmatizerUnavailable("x")))

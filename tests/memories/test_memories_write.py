@@ -59,10 +59,11 @@ def test_single_memory_is_stored_with_every_derived_column(api, bucket):
     ],
 )
 def test_stop_words_stay_out_of_the_lexical_document_whatever_their_lemma(text, terms):
-    from memories import lemmatizer
+    from engram_site.providers import lemmatizer
+    from memories import search_terms
 
     assert lemmatizer.lemmatize(text).split() == terms
-    assert lemmatizer.query_terms(text) == terms
+    assert search_terms.query_terms(text) == terms
 
 
 def test_date_words_are_part_of_the_lexical_document(api, bucket):

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from memories import lemmatizer, ranking
+from memories import ranking, search_terms
 from memories.filters import MemoryFilters
 from memories.models import Memory
 from memories.retrieval import keyword
@@ -65,7 +65,7 @@ def word_bucket(bucket):
 @pytest.mark.parametrize("query", ["lantern meadow", "apple river castle", "violin violin harbor", "apple", "meadow"])
 def test_sql_bm25_equals_the_formula_over_the_whole_bucket(word_bucket, query, monkeypatch):
     config = ranking.resolve({}, None)
-    lexemes = keyword.query_lexemes(" ".join(lemmatizer.query_terms(query)))
+    lexemes = keyword.query_lexemes(" ".join(search_terms.query_terms(query)))
     expected = python_bm25(word_bucket, lexemes, config)
     # Small budgets, so candidate selection (rarest terms, pairs, the cut) is exercised.
     monkeypatch.setattr(keyword, "CANDIDATE_BUDGET", 60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memories import lemmatizer
+from engram_site.providers import lemmatizer
 
 TEXTS = [
     "I moved to Lisbon in March and my sisters were visiting.",

@@ -564,7 +564,7 @@ class TestModelUnavailable:
         assert body["mode_used"] == "keyword"
 
     def test_lemmatizer_down_stores_rows_and_the_sweep_fills_lemmas(self, api, bucket, monkeypatch):
-        from memories import lemmatizer
+        from engram_site.providers import lemmatizer
         from memories.services import memories_enrich_all_pending
 
         def unavailable():

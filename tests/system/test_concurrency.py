@@ -333,8 +333,7 @@ def test_an_edit_of_a_memory_deleted_after_its_lookup_is_not_found(tenant, bucke
 
 @pytest.mark.slow
 def test_concurrent_edits_of_one_memory_lose_no_update_and_keep_derived_columns_consistent(tenant, bucket, tmp_path):
-    from engram_site.providers import embedding
-    from memories import lemmatizer
+    from engram_site.providers import embedding, lemmatizer
     from memories.services import document_lemmas
 
     [created] = memories_ingest(bucket=bucket, items=[MemoryInput(content="The launch is on Monday.")])

@@ -16,7 +16,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from engram_site.providers import embedding
-from memories.lemmatizer import lemmatize
+from engram_site.providers.lemmatizer import lemmatize
 from tests.support import base_env, manage, test_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
