@@ -9,8 +9,10 @@ class MaintenanceConfig(AppConfig):
     def ready(self):
         # Imported here, not at the top: models and tasks can only load once apps are ready.
         from maintenance import receivers
-        from memories import hooks
+        from maintenance.participants import MaintenanceParticipant
+        from memories import hooks, participants
         from memories.models import EnrichmentStage
 
         hooks.register_follow_up(receivers.follow_up_work)
         hooks.register_retry(EnrichmentStage.CLASSIFICATION, receivers.retry_classification)
+        participants.register(MaintenanceParticipant())

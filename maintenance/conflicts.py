@@ -161,11 +161,11 @@ def _supersede(*, kept: uuid.UUID, other: uuid.UUID, actor: Actor) -> None:
     memory_supersede(memory_id=other, at=timezone.now(), by=kept, previous_by=rows[other].superseded_by, actor=actor)
 
 
-# --- following the memories table (maintenance/receivers.py) -------------------------------------------
+# --- following the memories table (maintenance/participants.py) ----------------------------------------
 
 
 def conflicts_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
-    """Pairs naming an absorbed memory name its survivor instead (``memories_absorbing``).
+    """Pairs naming an absorbed memory name its survivor instead (a participant's ``memories_absorb``).
 
     A pair that becomes a memory with itself is deleted; a pair that already exists keeps one
     row, and a resolution wins over an open state, so a pair an operator resolved is never
@@ -182,7 +182,7 @@ def conflicts_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
 
 
 def conflicts_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> int:
-    """Delete the pairs of erased memories (``memories_erasing``), resolved or not; returns how many."""
+    """Delete the pairs of erased memories (a participant's ``erase``), resolved or not; returns how many."""
     ids = list(memory_ids)
     pairs = ConflictCandidate.objects.for_tenant(tenant).filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
     return pairs.delete()[0]

@@ -7,7 +7,9 @@ class SourcesConfig(AppConfig):
 
     def ready(self):
         # Imported here, not at the top: models can only load once apps are ready.
-        from memories import provenance
-        from sources import receivers, selectors, tasks  # noqa: F401  (connect receivers; register tasks)
+        from memories import participants, provenance
+        from sources import selectors, tasks  # noqa: F401  (tasks: registers the tasks)
+        from sources.participants import SourcesParticipant
 
         provenance.register_source_lookup(selectors.memory_source)
+        participants.register(SourcesParticipant())

@@ -658,7 +658,7 @@ def source_delete(*, source: Source, actor: Actor | None = None) -> DeleteReport
     return report
 
 
-# --- erasure (memories.services.erasure, through sources/receivers.py) -------------------------------
+# --- erasure (memories.services.erasure, through sources/participants.py) ----------------------------
 
 # The fields of a chunk a source's memories take their identifiers from (_memory_input).
 _CHUNK_FIELDS = ("source_id", "ordinal", "role", "name", "agent_id", "run_id", "timestamp")
@@ -720,7 +720,7 @@ def sources_erase(*, tenant: Tenant, bucket_id, memory_ids: list, fields: dict[s
     return {"sources": deleted, "source_chunks": chunks}
 
 
-# --- bucket merges (memories.services.buckets.bucket_merge, through sources/receivers.py) ------------
+# --- bucket merges (memories.services.buckets.bucket_merge, through sources/participants.py) ---------
 
 
 def sources_merge_plan(*, source: Bucket, target: Bucket) -> dict:

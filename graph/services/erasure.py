@@ -1,4 +1,4 @@
-"""Erasure: the graph rows of erased memories (memories.services.erasure, through graph/receivers.py)."""
+"""Erasure: the graph rows of erased memories (memories.services.erasure, through graph/participants.py)."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def duplicate_candidates_resolve(*, candidates, status: str) -> int:
 
 
 def duplicate_candidates_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
-    """Candidates naming an absorbed memory name its survivor instead (``memories_absorbing``).
+    """Candidates naming an absorbed memory name its survivor instead (a participant's ``memories_absorb``).
 
     A pair that becomes a memory with itself is deleted; a pair that already exists
     keeps one row, and a decision (kept both) wins over a pending state, so a pair an
@@ -119,7 +119,7 @@ def duplicate_candidates_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
 
 
 def duplicate_candidates_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> int:
-    """Delete the review candidates of erased memories (``memories_erasing``), reviewed or not;
+    """Delete the review candidates of erased memories (a participant's ``erase``), reviewed or not;
     returns how many. Their foreign keys would cascade too: deleting them here counts them."""
     ids = list(memory_ids)
     # memory_a leads dupcand_pair_unique, memory_b has dupcand_memory_b.

@@ -14,15 +14,17 @@ One module per kind of change:
 - :mod:`~memories.services.merge` — one memory absorbing another, a bucket's rows moving;
 - :mod:`~memories.services.transfer` — a bucket's memories exported and imported as JSON Lines;
 - :mod:`~memories.services.buckets` — merging and deleting buckets (their memories and what
-  the apps above hang on them, through signals);
+  the apps above hang on them, through their participants);
 - :mod:`~memories.services.erasure` — erasing every memory of a person's identifier, with what
-  is kept about them (the apps above through signals);
+  is kept about them (the apps above through their participants);
 - :mod:`~memories.services.links`, :mod:`~memories.services.topics`,
   :mod:`~memories.services.classification`, :mod:`~memories.services.supersession`,
   :mod:`~memories.services.access` — the columns other apps and jobs maintain.
 
-Other apps never write the table themselves: they call these functions, and learn about
-changes from :mod:`memories.signals` (and :mod:`memories.hooks` for background work).
+Other apps never write the table themselves: they call these functions, learn about
+changes from :mod:`memories.signals` (and :mod:`memories.hooks` for background work), and
+change their own rows inside these functions' transactions as participants
+(:mod:`memories.participants`).
 """
 
 from memories.services.edits import EDITABLE_FIELDS, memories_delete, memory_delete, memory_update

@@ -1,8 +1,9 @@
 """Buckets as containers of memories: deleting one, and merging one into another.
 
 A bucket merge spans every app that keeps rows per bucket. It lives here, in the app
-that owns the memories, and reaches the apps above through signals (``bucket_merge_planning``,
-``bucket_merging``, ``bucket_merged`` in :mod:`memories.signals`), all inside one transaction.
+that owns the memories, and calls the apps above through their participants
+(:mod:`memories.participants`: ``merge_plan``, ``merge_before``, ``merge_after``,
+``bucket_delete``), all inside one transaction.
 """
 
 from __future__ import annotations
@@ -11,31 +12,24 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 from django.db.models import Min
-from django.dispatch import Signal
 
 from audit.services import Actor, audit_record
 from engram_site.exceptions import DomainError, NotFound
-from memories import signals
 from memories.models import Memory
+from memories.participants import Participant, collect, run
 from memories.services.events import forget_stats
 from memories.services.merge import memories_absorb, memories_move_bucket
 from tenants.models import ApiToken, Bucket
 
 
-def _answers(signal: Signal, **kwargs) -> dict:
-    """The receivers' answers (dicts of counts) merged into one."""
-    merged: dict = {}
-    for _receiver, answer in signal.send(Bucket, **kwargs):
-        merged.update(answer or {})
-    return merged
-
-
 @transaction.atomic
 def bucket_delete(*, bucket: Bucket, actor: Actor | None = None) -> None:
     """Delete a bucket with its memories; what hangs off them in the database (graph rows,
-    documents, review candidates) goes with them via ON DELETE CASCADE. Audited as
-    ``bucket.delete`` (with an ``actor``) in the same transaction."""
+    documents, review candidates) goes with them via ON DELETE CASCADE, after the
+    participants' ``bucket_delete``. Audited as ``bucket.delete`` (with an ``actor``) in the same
+    transaction."""
     bucket_id, name = bucket.pk, bucket.name
+    run(Participant.bucket_delete, bucket=bucket)
     with connection.cursor() as cur:
         # idx_memories_tenant_bucket finds the rows.
         cur.execute("DELETE FROM memories WHERE tenant_id = %s AND bucket_id = %s", [bucket.tenant_id, bucket_id])
@@ -86,6 +80,12 @@ class BucketMergeResult:
         }
 
 
+# The plan's counts the participants answer (Participant.merge_plan).
+_PLANNED = ("entities", "entities_to_merge", "duplicate_candidates", "sources", "sources_to_dedup")
+# The result's counts the participants answer (Participant.merge_before).
+_MERGED = ("entities_merged",)
+
+
 def _check_merge(source: Bucket, target: Bucket) -> None:
     if source.tenant_id != target.tenant_id:
         raise DomainError("Buckets of different tenants cannot be merged.", code="cross_tenant")
@@ -114,7 +114,7 @@ def bucket_merge_preview(*, source: Bucket, target: Bucket) -> BucketMergePlan:
     memories = Memory.objects.for_bucket(source).count()
     collisions = len(_collisions(source, target))
     # The counts of the apps above (graph entities, review candidates, documents).
-    counts = _answers(signals.bucket_merge_planning, source=source, target=target)
+    counts = collect(Participant.merge_plan, reported=_PLANNED, source=source, target=target)
     return BucketMergePlan(
         source_id=str(source.pk),
         target_id=str(target.pk),
@@ -156,9 +156,9 @@ def bucket_merge(*, source: Bucket, target: Bucket, remove_source: bool, actor) 
     Every memory of the source moves to the target; one whose ``text_hash`` exists in
     the target is absorbed by that target memory (:func:`memories_absorb`: tags and
     links united, references, graph mentions and edges re-pointed). Tokens restricted
-    to the source follow. The apps above move what they keep per bucket through
-    :mod:`memories.signals`: ``bucket_merging`` before the memories move (graph entities
-    with the same normalized name merge into the target's) and ``bucket_merged`` after
+    to the source follow. The apps above move what they keep per bucket as participants
+    (:mod:`memories.participants`): ``merge_before`` before the memories move (graph entities
+    with the same normalized name merge into the target's) and ``merge_after`` after
     (review candidates and documents follow, scan cursors are reset so the scans compare
     the moved memories with the target's, the graph's timelines are recomputed).
     Afterwards no table has a row left in the source (checked, for every table with a
@@ -176,15 +176,16 @@ def bucket_merge(*, source: Bucket, target: Bucket, remove_source: bool, actor) 
         if len(locked) != 2:
             raise NotFound("Bucket not found.")
         plan = bucket_merge_preview(source=source, target=target)
-        merging = _answers(signals.bucket_merging, source=source, target=target)
+        merging = collect(Participant.merge_before, reported=_MERGED, source=source, target=target)
         mapping = _collisions(source, target)
         memories_absorb(mapping=mapping, actor=actor)
         oldest = Memory.objects.for_bucket(source).aggregate(oldest=Min("created_at"))["oldest"]
         moved = memories_move_bucket(source=source, target=target)
         ApiToken.objects.filter(tenant_id=source.tenant_id, bucket_id=source.pk).update(bucket_id=target.pk)
-        signals.bucket_merged.send(
-            Bucket, source=source, target=target, oldest_moved=oldest, memory_ids=[*moved, *mapping.values()]
-        )
+        run(
+            Participant.merge_after,
+            source=source, target=target, oldest_moved=oldest, memory_ids=[*moved, *mapping.values()],
+        )  # fmt: skip
         left = _rows_left_in(source)
         if left:
             raise DomainError(

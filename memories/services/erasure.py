@@ -5,8 +5,8 @@ and everything kept about it, hard-deleted at once.
 ``source_actor_id`` equal the given values (every one given), live or deleted (``memories_deleted``),
 in every bucket of the tenant or in one; with them their history (``memory_versions``), their
 access times, their enrichment failure records, the sequence context other memories quoted from them, and — through
-:data:`memories.signals.memories_erasing` — what the apps above keep: graph mentions, edges and
-the entities nothing else names, the documents and conversations they came from or that were
+their participants (:mod:`memories.participants`: ``erasure_lock``, ``erase``) — what the apps above keep: graph
+mentions, edges and the entities nothing else names, the documents and conversations they came from or that were
 submitted with those values, review candidates. Audit events that quoted them keep their ids
 but lose the text. One transaction; one ``memory.erase`` event with the counts and the names of
 the fields, never their values.
@@ -21,8 +21,8 @@ from django.db.models import Q
 
 from audit.services import Actor, audit_record, audit_scrub
 from engram_site.exceptions import DomainError
-from memories import signals
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAccess, MemoryVersion
+from memories.participants import Participant, collect, run
 from memories.services.events import forget_stats
 from memories.services.feed import events_erase
 from memories.services.ingest import CONTEXT_PREDECESSORS
@@ -60,7 +60,7 @@ class ErasureReport:
         return {k: v for k, v in asdict(self).items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
-# The counts the receivers of memories_erasing answer with.
+# The counts the participants answer with (Participant.erase).
 _COUNTED = (
     "graph_mentions",
     "graph_edges",
@@ -133,8 +133,8 @@ def _erase(
     holding = set(live.values_list("bucket_id", flat=True).distinct()) | set(
         gone.values_list("bucket_id", flat=True).distinct()
     )
-    signals.erasure_locking.send(Memory, tenant=tenant, bucket_id=bucket_id, bucket_ids=sorted(holding, key=str),
-                                 fields=fields)  # fmt: skip
+    run(Participant.erasure_lock, tenant=tenant, bucket_id=bucket_id, bucket_ids=sorted(holding, key=str),
+        fields=fields)  # fmt: skip
     erased = [
         _Erased(*row)
         for row in live.values_list("id", "bucket_id", "sequence_id", "sequence_index", "content").iterator()
@@ -144,12 +144,11 @@ def _erase(
         erased.append(_Erased(row_id, row_bucket, row.get("sequence_id"), row.get("sequence_index"), content))
     gone_ids = [e.id for e in erased[len(live_ids) :]]
     ids = live_ids + gone_ids
-    for _receiver, answer in signals.memories_erasing.send(
-        Memory, tenant=tenant, bucket_id=bucket_id, memory_ids=ids, fields=fields
-    ):
-        for name, count in (answer or {}).items():
-            if name in _COUNTED:
-                setattr(report, name, getattr(report, name) + count)
+    counted = collect(
+        Participant.erase, reported=_COUNTED, tenant=tenant, bucket_id=bucket_id, memory_ids=ids, fields=fields
+    )
+    for name, count in counted.items():
+        setattr(report, name, count)
     report.contexts_cleared = _clear_contexts(tenant, erased, ids)
     report.access_times = MemoryAccess.objects.filter(memory_id__in=live_ids).delete()[0]
     # They would go with the rows (ON DELETE CASCADE); deleted here to be counted.

@@ -28,6 +28,7 @@ from audit.services import Actor, audit_record
 from engram_site.exceptions import Conflict, NotFound
 from memories import signals
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
+from memories.participants import Participant, run
 from memories.services.events import note_writes, send_safely
 from memories.services.history import version_record
 from memories.services.ingest import hold_bucket
@@ -69,15 +70,13 @@ def memories_trash(*, ids: Iterable[uuid.UUID], reason: str) -> None:
 
 
 def memory_remove(*, memory_id: uuid.UUID, bucket_id: uuid.UUID) -> None:
-    """Delete one memories row the way the apps above follow it: ``memory_deleting`` before
-    (receivers save what they need, e.g. the graph's timelines, while the row's edges exist),
-    ``memory_deleted`` after the commit. The caller holds the row's lock."""
-    states = [state for _r, state in signals.memory_deleting.send(Memory, bucket_id=bucket_id, memory_id=memory_id)]
+    """Delete one memories row the way the apps above follow it: their participants'
+    ``memory_delete`` first, while what hangs on the row exists (the graph notes which
+    timelines its edges were on, and reopens them after the commit). The caller holds the
+    row's lock."""
+    run(Participant.memory_delete, bucket_id=bucket_id, memory_id=memory_id)
     Memory.objects.filter(pk=memory_id).delete()
     note_writes(bucket_id, 1)
-    transaction.on_commit(
-        lambda: send_safely(signals.memory_deleted, bucket_id=bucket_id, memory_id=memory_id, states=states)
-    )
 
 
 @transaction.atomic
@@ -114,6 +113,7 @@ def memory_restore(*, deleted: DeletedMemory, actor: Actor | None = None) -> Mem
     memory_id, deleted_at, reason = deleted.pk, deleted.deleted_at, deleted.reason
     deleted.delete()
     memory = Memory.objects.select_related("bucket").get(pk=memory_id)
+    run(Participant.memory_restore, memory=memory)
     version_record(
         memory=memory, kind=VersionKind.RESTORED, previous={}, actor=actor,
         details={"deleted_at": deleted_at, "reason": reason},
@@ -162,7 +162,8 @@ def _purge_deleted(now: datetime) -> int:
 
 def _purge_expired(now: datetime) -> int:
     """Delete memories expired longer ago than their bucket's window, with their history. The
-    graph forgets them as it does any deleted memory (signals.memory_deleting/memory_deleted)."""
+    graph forgets them as it does any deleted memory (memory_remove: the participants'
+    ``memory_delete``)."""
     purged = 0
     while True:
         with connection.cursor() as cur:

@@ -4,8 +4,8 @@ and a bucket's rows move to another bucket.
 A merge never leaves a reference to a row that is gone: the survivor takes the
 absorbed row's tags, links and empty fields; links and supersession of other
 memories are re-pointed; other apps move what they hang on the absorbed row
-(``signals.memories_absorbing``: graph mentions and edges, review candidates, the
-chunks of documents that stated the absorbed row) —
+(their participants' ``memories_absorb``, :mod:`memories.participants`: graph mentions and
+edges, review candidates, the chunks of documents that stated the absorbed row) —
 all in the caller's transaction, so a failure anywhere leaves everything as it was.
 """
 
@@ -19,9 +19,9 @@ from django.db import connection, transaction
 
 from audit.services import Actor
 from engram_site.exceptions import DomainError, NotFound
-from memories import signals
 from memories.links import LINKS_KEY, RESERVED_PREFIX
 from memories.models import Memory, VersionKind
+from memories.participants import Participant, run
 from memories.services.events import forget_stats
 from memories.services.feed import events_bucket_moved
 from memories.services.history import Change, versions_record
@@ -151,7 +151,7 @@ def memories_absorb(*, mapping: dict, actor: Actor | None = None) -> AbsorbRepor
     tags (union), client metadata keys it did not have, links (``linked_memory_ids``
     and their kinds, re-pointed, without self-links) and any column it had empty.
     Other memories' links and ``superseded_by`` that named an absorbed row name its
-    survivor; receivers of ``signals.memories_absorbing`` move their rows. Both rows
+    survivor; the participants (``memories_absorb``) move their rows. Both rows
     of a pair must belong to one tenant. Runs in one transaction (the caller's, if any).
     Each absorbed row is kept in ``memories_deleted`` (restorable) and both rows' histories
     record the merge, by ``actor``.
@@ -198,7 +198,7 @@ def memories_absorb(*, mapping: dict, actor: Actor | None = None) -> AbsorbRepor
         relinked = _relink_others(mapping, tenant_ids=tenant_ids, exclude=absorbed_ids | survivor_ids)
         _repoint_supersession(mapping, tenant_ids=tenant_ids, bucket_ids=bucket_ids)
         # Graph mentions and edges, review candidates, source provenance: their apps move them (or raise).
-        signals.memories_absorbing.send(Memory, mapping=mapping)
+        run(Participant.memories_absorb, mapping=mapping)
         # The history: each absorbed row went into its survivor (and stays restorable until the
         # purge job); each survivor took the fields that changed.
         versions_record(

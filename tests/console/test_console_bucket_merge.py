@@ -214,8 +214,8 @@ def _state():
     "step",
     [
         "memories.services.buckets.memories_move_bucket",
-        "maintenance.receivers.maintenance_bucket_merge",
-        "graph.receivers.graph_recompute",
+        "maintenance.participants.maintenance_bucket_merge",
+        "graph.participants.graph_recompute",
     ],
 )
 def test_a_failure_midway_rolls_everything_back(bucket, second, monkeypatch, step):

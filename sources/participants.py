@@ -1,0 +1,48 @@
+"""What the sources app does to its own rows (documents, conversations, their chunks' links to
+memories) when buckets and memories change (memories.participants; registered in
+SourcesConfig.ready). Every step runs inside the operation's transaction."""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from memories.participants import Participant
+from sources.models import SourceChunkMemory
+from sources.services import sources_erase, sources_erasure_lock, sources_merge_plan, sources_move_bucket
+
+
+class SourcesParticipant(Participant):
+    name = "sources"
+
+    def merge_plan(self, *, source, target):
+        return sources_merge_plan(source=source, target=target)
+
+    def merge_after(self, *, source, target, oldest_moved, memory_ids):
+        sources_move_bucket(source=source, target=target)
+
+    def memories_absorb(self, *, mapping):
+        # The chunks that stated an absorbed memory now state its survivor (once: a chunk that
+        # stated both keeps one link).
+        table = SourceChunkMemory._meta.db_table
+        with connection.cursor() as cur:
+            cur.execute(
+                f"""
+                DELETE FROM {table} l USING unnest(%s::uuid[], %s::uuid[]) AS v(absorbed, survivor)
+                WHERE l.memory_id = v.absorbed
+                  AND EXISTS (SELECT 1 FROM {table} o WHERE o.chunk_id = l.chunk_id AND o.memory_id = v.survivor)
+                """,
+                [list(mapping), list(mapping.values())],
+            )
+            cur.execute(
+                f"""
+                UPDATE {table} l SET memory_id = v.survivor FROM unnest(%s::uuid[], %s::uuid[]) AS v(absorbed, survivor)
+                WHERE l.memory_id = v.absorbed
+                """,
+                [list(mapping), list(mapping.values())],
+            )
+
+    def erasure_lock(self, *, tenant, bucket_id, bucket_ids, fields):
+        sources_erasure_lock(tenant=tenant, bucket_id=bucket_id, bucket_ids=bucket_ids, fields=fields)
+
+    def erase(self, *, tenant, bucket_id, memory_ids, fields):
+        return sources_erase(tenant=tenant, bucket_id=bucket_id, memory_ids=memory_ids, fields=fields)
