@@ -6,7 +6,7 @@
 
 The set (bench/classify/labelled.jsonl, 153 memories over 17 topics, 93 specific /
 60 general) was written apart from the classifier's prototypes in
-maintenance/classifier.py, so the number is not a training-set score. Labels follow
+maintenance/data/classifier.toml, so the number is not a training-set score. Labels follow
 the definitions in that module: *general* = a preference, habit, tendency or
 opinion; *specific* = anything about a concrete person, thing, event, date or plan.
 

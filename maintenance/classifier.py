@@ -12,7 +12,7 @@ per process with the same model as the memories). :class:`LLMClassifier` asks an
 OpenAI-compatible endpoint (``engram_site.providers.llm``) and falls back to the local
 classifier for anything it cannot answer. ``bench/classify_accuracy.py``
 measures either on ``bench/classify/labelled.jsonl`` (written apart from the
-prototypes below).
+prototypes of ``maintenance/data/classifier.toml``, which holds the topics).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import json
 import logging
 import re
 import threading
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -44,260 +46,28 @@ class Topic:
     prototypes: tuple[str, ...]
 
 
-TOPICS: tuple[Topic, ...] = (
-    Topic(
-        "family",
-        "family members: parents, siblings, children, spouse, relatives",
-        r"mom|mum|mother|dad|father|parents?|sisters?|brothers?|siblings?|son|daughters?|kids?|children|wife|husband|"
-        r"spouse|grandma|grandmother|grandpa|grandfather|grandparents?|aunt|uncle|cousins?|niece|nephew|in-laws?",
-        (
-            "My mother lives in Lisbon and calls every Sunday.",
-            "My brother Tom has two daughters.",
-            "Our son starts kindergarten in September.",
-            "My wife and I have been married for eight years.",
-            "Grandma's 90th birthday party is next month.",
-            "My dad is retiring from the post office this year.",
-            "I like spending holidays with my cousins.",
-        ),
-    ),
-    Topic(
-        "friends",
-        "friends, dating, social life",
-        r"friends?|friendship|best friend|buddy|buddies|girlfriend|boyfriend|date|dating|roommates?|neighbou?rs?|party",
-        (
-            "My best friend Carla moved to Berlin.",
-            "I met my girlfriend at a climbing gym.",
-            "We have a game night with friends every other Friday.",
-            "My roommate Jake works night shifts.",
-            "I went to Priya's housewarming party last weekend.",
-            "I prefer small gatherings to big parties.",
-        ),
-    ),
-    Topic(
-        "pets",
-        "pets and animals",
-        r"dogs?|puppy|cats?|kitten|pets?|vet|veterinarian|parrot|hamster|fish tank|aquarium|rabbit|horse|leash|"
-        r"litter box|breed|retriever|labrador|terrier|poodle",
-        (
-            "Our cat Miso is twelve years old.",
-            "I walk the dog twice a day.",
-            "The puppy has a vet appointment on Monday.",
-            "We adopted a rescue greyhound last spring.",
-            "My parrot can say about twenty words.",
-            "I have always preferred cats over dogs.",
-        ),
-    ),
-    Topic(
-        "health",
-        "health, medical conditions, doctors, medication, sleep",
-        r"doctor|dentist|allerg(y|ic|ies)|medication|medicine|pills?|prescription|diagnosed|diabetes|asthma|"
-        r"migraines?|surgery|hospital|therapy|therapist|blood pressure|symptoms?|sick|illness|insomnia|sleep|"
-        r"vaccine|physio(therapy)?|injury|injured|knee|back pain",
-        (
-            "I was diagnosed with type 2 diabetes in 2021.",
-            "I take ibuprofen for my migraines.",
-            "My dentist appointment is on the 14th.",
-            "I'm allergic to penicillin.",
-            "I have trouble sleeping when I drink coffee late.",
-            "I had knee surgery two years ago.",
-            "I see a therapist every two weeks.",
-        ),
-    ),
-    Topic(
-        "fitness",
-        "exercise and sports",
-        r"gym|workouts?|exercis(e|ing)|running|run|ran|jog(ging)?|marathon|yoga|pilates|swim(ming)?|cycling|"
-        r"climbing|bouldering|lift(ing)?|weights|push-?ups|squats|tennis|football|soccer|basketball|hiking|hike|"
-        r"training|trainer|5k|10k|steps",
-        (
-            "I run 5k three times a week.",
-            "I signed up for the Berlin half marathon.",
-            "I do yoga every morning before work.",
-            "My personal trainer is called Marco.",
-            "I play tennis on Saturday mornings.",
-            "I can deadlift 100 kg now.",
-        ),
-    ),
-    Topic(
-        "food",
-        "food, cooking, drinks, restaurants, diets",
-        r"food|cook(ing)?|recipes?|bake|baking|restaurants?|dinner|lunch|breakfast|coffee|tea|wine|beer|"
-        r"vegetarian|vegan|gluten|spicy|pizza|sushi|pasta|cuisine|dish|meal|snacks?|chocolate|eat|eating|ate|"
-        r"drink|drinks|espresso|latte",
-        (
-            "I prefer dark roast coffee in the morning.",
-            "My favourite restaurant is a small ramen place on Elm Street.",
-            "I've been vegetarian since 2015.",
-            "I baked sourdough bread for the first time yesterday.",
-            "I don't like cilantro.",
-            "We're having lasagna for dinner on Sunday.",
-            "I drink green tea in the afternoon.",
-        ),
-    ),
-    Topic(
-        "travel",
-        "trips, flights, hotels, destinations, vacations",
-        r"trip|travel(l?ing)?|flights?|fly|flew|airport|airline|hotel|airbnb|vacation|holiday|passport|visa|"
-        r"itinerary|beach|resort|abroad|tour|sightseeing|luggage|boarding|layover|aisle seat|window seat",
-        (
-            "We are flying to Tokyo on March 3rd.",
-            "I always book an aisle seat on long flights.",
-            "Our hotel in Rome is near the Pantheon.",
-            "My passport expires in 2026.",
-            "I love road trips along the coast.",
-            "We spent our honeymoon in Bali.",
-        ),
-    ),
-    Topic(
-        "work",
-        "job, career, employer, colleagues, meetings, projects",
-        r"work|job|jobs|office|boss|manager|colleagues?|coworkers?|team|meetings?|project|deadline|clients?|"
-        r"company|employer|career|promotion|interview|hired|salary review|standup|quarterly|report|presentation|"
-        r"engineer|nurse|teacher|lawyer|designer|consultant",
-        (
-            "I work as a data engineer at a logistics company.",
-            "My manager Sarah wants the report by Friday.",
-            "The quarterly planning meeting is on Tuesday at 10.",
-            "I got promoted to senior designer in May.",
-            "I prefer async updates over daily standups.",
-            "Our team is migrating the billing service to Postgres.",
-            "I have a job interview with Acme next week.",
-        ),
-    ),
-    Topic(
-        "finance",
-        "money, budgets, banks, investments, bills, taxes",
-        r"money|budget|bank|savings?|save|invest(ing|ment|ments)?|stocks?|etf|crypto|mortgage|loan|rent|"
-        r"bills?|taxes|tax|salary|paycheck|credit card|debt|pension|retirement fund|insurance|spent|expenses?",
-        (
-            "I put 500 dollars into my savings account every month.",
-            "Our mortgage payment is due on the first.",
-            "I invest in low-cost index funds.",
-            "My credit card limit is 5000 euros.",
-            "I need to file my taxes before April 15.",
-            "I try to avoid carrying any debt.",
-        ),
-    ),
-    Topic(
-        "home",
-        "house, apartment, furniture, appliances, repairs, garden, moving",
-        r"house|home|apartment|flat|kitchen|bedroom|living room|bathroom|furniture|sofa|couch|fridge|"
-        r"dishwasher|washing machine|thermostat|heating|garden|lawn|landlord|lease|moved|moving|renovat\w*|"
-        r"plumber|roof|garage|speaker|sound system",
-        (
-            "We moved into a two-bedroom apartment in June.",
-            "The dishwasher has been leaking since last week.",
-            "I bought a new sofa for the living room.",
-            "Our landlord is replacing the windows in October.",
-            "I keep the thermostat at 20 degrees.",
-            "We are repainting the kitchen this weekend.",
-        ),
-    ),
-    Topic(
-        "technology",
-        "devices, computers, phones, software, programming",
-        r"laptop|computer|pc|mac|macbook|iphone|android|phone|tablet|ipad|software|app|apps|programming|code|"
-        r"coding|python|javascript|linux|windows|server|database|keyboard|monitor|wifi|router|thinkpad|"
-        r"headphones|smartwatch|vim|emacs|github|api",
-        (
-            "My laptop is a ThinkPad running Linux.",
-            "I write most of my code in Python.",
-            "I upgraded to a new iPhone in November.",
-            "I prefer dark mode in every app.",
-            "The home router keeps dropping the wifi connection.",
-            "I use a mechanical keyboard with brown switches.",
-        ),
-    ),
-    Topic(
-        "education",
-        "school, university, courses, studying, learning languages",
-        r"school|university|college|degree|course|courses|class|classes|studying|study|exam|exams|thesis|"
-        r"phd|master'?s|bachelor'?s|lecture|professor|homework|semester|learning|learn|language|spanish|french|"
-        r"german|japanese|duolingo|tutor",
-        (
-            "I'm studying for my statistics exam next week.",
-            "I have a master's degree in biology.",
-            "I'm learning Spanish with a tutor on Wednesdays.",
-            "My thesis is about coral reef recovery.",
-            "I enrolled in an online machine learning course.",
-            "I learn best by doing exercises, not by reading.",
-        ),
-    ),
-    Topic(
-        "hobbies",
-        "hobbies and crafts: gardening, photography, playing music, painting, collecting",
-        r"hobby|hobbies|paint(ing)?|draw(ing)?|sketch(ing)?|photograph(y|s)?|camera|knit(ting)?|crochet|"
-        r"pottery|woodwork(ing)?|guitar|piano|violin|drums|chess|collect(ing|ion)|stamps|gardening|plants|"
-        r"lego|model trains|fishing|birdwatching|sewing|calligraphy",
-        (
-            "I've been learning to play the guitar for a year.",
-            "I collect vintage film cameras.",
-            "I paint watercolours on weekends.",
-            "My tomato plants finally have fruit.",
-            "I play chess online most evenings.",
-            "I enjoy woodworking in the garage.",
-        ),
-    ),
-    Topic(
-        "entertainment",
-        "movies, TV, music, books, games, podcasts",
-        r"movies?|films?|cinema|tv|show|shows|series|netflix|episode|season|music|songs?|album|band|concert|"
-        r"books?|novel|reading|read|author|podcasts?|video games?|games?|gaming|playstation|xbox|nintendo|"
-        r"spotify|jazz|rock|anime|documentar(y|ies)",
-        (
-            "My favourite band is Radiohead.",
-            "I'm rewatching Breaking Bad with my partner.",
-            "I read mostly science fiction novels.",
-            "We have tickets to the Coldplay concert in July.",
-            "I listen to true crime podcasts on my commute.",
-            "I finished Baldur's Gate 3 last night.",
-        ),
-    ),
-    Topic(
-        "shopping",
-        "purchases, orders, brands, clothes, gifts",
-        r"bought|buy|buying|purchase[ds]?|order(ed)?|amazon|store|shop|shopping|deliver(y|ed)|returns?|"
-        r"refund|brand|clothes|shoes|jacket|dress|sneakers|size|gift|discount|sale|subscription",
-        (
-            "I ordered new running shoes online.",
-            "I wear size medium in shirts.",
-            "I prefer buying second-hand clothes.",
-            "The package from the furniture store arrives Thursday.",
-            "I returned the jacket because it was too small.",
-            "I'm looking for a birthday gift for my niece.",
-        ),
-    ),
-    Topic(
-        "transport",
-        "cars, bikes, commuting, public transport",
-        r"car|cars|drive|driving|drove|bike|bicycle|commute|commuting|bus|train|subway|metro|tram|parking|"
-        r"garage|tesla|toyota|honda|volkswagen|mechanic|tyres?|tires?|fuel|gas station|electric car|scooter|"
-        r"driver'?s license",
-        (
-            "I drive a 2018 Toyota Corolla.",
-            "I commute to work by bike.",
-            "The car needs new tires before winter.",
-            "I take the 7:40 train into the city.",
-            "I'd rather take public transport than drive.",
-            "I got my driver's license when I was 17.",
-        ),
-    ),
-    Topic(
-        "personal",
-        "identity: name, age, birthday, where the user lives, background, personality",
-        r"my name|i'?m called|years old|birthday|born|i live in|hometown|grew up|nationality|citizen|"
-        r"introvert|extrovert|personality|pronouns|i am from|i'?m from",
-        (
-            "My name is Daniel.",
-            "I was born in 1990 in Krakow.",
-            "I live in Seattle.",
-            "My birthday is on the 3rd of August.",
-            "I grew up on a farm in Ohio.",
-            "I'm an introvert and recharge alone.",
-        ),
-    ),
-)
+# The vocabulary is data (maintenance/data/classifier.toml), read once, at import.
+VOCABULARY = Path(__file__).resolve().parent / "data" / "classifier.toml"
 
+
+def _vocabulary(path: Path) -> tuple[tuple[Topic, ...], dict[str, tuple[str, ...]]]:
+    """The topics and the scopes' example memories of ``path``."""
+    with path.open("rb") as f:
+        data = tomllib.load(f)
+    topics = tuple(
+        Topic(
+            slug=t["slug"],
+            description=t["description"],
+            keywords="".join(t["keywords"]),
+            prototypes=tuple(t["prototypes"]),
+        )
+        for t in data["topics"]
+    )
+    return topics, {scope: tuple(texts) for scope, texts in data["scope_prototypes"].items()}
+
+
+# SCOPE_PROTOTYPES: example memories of each scope, for the embedding side of the scope decision.
+TOPICS, SCOPE_PROTOTYPES = _vocabulary(VOCABULARY)
 TOPIC_SLUGS = tuple(t.slug for t in TOPICS)
 
 # Scope rules: preference / habit / opinion language makes a memory general.
@@ -320,35 +90,6 @@ _SPECIFIC_CUES = re.compile(
     re.IGNORECASE,
 )
 _PROPER_NOUN = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
-
-# Example memories of each scope for the embedding side of the scope decision.
-SCOPE_PROTOTYPES = {
-    "general": (
-        "I prefer tea over coffee.",
-        "I usually go to bed around midnight.",
-        "I like quiet restaurants more than busy ones.",
-        "I never check work email on weekends.",
-        "I tend to overpack for trips.",
-        "I enjoy long walks when I need to think.",
-        "I don't like horror movies.",
-        "I'd rather work from home than commute.",
-        "My favourite season is autumn.",
-        "I always pay my bills the day they arrive.",
-    ),
-    "specific": (
-        "I bought a Sonos Beam for the living room in March.",
-        "My sister Anna works as a nurse in Boston.",
-        "The dentist appointment is on Thursday at 3 pm.",
-        "Our flight to Madrid leaves at 7:15.",
-        "I adopted a beagle named Rufus last year.",
-        "My laptop is a 2021 MacBook Air.",
-        "We signed the lease for the new apartment yesterday.",
-        "The project deadline moved to June 30.",
-        "I was diagnosed with asthma as a child.",
-        "My car is a blue Honda Civic.",
-    ),
-}
-
 
 _DEFAULT_MODEL = embedding.MODEL_NAME  # (inside ClassifyInput, ``embedding`` is the field)
 

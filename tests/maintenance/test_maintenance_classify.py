@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from django.core.management import call_command
@@ -44,6 +45,20 @@ def test_local_classifier_labels_scope_and_topic():
             assert result.topic == topic, content
         assert result.topic in classifiers.TOPIC_SLUGS + (classifiers.OTHER,)
         assert result.by == classifiers.LOCAL_VERSION
+
+
+def test_vocabulary_file_gives_each_topic_its_keywords_and_examples():
+    topics = {t.slug: t for t in classifiers.TOPICS}
+    assert len(topics) == len(classifiers.TOPICS) == 17  # slugs are unique
+    assert classifiers.OTHER not in topics
+    for topic in topics.values():
+        assert topic.description and topic.prototypes
+        re.compile(topic.keywords)
+    # A topic's keyword pieces are joined as written: the first piece's words and the last's both match.
+    family = re.compile(rf"\b({topics['family'].keywords})\b", re.IGNORECASE)
+    assert family.search("my Mom called") and family.search("the in-laws visit")
+    assert set(classifiers.SCOPE_PROTOTYPES) == set(classifiers.SCOPES)
+    assert all(classifiers.SCOPE_PROTOTYPES[scope] for scope in classifiers.SCOPES)
 
 
 def test_classify_fills_missing_labels_and_keeps_labels_a_client_set(bucket):
