@@ -12,7 +12,7 @@ from engram_site.fields import StrictCharField, StrictDateTimeField, StrictSeria
 from engram_site.openapi import errors, limit_offset_page
 from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
 from graph import selectors
-from memories.apis import MemoryOut
+from memories.apis.memories import MemoryOut
 from tenants.selectors import bucket_get
 
 

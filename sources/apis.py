@@ -17,7 +17,7 @@ from engram_site.fields import (
 )
 from engram_site.openapi import BODY, cursor_page, errors
 from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
-from memories.apis import MAX_ID_CHARS, MetadataField
+from memories.apis.memories import MAX_ID_CHARS, MetadataField
 from memories.models import Attribution
 from memories.quotas import quota_check_memories
 from sources import selectors, services

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from memories.apis import MAX_BATCH, MAX_CONTENT_CHARS
+from memories.apis.memories import MAX_BATCH, MAX_CONTENT_CHARS
 from memories.models import Memory
 from memories.serializers import MAX_TAGS
 

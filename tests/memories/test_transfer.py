@@ -407,7 +407,7 @@ def test_skip_invalid_still_refuses_a_body_without_one_valid_line(api, bucket):
 
 
 def test_an_over_long_line_is_rejected_without_reading_it_whole(api, bucket, monkeypatch):
-    from memories import transfer_apis
+    from memories.apis import transfer as transfer_apis
 
     monkeypatch.setattr(transfer_apis, "MAX_LINE_BYTES", 100)
     body = lines(GOOD, {"content": "y" * 500}, {"content": "After it."})

@@ -29,7 +29,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from graph.models import Edge, Entity, Mention
 from graph.services.extraction import graph_extract_memories
-from memories.apis import MAX_BATCH, MAX_METADATA_DEPTH
+from memories.apis.memories import MAX_BATCH, MAX_METADATA_DEPTH
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 from sources import services as source_services
@@ -430,7 +430,7 @@ def test_errors_outside_the_api_views_have_the_same_shape(world, monkeypatch):
     def explode(**kwargs):
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr("memories.apis.selectors.memory_get", explode)
+    monkeypatch.setattr("memories.apis.memories.selectors.memory_get", explode)
     world.api.raise_request_exception = False
     response = world.api.get(f"/api/v1/memories/{world.memory_id}")
     assert_error(response, 500, "server_error")

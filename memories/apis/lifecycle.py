@@ -14,7 +14,7 @@ from engram_site.fields import StrictSerializer
 from engram_site.openapi import cursor_page, errors
 from engram_site.pagination import DeletedCursorPagination, cursor_field, page_size_field
 from memories import selectors, services
-from memories.apis import MemoryDetailOut
+from memories.apis.memories import MemoryDetailOut
 from tenants.agents import check_writable
 from tenants.models import Scope as TokenScope
 from tenants.selectors import bucket_get

@@ -39,7 +39,7 @@ from engram_site.fields import (
 from engram_site.openapi import errors
 from engram_site.parsers import JSONParser, json_depth_exceeds
 from engram_site.providers import embedding
-from memories.apis import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField
+from memories.apis.memories import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField
 from memories.links import RESERVED_PREFIX
 from memories.models import Scope, VersionKind
 from memories.quotas import quota_check_memories

@@ -1,0 +1,5 @@
+"""The memories app's HTTP endpoints, one module per resource (routes: memories/urls.py).
+
+Each module validates a request, calls the write gateway (memories.services) or a selector,
+and serialises the answer.
+"""
