@@ -19,7 +19,7 @@ from rest_framework.settings import api_settings
 from rest_framework.utils.json import strict_constant
 
 # Deepest JSON document accepted anywhere in the API. A batch of memories with metadata is
-# about five levels deep; metadata itself is limited further (memories.apis.memories.MAX_METADATA_DEPTH).
+# about five levels deep; metadata itself is limited further (memories.serializers.MAX_METADATA_DEPTH).
 MAX_JSON_DEPTH = 64
 
 

@@ -13,7 +13,7 @@ from engram_site.openapi import BODY, errors, limit_offset_page
 from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
 from maintenance import conflicts
 from maintenance.models import ConflictStatus
-from memories.apis.memories import MAX_CONTENT_CHARS
+from memories.serializers import MAX_CONTENT_CHARS
 from tenants.agents import check_writable
 from tenants.selectors import bucket_get
 

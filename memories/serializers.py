@@ -1,4 +1,6 @@
-"""API input for the memory filters, derived from their one definition (memories/filters.py).
+"""API input for a memory, shared by several endpoints: its fields as a write, an edit and an
+import line read them (:class:`MemoryIn`, :class:`MemoryUpdateIn`, :class:`MetadataField` and
+the limits), and the memory filters, derived from their one definition (memories/filters.py).
 
 Every field of :class:`~memories.filters.MemoryFilters` with a ``kind`` becomes an optional
 input field of :class:`SearchFiltersIn`, in declaration order, with the limits its ``api``
@@ -7,19 +9,35 @@ metadata gives; a new filter is declared once, there.
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
+from datetime import timedelta
 
+from django.utils import timezone
+from rest_framework import serializers
 from rest_framework.serializers import BooleanField, ChoiceField, FloatField, ListField
 
 from engram_site.fields import (
+    JSONObjectField,
+    StoredDateTimeField,
     StrictBooleanField,
     StrictCharField,
     StrictDateTimeField,
     StrictFloatField,
+    StrictIntegerField,
     StrictSerializer,
+    character_error,
 )
+from engram_site.parsers import json_depth_exceeds
 from memories.filters import MemoryFilters
+from memories.links import RESERVED_PREFIX
+from memories.models import Attribution, Scope
 
+MAX_CONTENT_CHARS = 20_000
+MAX_ID_CHARS = 200
+MAX_METADATA_BYTES = 16_384
+MAX_METADATA_DEPTH = 32
+MAX_TTL_SECONDS = 100 * 365 * 86400
 MAX_TAGS = 50
 MAX_TAG_CHARS = 100
 
@@ -93,3 +111,119 @@ def list_filter_fields() -> dict:
         else:
             out[spec.name] = _QUERY_FIELD_OF_KIND[spec.metadata["kind"]](required=False, **spec.metadata["api"])
     return out
+
+
+# --- a memory's fields ---------------------------------------------------------------------------
+
+
+def _importance_field():
+    return StrictFloatField(
+        min_value=0.0, max_value=1.0, required=False, allow_null=True,
+        help_text="how much the memory matters, 0 to 1 (a bounded ranking boost; null: not said)",
+    )  # fmt: skip
+
+
+def _expires_at_field():
+    return StoredDateTimeField(
+        required=False, allow_null=True, help_text="after this time the memory leaves searches and lists (null: never)"
+    )
+
+
+def _ttl_field():
+    return StrictIntegerField(
+        min_value=1, max_value=MAX_TTL_SECONDS, required=False,
+        help_text="expires this many seconds from now (instead of expires_at)",
+    )  # fmt: skip
+
+
+def _resolve_ttl(data: dict) -> dict:
+    """``ttl_seconds`` becomes ``expires_at``; both at once is an error."""
+    if "ttl_seconds" in data:
+        if "expires_at" in data:
+            raise serializers.ValidationError({"ttl_seconds": ["Give expires_at or ttl_seconds, not both."]})
+        data["expires_at"] = timezone.now() + timedelta(seconds=data.pop("ttl_seconds"))
+    return data
+
+
+def _json_strings(value):
+    """Every key and string value in parsed JSON (iterative: depth is checked separately)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            yield from (key for key in node if isinstance(key, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+class MetadataField(JSONObjectField):
+    default_error_messages = {
+        "too_deep": f"Must not be nested more than {MAX_METADATA_DEPTH} levels deep.",
+        "too_large": f"Must be at most {MAX_METADATA_BYTES} bytes as JSON.",
+        "nul": "Must not contain NUL characters.",
+        "control": "{message}",
+        "reserved": "Keys starting with '_engram' are reserved for Engram.",
+    }
+
+    def to_internal_value(self, data):
+        data = super().to_internal_value(data)  # an object
+        # Depth first: json.dumps below (and psycopg, and reading the row back) recurse.
+        if json_depth_exceeds(data, MAX_METADATA_DEPTH):
+            self.fail("too_deep")
+        # Characters before size: a lone surrogate ("\udc80") cannot even be encoded to measure it.
+        for text in _json_strings(data):
+            message = character_error(text)
+            if message is not None and "\x00" in text:
+                self.fail("nul")  # PostgreSQL's jsonb cannot hold \u0000
+            if message is not None:
+                self.fail("control", message=message)
+        if len(json.dumps(data, ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
+            self.fail("too_large")
+        if any(str(key).startswith(RESERVED_PREFIX) for key in data):
+            self.fail("reserved")
+        return data
+
+
+def _optional_text(max_length: int = MAX_ID_CHARS):
+    return StrictCharField(max_length=max_length, required=False, allow_null=True)
+
+
+class MemoryIn(StrictSerializer):
+    content = StrictCharField(max_length=MAX_CONTENT_CHARS)
+    attributed_to = serializers.ChoiceField(choices=Attribution.choices, required=False, allow_null=True)
+    agent_id = _optional_text()
+    run_id = _optional_text()
+    source_actor_id = _optional_text()
+    hint_root = _optional_text(1_000)
+    hint_tags = TagsField(required=False, allow_null=True)
+    metadata = MetadataField(required=False, allow_null=True)
+    created_at = StoredDateTimeField(required=False, allow_null=True)
+    importance = _importance_field()
+    expires_at = _expires_at_field()
+    ttl_seconds = _ttl_field()
+
+    def validate(self, attrs):
+        return _resolve_ttl(dict(attrs))
+
+
+class MemoryUpdateIn(StrictSerializer):
+    content = StrictCharField(max_length=MAX_CONTENT_CHARS, required=False)
+    attributed_to = serializers.ChoiceField(choices=Attribution.choices, required=False, allow_null=True)
+    agent_id = _optional_text()
+    run_id = _optional_text()
+    source_actor_id = _optional_text()
+    hint_root = _optional_text(1_000)
+    hint_tags = TagsField(required=False, allow_null=True)
+    metadata = MetadataField(required=False, allow_null=True)
+    created_at = StoredDateTimeField(required=False)
+    classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False, allow_null=True)
+    classified_topic = _optional_text(100)
+    importance = _importance_field()
+    expires_at = _expires_at_field()
+    ttl_seconds = _ttl_field()
+
+    def validate(self, attrs):
+        return _resolve_ttl(dict(attrs))

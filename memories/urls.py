@@ -1,13 +1,13 @@
 from django.urls import path
 
 from memories import bucket_apis
-from memories.apis import erasure, failures, feed, lifecycle, memories, transfer
+from memories.apis import erasure, failures, feed, lifecycle, memories, search, transfer
 
 urlpatterns = [
     path("buckets/<str:bucket_id>", bucket_apis.BucketDetailApi.as_view(), name="bucket-detail"),
     path("buckets/<str:bucket_id>/merge", bucket_apis.BucketMergeApi.as_view(), name="bucket-merge"),
     path("buckets/<str:bucket_id>/memories", memories.BucketMemoriesApi.as_view(), name="bucket-memories"),
-    path("buckets/<str:bucket_id>/search", memories.SearchApi.as_view(), name="bucket-search"),
+    path("buckets/<str:bucket_id>/search", search.SearchApi.as_view(), name="bucket-search"),
     path("buckets/<str:bucket_id>/deleted", lifecycle.DeletedMemoriesApi.as_view(), name="bucket-deleted"),
     path(
         "buckets/<str:bucket_id>/enrichment-failures",
@@ -21,5 +21,5 @@ urlpatterns = [
     path("memories/<str:memory_id>/history", lifecycle.MemoryHistoryApi.as_view(), name="memory-history"),
     path("memories/<str:memory_id>/restore", lifecycle.MemoryRestoreApi.as_view(), name="memory-restore"),
     path("erasure", erasure.ErasureApi.as_view(), name="erasure"),
-    path("search", memories.CrossSearchApi.as_view(), name="search"),
+    path("search", search.CrossSearchApi.as_view(), name="search"),
 ]

@@ -17,9 +17,9 @@ from engram_site.fields import (
 )
 from engram_site.openapi import BODY, cursor_page, errors
 from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
-from memories.apis.memories import MAX_ID_CHARS, MetadataField
 from memories.models import Attribution
 from memories.quotas import quota_check_memories
+from memories.serializers import MAX_ID_CHARS, MetadataField
 from sources import selectors, services
 from sources.models import SourceKind, SourceStatus
 from tenants.agents import check_writable, write_agent

@@ -39,11 +39,10 @@ from engram_site.fields import (
 from engram_site.openapi import errors
 from engram_site.parsers import JSONParser, json_depth_exceeds
 from engram_site.providers import embedding
-from memories.apis.memories import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField
 from memories.links import RESERVED_PREFIX
 from memories.models import Scope, VersionKind
 from memories.quotas import quota_check_memories
-from memories.serializers import TagsField
+from memories.serializers import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField, TagsField
 from memories.services import CONTEXT_PREDECESSORS, MemoryInput
 from memories.services.transfer import (
     MEDIA_TYPE,

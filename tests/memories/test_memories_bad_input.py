@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from memories.apis.memories import MAX_BATCH, MAX_CONTENT_CHARS
+from memories.apis.memories import MAX_BATCH
 from memories.models import Memory
-from memories.serializers import MAX_TAGS
+from memories.serializers import MAX_CONTENT_CHARS, MAX_TAGS
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from memories.apis import memories as apis
+from memories.apis import search as apis
 from memories.filters import MemoryFilters
 from memories.models import Memory
 from memories.serializers import SearchFiltersIn

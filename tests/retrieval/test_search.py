@@ -837,7 +837,7 @@ def test_search_hits_are_written_exactly_as_the_documented_serializer_writes_the
     from rest_framework.renderers import JSONRenderer
 
     from memories import retrieval
-    from memories.apis import memories as apis
+    from memories.apis import search as apis
 
     write(api, bucket, *CORPUS[:3])
     write(

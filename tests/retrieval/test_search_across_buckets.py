@@ -209,7 +209,7 @@ def test_document_frequencies_across_buckets_are_each_buckets_added_up(three, dj
 
 
 def test_more_readable_buckets_than_the_bound_must_be_named(api, three, monkeypatch):
-    from memories.apis import memories as apis
+    from memories.apis import search as apis
 
     monkeypatch.setattr(apis, "MAX_SEARCH_BUCKETS", 2)
     body = search_across(api, "billing", expect=400)

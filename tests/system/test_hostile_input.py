@@ -29,8 +29,9 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from graph.models import Edge, Entity, Mention
 from graph.services.extraction import graph_extract_memories
-from memories.apis.memories import MAX_BATCH, MAX_METADATA_DEPTH
+from memories.apis.memories import MAX_BATCH
 from memories.models import Memory
+from memories.serializers import MAX_METADATA_DEPTH
 from memories.services import MemoryInput, memories_ingest
 from sources import services as source_services
 from sources.models import Source, SourceChunk, SourceChunkMemory
