@@ -80,7 +80,7 @@ def _filter_fields() -> dict:
 
 
 # Built with type() so that the fields come from the filters' definition; the class name is
-# the OpenAPI component's ("SearchFiltersIn", as memories/apis.py declared it by hand).
+# the OpenAPI component's ("SearchFiltersIn", the name it had when it was declared by hand).
 SearchFiltersIn = type(
     "SearchFiltersIn",
     (StrictSerializer,),
