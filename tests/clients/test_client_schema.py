@@ -71,7 +71,7 @@ SOURCES: list[tuple[type[models.Model], str, str]] = [
 
 # Where the schema is vaguer than the answer, and the model rightly more precise.
 SCHEMA_VAGUER: dict[tuple[str, str], str] = {
-    # A SerializerMethodField whose method is typed `-> str` (memories/lifecycle_apis.py): the
+    # A SerializerMethodField whose method is typed `-> str` (memories/apis/lifecycle.py): the
     # schema has no date-time format, but the value is DateTimeField's ISO 8601.
     ("DeletedMemory", "purge_after"): "an ISO 8601 time",
 }
