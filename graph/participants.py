@@ -3,12 +3,13 @@ registered in GraphConfig.ready). Every step runs inside the operation's transac
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 
 from graph.models import Edge
 from graph.services.erasure import graph_erase_memories
 from graph.services.merges import graph_absorb_memories, graph_merge_buckets, graph_merge_preview
-from graph.services.timelines import graph_forget_memory, graph_recompute
+from graph.services.timelines import graph_forget_memory, graph_recompute, supersession_pass
 from memories.participants import Participant
 from tenants.models import Bucket
 
@@ -43,6 +44,13 @@ class GraphParticipant(Participant):
             )
         )
         transaction.on_commit(lambda: _reopen_closed_facts(bucket_id, memory_id, timelines), robust=True)
+
+    def links_recorded(self, *, bucket):
+        # Recompute which memories the graph's temporal facts mark superseded; nothing to say
+        # when the graph is switched off (ENGRAM_GRAPH=off).
+        if not settings.ENGRAM_GRAPH_ENABLED:
+            return {}
+        return {"superseded": int(supersession_pass(bucket=bucket).superseded or 0)}
 
     def erase(self, *, tenant, bucket_id, memory_ids, fields):
         counts = graph_erase_memories(tenant=tenant, memory_ids=memory_ids)

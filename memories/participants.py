@@ -11,7 +11,7 @@ steps it takes part in, and the operation here calls every participant at each o
 - in one declared order, :data:`ORDER`, whatever the order the apps load in (the locks the
   participants take, and the errors a failure reports, come in the same order every time);
 - inside the operation's transaction, so a participant's exception rolls the whole operation
-  back;
+  back (the link pass alone calls them after its links are committed);
 - through :func:`run` (no answer) or :func:`collect` (counts for the operation's report or plan),
   which refuses a count two participants both answer, or one the report has no field for, rather
   than letting one answer silently replace another.
@@ -84,6 +84,14 @@ class Participant:
     def memories_absorb(self, *, mapping: dict[uuid.UUID, uuid.UUID]) -> None:
         """Each memory of ``mapping``'s keys is being merged into the memory it maps to, and is
         deleted next: move what hangs on an absorbed memory onto its survivor."""
+
+    # --- links (maintenance's link pass, maintenance.services.links) ---------------------------------
+
+    def links_recorded(self, *, bucket: Bucket) -> dict[str, int]:
+        """The link pass recorded new links between ``bucket``'s memories (committed; each
+        participant's writes make their own transactions): recompute what derives from them.
+        Counts for the pass (``superseded``: memories marked superseded)."""
+        return {}
 
     # --- erasure (memories.services.erasure.memories_erase) -----------------------------------------
 

@@ -12,8 +12,3 @@ from django.dispatch import Signal
 memories_created = Signal()
 # bucket_id, memory_id: a memory's content or time changed (derived structures must follow).
 memory_changed = Signal()
-
-# --- links (the memories' ``links`` column), sent by maintenance's link pass after it commits -----
-# bucket: the link pass recorded new links in this bucket. A receiver may return how many
-# memories it marked superseded (the graph's supersession pass); the pass reports the sum.
-links_recorded = Signal()

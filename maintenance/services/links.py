@@ -1,4 +1,4 @@
-"""Links between memories: refines / cites (and the graph's supersedes, through a signal)."""
+"""Links between memories: refines / cites (and the graph's supersedes, through its participant)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from engram_site.jobs.runner import JobRecorder
 from engram_site.providers import lemmatizer
 from maintenance import neighbours
 from maintenance.services.scans import Row, incremental_scan
-from memories import signals
 from memories.links import RESERVED_PREFIX
 from memories.models import Memory
+from memories.participants import Participant, collect
 from memories.services.links import links_add
 from memories.text import text_hash
 from tenants.models import Bucket
@@ -104,12 +104,11 @@ def _link_one(memory: dict, *, exact: bool | None) -> dict[str, int]:
 _LINK_FIELDS = ("id", "tenant_id", "bucket_id", "content", "metadata", "created_at")
 
 
-def _supersession(*, tenant_id, bucket_id) -> int | None:
-    """What the apps listening to ``signals.links_recorded`` (the graph's supersession pass)
-    changed in a bucket whose links were just recorded; None when nobody listens."""
+def _supersession(*, tenant_id, bucket_id) -> int:
+    """How many memories the participants (the graph's supersession pass) marked superseded in
+    a bucket whose links were just recorded; 0 when none answers (the graph switched off)."""
     bucket = Bucket.objects.get(pk=bucket_id, tenant_id=tenant_id)
-    answers = [n for _receiver, n in signals.links_recorded.send(Bucket, bucket=bucket) if n is not None]
-    return sum(int(n) for n in answers) if answers else None
+    return collect(Participant.links_recorded, reported=("superseded",), bucket=bucket).get("superseded", 0)
 
 
 def links_pass(*, recorder: JobRecorder, bucket: Bucket | None = None, full: bool = False) -> dict:
@@ -125,9 +124,7 @@ def links_pass(*, recorder: JobRecorder, bucket: Bucket | None = None, full: boo
                 totals[kind] += n
 
     def after_bucket(*, tenant_id, bucket_id) -> None:
-        superseded = _supersession(tenant_id=tenant_id, bucket_id=bucket_id)
-        if superseded is not None:
-            totals["superseded"] += superseded
+        totals["superseded"] += _supersession(tenant_id=tenant_id, bucket_id=bucket_id)
 
     incremental_scan(job="links", bucket=bucket, full=full, recorder=recorder, visit=visit, after_bucket=after_bucket)
     recorder.add(**totals)

@@ -84,7 +84,7 @@ def test_links_are_recorded_once_and_existing_links_are_kept(bucket):
 
 
 def test_the_pass_is_incremental_and_runs_the_graph_supersession_pass_on_changed_buckets(bucket, monkeypatch):
-    import graph.receivers
+    import graph.participants
 
     calls = []
 
@@ -92,7 +92,7 @@ def test_the_pass_is_incremental_and_runs_the_graph_supersession_pass_on_changed
         calls.append(bucket.pk)
         return SimpleNamespace(superseded=0)
 
-    monkeypatch.setattr(graph.receivers, "supersession_pass", supersession_pass)
+    monkeypatch.setattr(graph.participants, "supersession_pass", supersession_pass)
     write(bucket, NURSE)
     assert link()["scanned"] == 1
     assert calls == [bucket.pk]
@@ -101,23 +101,19 @@ def test_the_pass_is_incremental_and_runs_the_graph_supersession_pass_on_changed
 
 
 def test_without_a_listener_the_supersedes_step_is_skipped(bucket, monkeypatch):
-    import graph.receivers
-    from memories import signals
+    from memories import participants
 
-    assert signals.links_recorded.disconnect(graph.receivers.supersede_from_facts)
-    try:
-        write(bucket, NURSE)
-        counts = link()
-    finally:
-        signals.links_recorded.connect(graph.receivers.supersede_from_facts)
+    monkeypatch.delitem(participants._registered, "graph")  # the graph's participant is back after the test
+    write(bucket, NURSE)
+    counts = link()
     assert counts["scanned"] == 1 and counts["superseded"] == 0
 
 
 def test_with_the_graph_switched_off_the_supersedes_step_is_skipped(bucket, settings, monkeypatch):
-    import graph.receivers
+    import graph.participants
 
     settings.ENGRAM_GRAPH_ENABLED = False
-    monkeypatch.setattr(graph.receivers, "supersession_pass", lambda **kwargs: pytest.fail("the graph is off"))
+    monkeypatch.setattr(graph.participants, "supersession_pass", lambda **kwargs: pytest.fail("the graph is off"))
     write(bucket, NURSE)
     counts = link()
     assert counts["scanned"] == 1 and counts["superseded"] == 0
