@@ -9,7 +9,7 @@ from django.db import connection
 
 from engram_site import activity
 from engram_site.jobs.runner import JobRecorder
-from maintenance import contradictions, neighbours
+from maintenance import contradictions, nearest
 from maintenance.models import ConflictStatus
 from maintenance.services.scans import Row, incremental_scan
 from memories.models import Memory
@@ -38,7 +38,7 @@ def _lexical_partners(*, tenant_id, bucket_id, memory_id, content: str) -> list[
         return [row[0] for row in cur.fetchall()]
 
 
-def _store_conflicts(*, tenant_id, bucket_id, memory_id, found: list[neighbours.Neighbour]) -> int:
+def _store_conflicts(*, tenant_id, bucket_id, memory_id, found: list[nearest.Similar]) -> int:
     """Run the detector on ``memory_id`` and each neighbour, and each memory its diet probe
     finds; store the pairs it raises."""
     me = Memory.objects.filter(pk=memory_id).values("id", "content", "created_at", "superseded_by").first()
@@ -92,7 +92,7 @@ def conflicts_scan(*, recorder: JobRecorder, bucket: Bucket | None = None, full:
     found = {"conflicts": 0}
 
     def visit(row: Row, *, tenant_id, bucket_id, exact: bool) -> None:
-        near = neighbours.nearest(
+        near = nearest.nearest(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=row.id, k=CONFLICT_K,
             min_similarity=CONFLICT_MIN_SIMILARITY, exact=exact,
         )  # fmt: skip
@@ -110,7 +110,7 @@ def conflicts_find_for(*, memory_ids: Iterable) -> dict:
     rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
     for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):
         activity.pause()
-        near = neighbours.nearest(
+        near = nearest.nearest(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=CONFLICT_K,
             min_similarity=CONFLICT_MIN_SIMILARITY,
         )  # fmt: skip

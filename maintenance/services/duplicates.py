@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from engram_site import activity
 from engram_site.jobs.runner import JobRecorder
-from maintenance import neighbours
+from maintenance import nearest
 from maintenance.models import DuplicateCandidate, DuplicateStatus
 from maintenance.pairs import repoint_pairs
 from maintenance.services.scans import Row, incremental_scan
@@ -23,7 +23,7 @@ from tenants.models import Bucket, Tenant
 NEAR_DUPLICATE_K = 5
 
 
-def _store_candidates(*, tenant_id, bucket_id, memory_id, found: list[neighbours.Neighbour]) -> int:
+def _store_candidates(*, tenant_id, bucket_id, memory_id, found: list[nearest.Similar]) -> int:
     if not found:
         return 0
     params: list = []
@@ -60,7 +60,7 @@ def near_duplicates_scan(
     found = {"candidates": 0}
 
     def visit(row: Row, *, tenant_id, bucket_id, exact: bool) -> None:
-        near = neighbours.nearest(
+        near = nearest.nearest(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=row.id, k=NEAR_DUPLICATE_K, min_similarity=minimum,
             exact=exact,
         )  # fmt: skip
@@ -79,7 +79,7 @@ def near_duplicates_find_for(*, memory_ids: Iterable, threshold: float | None = 
     rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
     for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):
         activity.pause()
-        near = neighbours.nearest(
+        near = nearest.nearest(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=NEAR_DUPLICATE_K, min_similarity=minimum
         )
         counts["candidates"] += _store_candidates(

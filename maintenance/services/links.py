@@ -12,7 +12,7 @@ from django.db.models import Q
 from engram_site import activity
 from engram_site.jobs.runner import JobRecorder
 from engram_site.providers import lemmatizer
-from maintenance import neighbours
+from maintenance import nearest
 from maintenance.services.scans import Row, incremental_scan
 from memories.links import RESERVED_PREFIX
 from memories.models import Memory
@@ -64,7 +64,7 @@ def _cited(memory: dict) -> set[uuid.UUID]:
 
 def _refined(memory: dict, *, exact: bool | None) -> set[uuid.UUID]:
     """Older memories of the same bucket that ``memory`` refines."""
-    near = neighbours.nearest(
+    near = nearest.nearest(
         tenant_id=memory["tenant_id"], bucket_id=memory["bucket_id"], memory_id=memory["id"], k=LINK_K,
         min_similarity=REFINE_MIN_SIMILARITY, exact=exact,
     )  # fmt: skip

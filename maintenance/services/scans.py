@@ -12,7 +12,7 @@ from django.db import connection
 
 from engram_site import activity
 from engram_site.jobs.runner import JobRecorder
-from maintenance import neighbours
+from maintenance import nearest
 from maintenance.models import ScanCursor
 from tenants.models import Bucket
 
@@ -101,7 +101,7 @@ def incremental_scan(
     for cursor, after, _pending in plan:
         tenant_id, bucket_id = cursor.tenant_id, cursor.bucket_id
         stop = _first_unembedded(tenant_id=tenant_id, bucket_id=bucket_id, after=after)
-        exact = neighbours.embedded_count(tenant_id=tenant_id, bucket_id=bucket_id) < neighbours.EXACT_SCAN_BELOW
+        exact = nearest.embedded_count(tenant_id=tenant_id, bucket_id=bucket_id) < nearest.EXACT_SCAN_BELOW
         visited = 0
         for rows in _scan_rows(tenant_id=tenant_id, bucket_id=bucket_id, after=after):
             for row in rows:

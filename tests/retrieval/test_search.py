@@ -663,7 +663,7 @@ def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, mo
     from django.db.backends import utils
 
     from engram_site.db import binding_cursor
-    from maintenance import neighbours
+    from maintenance import nearest
 
     # Every statement ordering by a half-precision distance, from any thread's connection.
     walks = []
@@ -679,7 +679,7 @@ def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, mo
     write(api, bucket, *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(30)], sequence=True)
     search(api, bucket, "books about the ocean", mode="vector")
     first = bucket.memories.order_by("created_at").first()
-    assert neighbours.nearest(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=first.pk, k=5, exact=False)
+    assert nearest.nearest(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=first.pk, k=5, exact=False)
     assert len(walks) == 3
     monkeypatch.setattr(utils.CursorWrapper, "execute", real_execute)
 

@@ -1,4 +1,5 @@
-"""Nearest neighbours of a stored memory inside its own bucket (pgvector kNN).
+"""The memories nearest to a stored memory inside its own bucket (pgvector kNN): its most similar
+vectors (not retrieval's sequence neighbours).
 
 The near-duplicate scan and the link pass ask, for one memory at a time, which
 other memories of the same bucket are closest to it. Like retrieval, small
@@ -21,7 +22,7 @@ EF_SEARCH = 100
 
 
 @dataclass(frozen=True)
-class Neighbour:
+class Similar:
     id: uuid.UUID
     similarity: float
 
@@ -37,7 +38,7 @@ def embedded_count(*, tenant_id, bucket_id) -> int:
 
 def nearest(
     *, tenant_id, bucket_id, memory_id, k: int, min_similarity: float = -1.0, exact: bool | None = None
-) -> list[Neighbour]:
+) -> list[Similar]:
     """Up to ``k`` memories of the bucket closest to ``memory_id`` (itself excluded),
     most similar first, with cosine similarity >= ``min_similarity``."""
     if exact is None:
@@ -69,6 +70,6 @@ def nearest(
             )
         cur.execute(sql, params)
         rows = cur.fetchall()
-    found = [Neighbour(id=row[0], similarity=float(row[1])) for row in rows if row[1] is not None]
+    found = [Similar(id=row[0], similarity=float(row[1])) for row in rows if row[1] is not None]
     found.sort(key=lambda n: n.similarity, reverse=True)
     return [n for n in found if n.similarity >= min_similarity]
