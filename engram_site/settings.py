@@ -331,7 +331,8 @@ ENGRAM_GRAPH_ENABLED = env_str("ENGRAM_GRAPH", "on").lower() not in {"off", "0",
 # The next four default to off in the test suite's settings (engram_site/settings_test.py).
 # Load the embedding model when a web process starts instead of on the first request.
 ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", True)
-# Access times are recorded by a background thread per process (False: only on flush()).
+# Access times and usage counts are written by one background thread per process, the
+# write-behind buffers' (engram_site/buffers.py; False: only on flush() and at exit).
 ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", True)
 # A memory's last_accessed_at is rewritten at most this often (seconds); see memories/access.py.
 ENGRAM_ACCESS_RESOLUTION = env_int("ENGRAM_ACCESS_RESOLUTION", 3600)

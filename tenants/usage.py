@@ -1,9 +1,9 @@
 """Usage per tenant and day (``tenant_usage``), recorded off the request path.
 
-Searches, written memories, returned tokens and quota refusals are added to an in-process
-buffer and written by one batched upsert that adds them to the day's row: from a background
-thread every ``FLUSH_SECONDS`` (``ENGRAM_ACCESS_BACKGROUND``, like memories/access.py), when
-``FLUSH_SIZE`` events are waiting, and at exit. Tests call :func:`flush`. A crash loses at
+Searches, written memories, returned tokens and quota refusals are added to a write-behind
+buffer (``engram_site/buffers.py``) and written by one batched upsert that adds them to the
+day's row: by the platform's buffer thread every ``FLUSH_SECONDS`` (``ENGRAM_ACCESS_BACKGROUND``),
+when ``FLUSH_SIZE`` events are waiting, and at exit. Tests call :func:`flush`. A crash loses at
 most the last few seconds of counts, never anything else. Days are UTC days.
 
 Search latency is counted in fixed buckets (``LATENCY_BOUNDS_MS``), so a day's p50/p95 are
@@ -12,21 +12,16 @@ estimated from its histogram (:func:`percentile`) without keeping any sample.
 
 from __future__ import annotations
 
-import atexit
-import logging
-import threading
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from engram_site.buffers import WriteBehindBuffer
 from tenants.models import TenantUsage
-
-logger = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
 FLUSH_SIZE = 1_000
@@ -47,13 +42,6 @@ class _Counts:
     refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSALS, 0))
 
 
-_pending: dict[tuple[uuid.UUID, date], _Counts] = defaultdict(_Counts)
-_events = 0
-_lock = threading.Lock()
-_wake = threading.Event()
-_thread: threading.Thread | None = None
-
-
 def _today() -> date:
     return timezone.now().date()  # USE_TZ: aware UTC, so a UTC day
 
@@ -66,17 +54,13 @@ def latency_bucket(ms: float) -> int:
 
 
 def _add(tenant_id, change) -> None:
-    global _thread, _events
-    background = getattr(settings, "ENGRAM_ACCESS_BACKGROUND", True)
-    with _lock:
-        change(_pending[(uuid.UUID(str(tenant_id)), _today())])
-        _events += 1
-        full = _events >= FLUSH_SIZE
-        if background and (_thread is None or not _thread.is_alive()):
-            _thread = threading.Thread(target=_run, name="engram-usage-flush", daemon=True)
-            _thread.start()
-    if full:
-        _wake.set()
+    key = (uuid.UUID(str(tenant_id)), _today())
+
+    def add(pending: dict) -> int:
+        change(pending[key])
+        return 1  # FLUSH_SIZE counts events
+
+    BUFFER.record(add)
 
 
 def record_search(*, tenant_id, milliseconds: float, tokens: int) -> None:
@@ -108,27 +92,12 @@ def record_refusal(*, tenant_id, kind: str) -> None:
     _add(tenant_id, change)
 
 
-def discard() -> None:
-    """Forget pending counts (tests)."""
-    global _events
-    with _lock:
-        _pending.clear()
-        _events = 0
-
-
-def flush() -> int:
-    """Add pending counts to their ``tenant_usage`` rows now; returns how many rows.
+def _write(batch: dict[tuple[uuid.UUID, date], _Counts]) -> int:
+    """Add a batch of counts to their ``tenant_usage`` rows; returns how many rows.
 
     One statement; rows in (tenant, day) order, so processes flushing together lock them in
     the same order. Counts of a tenant deleted meanwhile are dropped (the join).
     """
-    global _events
-    with _lock:
-        batch = dict(_pending)
-        _pending.clear()
-        _events = 0
-    if not batch:
-        return 0
     keys = sorted(batch)
     rows = [batch[k] for k in keys]
     columns = [
@@ -142,37 +111,44 @@ def flush() -> int:
         *([r.refused[kind] for r in rows] for kind in REFUSALS),
     ]
     refused = [f"refused_{kind}" for kind in REFUSALS]
-    try:
-        with connection.cursor() as cur:
-            cur.execute(
-                f"""
-                INSERT INTO tenant_usage (tenant_id, day, memories_written, searches, tokens_returned,
-                                          latency_histogram, {", ".join(refused)})
-                SELECT v.tenant_id, v.day, v.written, v.searches, v.tokens, v.latency::bigint[],
-                       {", ".join(f"v.{c}" for c in refused)}
-                FROM unnest(%s::uuid[], %s::date[], %s::bigint[], %s::bigint[], %s::bigint[], %s::text[],
-                            {", ".join(["%s::bigint[]"] * len(refused))})
-                     AS v(tenant_id, day, written, searches, tokens, latency, {", ".join(refused)})
-                JOIN tenants t ON t.id = v.tenant_id
-                ORDER BY v.tenant_id, v.day
-                ON CONFLICT (tenant_id, day) DO UPDATE SET
-                    memories_written = tenant_usage.memories_written + EXCLUDED.memories_written,
-                    searches = tenant_usage.searches + EXCLUDED.searches,
-                    tokens_returned = tenant_usage.tokens_returned + EXCLUDED.tokens_returned,
-                    latency_histogram = ARRAY(
-                        SELECT coalesce(a, 0) + coalesce(b, 0)
-                        FROM unnest(tenant_usage.latency_histogram, EXCLUDED.latency_histogram) AS h(a, b)
-                    ),
-                    {", ".join(f"{c} = tenant_usage.{c} + EXCLUDED.{c}" for c in refused)}
-                """,
-                columns,
-            )
-            written = cur.rowcount
-    except Exception:
-        logger.warning("could not record usage of %d tenant-days", len(batch), exc_info=True)
-        connection.close()
-        return 0
-    return written
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            INSERT INTO tenant_usage (tenant_id, day, memories_written, searches, tokens_returned,
+                                      latency_histogram, {", ".join(refused)})
+            SELECT v.tenant_id, v.day, v.written, v.searches, v.tokens, v.latency::bigint[],
+                   {", ".join(f"v.{c}" for c in refused)}
+            FROM unnest(%s::uuid[], %s::date[], %s::bigint[], %s::bigint[], %s::bigint[], %s::text[],
+                        {", ".join(["%s::bigint[]"] * len(refused))})
+                 AS v(tenant_id, day, written, searches, tokens, latency, {", ".join(refused)})
+            JOIN tenants t ON t.id = v.tenant_id
+            ORDER BY v.tenant_id, v.day
+            ON CONFLICT (tenant_id, day) DO UPDATE SET
+                memories_written = tenant_usage.memories_written + EXCLUDED.memories_written,
+                searches = tenant_usage.searches + EXCLUDED.searches,
+                tokens_returned = tenant_usage.tokens_returned + EXCLUDED.tokens_returned,
+                latency_histogram = ARRAY(
+                    SELECT coalesce(a, 0) + coalesce(b, 0)
+                    FROM unnest(tenant_usage.latency_histogram, EXCLUDED.latency_histogram) AS h(a, b)
+                ),
+                {", ".join(f"{c} = tenant_usage.{c} + EXCLUDED.{c}" for c in refused)}
+            """,
+            columns,
+        )
+        return cur.rowcount
+
+
+BUFFER = WriteBehindBuffer(
+    write=_write,
+    flush_seconds=FLUSH_SECONDS,
+    flush_size=FLUSH_SIZE,
+    failure="could not record usage of %d tenant-days",
+    new=lambda: defaultdict(_Counts),
+)
+# Add what is pending to the rows now (usage pages, tests; the buffer thread and exit do it
+# otherwise), or forget it (tests).
+flush = BUFFER.flush
+discard = BUFFER.discard
 
 
 def storage_record(*, measured: dict) -> None:
@@ -257,17 +233,3 @@ def usage_days(*, tenant_ids, days: int = 30) -> dict[uuid.UUID, list[Day]]:
             last = (day.memories_stored, day.storage_bytes)
         result[tid] = ordered
     return result
-
-
-def _run() -> None:
-    while True:
-        _wake.wait(FLUSH_SECONDS)
-        _wake.clear()
-        flush()
-        with _lock:
-            idle = not _pending
-        if idle:
-            connection.close()
-
-
-atexit.register(flush)

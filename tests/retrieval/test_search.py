@@ -231,10 +231,10 @@ def test_a_memory_is_rewritten_at_most_once_per_resolution(api, bucket):
     access_times.apply_pending()
     first = Memory.objects.get(pk=memory_id).last_accessed_at
     # Surfaced again ten minutes later: within the hour, nothing is queued or rewritten.
-    access._pending[memory_uuid] = first + timedelta(minutes=10)
+    access.record([memory_uuid], at=first + timedelta(minutes=10))
     assert access.flush() == 0 and not MemoryAccess.objects.exists()
     # Two hours later it is.
-    access._pending[memory_uuid] = first + timedelta(hours=2)
+    access.record([memory_uuid], at=first + timedelta(hours=2))
     assert access.flush() == 1
     assert access_times.apply_pending()["applied"] == 1
     assert Memory.objects.get(pk=memory_id).last_accessed_at == first + timedelta(hours=2)
