@@ -1,41 +1,55 @@
-"""Shared helpers for Engram benchmarks: a private server, an HTTP JSON client, machine info, percentiles.
+"""Shared helpers for Engram benchmarks: a private server, a client, machine info, percentiles, reports.
 
 Benchmarks talk to Engram over HTTP only. Either they start a private server
 (:class:`PrivateServer`: a temporary ``ENGRAM_HOME`` with its own embedded PostgreSQL,
-``manage.py migrate``, a tenant token from ``create_tenant``, gunicorn on a free port)
-or they use an existing one given by ``--base-url`` and ``--token`` (:func:`add_server_args`
-and :func:`server_from_args` wire both into a script's argument parser).
-
-Only the standard library (and numpy, where a script wants it) is used.
+``manage.py migrate``, a tenant token from ``create_tenant``, gunicorn on a free port, all
+through the test suite's harness in tests/support.py) or they use an existing one given by
+``--base-url`` and ``--token`` (:func:`add_server_args` and :func:`server_from_args` wire both
+into a script's argument parser). They reach it with :class:`BenchClient`: the project's
+client (clients/python, ``engram_client.Engram``) for setting up, and raw requests that are
+timed, for the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
-import json
 import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+from engram_client import Engram, NotFound
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 DATA_DIR = BENCH_DIR / "data"
+
+# The test suite's harness is imported from the repository root (the scripts run from bench/).
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support import (  # noqa: E402 - needs the path above
+    PrivatePostgres,
+    base_env,
+    celery_worker,
+    http_get,
+    manage,
+    wait_for,
+    web_server,
+)
 
 
 def log(msg: str) -> None:
@@ -43,7 +57,7 @@ def log(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# HTTP client
+# Talking to Engram: the project's client, and raw timed requests
 # --------------------------------------------------------------------------------------------
 
 
@@ -63,34 +77,23 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class EngramClient:
-    """A small keep-alive JSON client over http.client. Not thread-safe: use one per thread."""
+class BenchClient:
+    """The project's client (:class:`engram_client.Engram`, as ``.engram``) for setting up and
+    reading back, plus raw requests that are timed and never retried, for the figures a
+    benchmark reports (``ingest``, ``search``, ``request``). Both share one keep-alive
+    connection pool. Use one per thread, like a client in a benchmark would."""
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 120.0):
-        parsed = urllib.parse.urlsplit(base_url)
-        if parsed.scheme not in ("http", "https"):
-            raise ValueError(f"base URL must be http(s)://…, got {base_url!r}")
+    def __init__(self, base_url: str, token: str, timeout: float = 120.0):
         self.base_url = base_url.rstrip("/")
-        self.scheme = parsed.scheme
-        self.host = parsed.hostname or "127.0.0.1"
-        self.port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        self.prefix = parsed.path.rstrip("/")
-        self.token = token
-        self.timeout = timeout
-        self._conn: http.client.HTTPConnection | None = None
-
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-            self._conn = cls(self.host, self.port, timeout=self.timeout)
-        return self._conn
+        self._http = httpx.Client(
+            timeout=timeout, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        )
+        self.engram = Engram(self.base_url, token, http_client=self._http)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._http.close()  # Engram was given this pool: closing it is ours to do
 
-    def __enter__(self) -> EngramClient:
+    def __enter__(self) -> BenchClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -99,114 +102,61 @@ class EngramClient:
     def request(
         self, method: str, path: str, body: Any = None, expect: int | Sequence[int] | None = (200, 201, 204)
     ) -> Response:
-        """Send one request; retry once on a dropped keep-alive connection. Raises ApiError when
-        the status is not in ``expect`` (pass None to accept any status)."""
-        payload = None if body is None else json.dumps(body).encode("utf-8")
-        headers = {"Accept": "application/json", "Connection": "keep-alive"}
-        if payload is not None:
-            headers["Content-Type"] = "application/json"
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        full_path = self.prefix + path
-        for attempt in (1, 2):
-            conn = self._connection()
-            started = time.perf_counter()
-            try:
-                conn.request(method, full_path, body=payload, headers=headers)
-                resp = conn.getresponse()
-                raw = resp.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, http.client.BadStatusLine):
-                self.close()
-                if attempt == 2:
-                    raise
-                continue
-            elapsed = time.perf_counter() - started
-            if resp.getheader("Connection", "").lower() == "close":
-                self.close()
-            try:
-                data = json.loads(raw) if raw else None
-            except ValueError:
-                data = raw.decode("utf-8", "replace")
-            if expect is not None:
-                allowed = (expect,) if isinstance(expect, int) else tuple(expect)
-                if resp.status not in allowed:
-                    raise ApiError(method, path, resp.status, data)
-            return Response(resp.status, data, elapsed, dict(resp.getheaders()))
-        raise AssertionError("unreachable")
-
-    # --- the endpoints benchmarks use --------------------------------------------------------
+        """Send one request, as it is, and time it. Raises ApiError when the status is not in
+        ``expect`` (None accepts any), and ConnectionError (an OSError, as before) when no
+        answer came: a benchmark counts failures, it does not retry them."""
+        started = time.perf_counter()
+        try:
+            resp = self._http.request(method, self.base_url + path, json=body)
+        except httpx.TransportError as exc:
+            raise ConnectionError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        elapsed = time.perf_counter() - started
+        try:
+            data = resp.json() if resp.content else None
+        except ValueError:
+            data = resp.text
+        if expect is not None:
+            allowed = (expect,) if isinstance(expect, int) else tuple(expect)
+            if resp.status_code not in allowed:
+                raise ApiError(method, path, resp.status_code, data)
+        return Response(resp.status_code, data, elapsed, dict(resp.headers))
 
     def ready(self) -> bool:
         try:
             return self.request("GET", "/ready", expect=None).status == 200
         except OSError:
-            self.close()
             return False
 
-    def create_bucket(self, name: str, description: str = "") -> str:
-        body: dict[str, Any] = {"name": name}
-        if description:
-            body["description"] = description
-        return str(self.request("POST", "/api/v1/buckets", body, expect=201).data["id"])
-
-    def list_buckets(self) -> list[dict]:
-        """Every bucket of the tenant (all pages)."""
-        buckets: list[dict] = []
-        offset = 0
-        while True:
-            page = self.request("GET", f"/api/v1/buckets?limit=100&offset={offset}", expect=200).data
-            buckets += page["results"]
-            offset += len(page["results"])
-            if not page.get("next") or not page["results"]:
-                return buckets
-
-    def find_bucket(self, name: str) -> str | None:
-        """The id of the tenant's bucket called ``name``, or None."""
-        return next((str(b["id"]) for b in self.list_buckets() if b["name"] == name), None)
-
-    def get_bucket(self, bucket_id: str) -> dict:
-        """The bucket, with ``memory_count``."""
-        return self.request("GET", f"/api/v1/buckets/{bucket_id}", expect=200).data
-
-    def iter_memories(self, bucket_id: str, page_size: int = 500, **filters: str) -> Iterator[dict]:
-        """Every memory of a bucket (newest first), following the cursor pagination."""
-        query = urllib.parse.urlencode({"page_size": page_size, **filters})
-        path: str | None = f"/api/v1/buckets/{bucket_id}/memories?{query}"
-        while path:
-            page = self.request("GET", path, expect=200).data
-            yield from page["results"]
-            nxt = page.get("next")
-            if not nxt:
-                return
-            parts = urllib.parse.urlsplit(nxt)
-            path = parts.path[len(self.prefix) :] if self.prefix and parts.path.startswith(self.prefix) else parts.path
-            path += f"?{parts.query}" if parts.query else ""
-
-    def delete_bucket(self, bucket_id: str) -> None:
-        self.request("DELETE", f"/api/v1/buckets/{bucket_id}", expect=(204, 404))
-
     def ingest(self, bucket_id: str, memories: list[dict], **extra: Any) -> Response:
-        """POST up to 1000 memories (treated as a sequence, in order); returns the raw response,
-        whose ``data["results"]`` holds ``{"id", "deduplicated"}`` per item in input order."""
+        """POST up to 1000 memories (a sequence unless ``sequence=False``), timed; ``data["results"]``
+        holds ``{"id", "deduplicated"}`` per item in input order."""
         if not memories or len(memories) > 1000:
             raise ValueError("a batch holds 1 to 1000 memories")
         return self.request("POST", f"/api/v1/buckets/{bucket_id}/memories", {"memories": memories, **extra}, 201)
 
     def search(self, bucket_id: str, query: str, **params: Any) -> Response:
-        """POST a search; ``params`` are passed as body fields (mode, limit, explain, ranking, now, filters…)."""
+        """POST a search, timed; ``params`` are body fields (mode, limit, explain, ranking, now, filters…)."""
         body = {"query": query, **{k: v for k, v in params.items() if v is not None}}
         return self.request("POST", f"/api/v1/buckets/{bucket_id}/search", body, expect=200)
 
+    # Setting up, through the project's client.
+
+    def create_bucket(self, name: str, description: str = "") -> str:
+        return self.engram.create_bucket(name, description=description or None).id
+
+    def find_bucket(self, name: str) -> str | None:
+        """The id of the tenant's bucket called ``name``, or None."""
+        return next((b.id for b in self.engram.list_buckets(page_size=100) if b.name == name), None)
+
+    def delete_bucket(self, bucket_id: str) -> None:
+        """Delete a bucket; one already gone is fine (cleaning up after an interrupted run)."""
+        with contextlib.suppress(NotFound):
+            self.engram.delete_bucket(bucket_id)
+
 
 # --------------------------------------------------------------------------------------------
-# A private server
+# A private server: the test suite's harness (tests/support.py)
 # --------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -244,7 +194,7 @@ class ServerOptions:
     home: Path | None = None  # default: a new temporary directory
     keep_home: bool = False
     ready_timeout: float = 300.0
-    worker: bool = False  # also start a Celery worker (async enrichment), if the project has tasks
+    worker: bool = False  # also start a Celery worker (async enrichment) with beat
     extra_env: dict[str, str] = field(default_factory=dict)
     # A fixed tenant name makes a kept home reusable: the tenant is created once and its token
     # saved in $ENGRAM_HOME/bench-token-<tenant> (mode 600); later starts reuse it. None: a new
@@ -253,8 +203,10 @@ class ServerOptions:
 
 
 class PrivateServer:
-    """Start Engram on a temporary ENGRAM_HOME (embedded PostgreSQL), get a tenant token, serve it
-    with gunicorn, and stop everything that was started (by PID) on exit.
+    """Engram on a temporary ENGRAM_HOME, started with the test suite's harness: its embedded
+    PostgreSQL (``PrivatePostgres``), ``manage.py migrate`` and a tenant token, gunicorn
+    (``web_server``) and optionally a Celery worker (``celery_worker``); everything stopped on
+    exit, by the handles that started it.
 
         with PrivateServer(ServerOptions(workers=2)) as server:
             client = server.client()
@@ -263,72 +215,51 @@ class PrivateServer:
     def __init__(self, options: ServerOptions | None = None):
         self.options = options or ServerOptions()
         self.home: Path | None = None
-        self.port: int | None = None
         self.token: str | None = None
         self.base_url: str | None = None
-        self._procs: list[tuple[str, subprocess.Popen]] = []
-        self._logs: list[Any] = []
+        self._env: dict[str, str] | None = None
+        self._postgres: PrivatePostgres | None = None
+        self._processes = contextlib.ExitStack()
         self._created_home = False
 
-    # environment shared by every process of this server
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("DATABASE_URL", None)  # unset: Engram starts its embedded PostgreSQL in $ENGRAM_HOME/pgdata
-        env.update(
-            {
-                "ENGRAM_HOME": str(self.home),
-                "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false",
-                "DJANGO_SETTINGS_MODULE": "engram_site.settings",
-                # One PostgreSQL for migrate, create_tenant and the web workers; stopped explicitly at the end.
-                "ENGRAM_EMBEDDED_PG_KEEP": "1",
-                # A benchmark is not an abusive client.
-                "ENGRAM_TOKEN_RATE": "10000000/min",
-                "PYTHONUNBUFFERED": "1",
-            }
+        """The environment of every process of this server (and of in-process children)."""
+        assert self._env is not None, "server not started"
+        return dict(self._env)
+
+    def _make_env(self) -> dict[str, str]:
+        env = base_env(
+            ENGRAM_HOME=str(self.home),
+            TRANSFORMERS_OFFLINE="1",
+            TOKENIZERS_PARALLELISM="false",
+            # Migrate, create_tenant and the servers join the PostgreSQL this process started and
+            # never stop it; PrivatePostgres.stop() does, at the end.
+            ENGRAM_EMBEDDED_PG_KEEP="1",
+            ENGRAM_TOKEN_RATE="10000000/min",  # a benchmark is not an abusive client
+            PYTHONUNBUFFERED="1",
         )
+        env.pop("DATABASE_URL", None)  # the embedded PostgreSQL in $ENGRAM_HOME/pgdata, not another
+        if "ENGRAM_WORKER_YIELD_SECONDS" not in os.environ:
+            # base_env turns the worker's pause for requests off, as tests want; a benchmark
+            # measures a deployment as it ships, so the setting keeps its default.
+            env.pop("ENGRAM_WORKER_YIELD_SECONDS", None)
         env.update(self.options.extra_env)
         return env
 
-    def _manage(self, *args: str, timeout: float = 900.0) -> str:
-        cmd = [sys.executable, "manage.py", *args]
-        proc = subprocess.run(
-            cmd, cwd=REPO_ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"manage.py {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-            )
-        return proc.stdout
-
     def _tenant_token(self) -> str:
-        assert self.home is not None
+        assert self.home is not None and self._env is not None
         name = self.options.tenant
         saved = self.home / f"bench-token-{name}" if name else None
         if saved is not None and saved.exists():
             log(f"reusing tenant {name!r} (token from {saved})")
             return saved.read_text().strip()
-        out = self._manage(
-            "create_tenant", name or f"bench-{os.getpid()}-{int(time.time())}", "--scopes", "read,write,admin"
-        )
+        tenant = name or f"bench-{os.getpid()}-{int(time.time())}"
+        out = manage("create_tenant", tenant, "--scopes", "read,write,admin", env=self._env, timeout=900).stdout
         token = out.strip().splitlines()[-1].strip()
         if saved is not None:
             saved.touch(mode=0o600)
             saved.write_text(token + "\n")
         return token
-
-    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
-        assert self.home is not None
-        logfile = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
-        self._logs.append(logfile)
-        # Own session: the process and its children form a group we can signal without touching anything else.
-        proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=self.env(), stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self._procs.append((name, proc))
-        log(f"started {name} (pid {proc.pid}), log {self.home / (name + '.log')}")
-        return proc
 
     def start(self) -> PrivateServer:
         _exit_on_sigterm()
@@ -341,29 +272,28 @@ class PrivateServer:
             self.home.mkdir(parents=True, exist_ok=True)
         log(f"ENGRAM_HOME={self.home}")
         try:
+            self._env = self._make_env()
+            self._postgres = PrivatePostgres(self.home)
             started = time.perf_counter()
-            self._manage("migrate", "--no-input", "-v", "0")
+            manage("migrate", "--no-input", "-v", "0", env=self._env, timeout=900)
             log(f"migrated in {time.perf_counter() - started:.1f}s")
             self.token = self._tenant_token()
-            self.port = opts.port or free_port()
-            self.base_url = f"http://127.0.0.1:{self.port}"
-            self._spawn(
-                "gunicorn",
-                [
-                    sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
-                    "--config", "python:engram_site.gunicorn_config",
-                    "--bind", f"127.0.0.1:{self.port}",
-                    "--workers", str(opts.workers),
-                    "--threads", str(opts.threads),
-                    "--timeout", "300",
-                    "--no-control-socket",
-                ],
-            )  # fmt: skip
+            self.base_url = self._processes.enter_context(
+                web_server(
+                    self._env,
+                    workers=opts.workers,
+                    threads=opts.threads,
+                    timeout=300,
+                    port=opts.port,
+                    log=self.home / "gunicorn.log",
+                )  # fmt: skip
+            )
+            log(f"gunicorn at {self.base_url}, log {self.home / 'gunicorn.log'}")
             if opts.worker:
-                self._spawn(
-                    "celery",
-                    [sys.executable, "-m", "celery", "-A", "engram_site", "worker", "-B", "--loglevel", "WARNING"],
+                self._processes.enter_context(
+                    celery_worker(self._env, log=self.home / "celery.log", beat=True, concurrency=os.cpu_count() or 1)
                 )
+                log(f"celery worker and beat, log {self.home / 'celery.log'}")
             self._wait_ready()
         except BaseException:
             self.stop()
@@ -371,51 +301,33 @@ class PrivateServer:
         return self
 
     def _wait_ready(self) -> None:
+        # web_server waited for /health (the process answers); /ready adds the database and
+        # the migrations, and the first answer can take a while on a cold machine.
         assert self.base_url is not None
-        deadline = time.monotonic() + self.options.ready_timeout
-        client = EngramClient(self.base_url, timeout=10)
         try:
-            while time.monotonic() < deadline:
-                for name, proc in self._procs:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"{name} exited with status {proc.returncode}; see {self.home}/{name}.log")
-                if client.ready():
-                    log(f"ready at {self.base_url}")
-                    return
-                time.sleep(0.5)
-        finally:
-            client.close()
-        raise TimeoutError(f"Engram was not ready after {self.options.ready_timeout:.0f}s; see {self.home}")
+            wait_for(lambda: http_get(self.base_url + "/ready")[0] == 200, timeout=self.options.ready_timeout,
+                     interval=0.5)  # fmt: skip
+        except TimeoutError:
+            limit = self.options.ready_timeout
+            raise TimeoutError(f"Engram was not ready after {limit:.0f}s; see {self.home}") from None
+        log(f"ready at {self.base_url}")
 
-    def client(self, timeout: float = 120.0) -> EngramClient:
+    def client(self, timeout: float = 120.0) -> BenchClient:
         assert self.base_url and self.token, "server not started"
-        return EngramClient(self.base_url, self.token, timeout=timeout)
+        return BenchClient(self.base_url, self.token, timeout=timeout)
 
     def stop(self) -> None:
         with _signals_held():
             self._stop()
 
     def _stop(self) -> None:
-        for name, proc in reversed(self._procs):
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)  # the group we created for it, nothing else
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-                log(f"stopped {name} (pid {proc.pid})")
-        self._procs.clear()
-        for f in self._logs:
-            f.close()
-        self._logs.clear()
-        if self.home is not None and (self.home / "pgdata").exists():
+        self._processes.close()  # the worker, then gunicorn: each waits for its own to end
+        if self._postgres is not None:
             try:
-                self._manage("embedded_db", "stop", timeout=120)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                self._postgres.stop()
+            except Exception as exc:  # say so, and go on removing what is ours
                 log(f"could not stop the embedded PostgreSQL cleanly: {exc}")
+            self._postgres = None
         if self.home is not None and self._created_home and not self.options.keep_home:
             shutil.rmtree(self.home, ignore_errors=True)
 
@@ -435,8 +347,8 @@ class Target:
     private: PrivateServer | None = None
     home: Path | None = None  # the server's ENGRAM_HOME when known (private server, or --home)
 
-    def client(self, timeout: float = 120.0) -> EngramClient:
-        return EngramClient(self.base_url, self.token, timeout=timeout)
+    def client(self, timeout: float = 120.0) -> BenchClient:
+        return BenchClient(self.base_url, self.token, timeout=timeout)
 
     def describe(self) -> str:
         if self.private:

@@ -120,7 +120,7 @@ def make_copies(dsn: dict, source: str, copies: list[str]) -> tuple[list[str], i
 # --------------------------------------------------------------------------------------------
 
 
-def _send(client: common.EngramClient, target: dict, query: dict, mode: str, limit: int) -> common.Response:
+def _send(client: common.BenchClient, target: dict, query: dict, mode: str, limit: int) -> common.Response:
     body: dict[str, Any] = {"query": query["query"], "mode": mode, "limit": limit, "now": QUERY_NOW}
     if target["buckets"] is None:
         return client.request("POST", f"/api/v1/buckets/{target['bucket']}/search", body, expect=200)

@@ -172,12 +172,12 @@ def http_run(target: common.Target, cfg: Config, rows: list[dict], clients: int,
     }
 
 
-def count_enrichment(client: common.EngramClient, bucket_ids: list[str]) -> dict:
+def count_enrichment(client: common.BenchClient, bucket_ids: list[str]) -> dict:
     """What the server computed for the stored rows: embeddings, context embeddings, pending."""
     counts = {"rows": 0, "embedding": 0, "context": 0, "context_pending": 0, "lemmas": 0, "pending": 0}
     for bucket_id in bucket_ids:
-        for m in client.iter_memories(bucket_id):
-            e = m["enrichment"]
+        for m in client.engram.list_memories(bucket_id, page_size=500):
+            e = m.enrichment
             counts["rows"] += 1
             counts["embedding"] += e["embedding"] == "ready"
             counts["lemmas"] += e["lemmas"] == "ready"

@@ -158,8 +158,8 @@ def verify(target: common.Target, bucket: str, seed_texts: set[str], rec: Record
     client = target.client(timeout=300)
     stored: dict[str, str] = {}
     try:
-        for memory in client.iter_memories(bucket, page_size=500):
-            stored[str(memory["id"])] = memory["content"]
+        for memory in client.engram.list_memories(bucket, page_size=500):
+            stored[str(memory.id)] = memory.content
     finally:
         client.close()
     rows_by_text: dict[str, list[str]] = defaultdict(list)

@@ -142,7 +142,7 @@ def ensure_loaded(
         bucket_id = client.find_bucket(bucket_name) or client.create_bucket(
             bucket_name, f"benchmark corpus ({corpus.name}, a prefix of it)"
         )
-        count = client.get_bucket(bucket_id)["memory_count"]
+        count = client.engram.get_bucket(bucket_id).memory_count
     state_path = target.home / f"bench-load-{bucket_id}.json" if target.home else None
     state = {"corpus": str(corpus), "done": [], "sequence": sequence, "start": start}
     if state_path and state_path.exists():
@@ -218,7 +218,7 @@ def ensure_loaded(
         raise RuntimeError(f"loading failed after {sent[0]} rows (rerun with the same --home to resume)") from errors[0]
     seconds = time.perf_counter() - started
     with target.client() as client:
-        count = client.get_bucket(bucket_id)["memory_count"]
+        count = client.engram.get_bucket(bucket_id).memory_count
     if count < rows:
         common.log(f"warning: the bucket holds {count} memories for {rows} rows sent (duplicates in the corpus?)")
     return LoadInfo(bucket_id, rows, count, sent[0], seconds, resumed, sequence)

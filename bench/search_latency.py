@@ -86,7 +86,7 @@ def body(query: dict, mode: str, filtered: bool, limit: int, explain: bool = Fal
 
 
 def run_pass(
-    clients: list[common.EngramClient], bucket: str, queries: list[dict], mode: str, filtered: bool, limit: int
+    clients: list[common.BenchClient], bucket: str, queries: list[dict], mode: str, filtered: bool, limit: int
 ) -> dict:
     """Send ``queries`` from ``len(clients)`` threads at once (round-robin split); latencies per request."""
     n = len(clients)
@@ -136,7 +136,7 @@ def _share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}% of {whole}" if whole else "n/a"
 
 
-def explain_probe(client: common.EngramClient, bucket: str, queries: list[dict], limit: int) -> dict:
+def explain_probe(client: common.BenchClient, bucket: str, queries: list[dict], limit: int) -> dict:
     """How the vector signals were answered (hnsw / exact), from ``explain``, without and with filters."""
     out = {}
     for filtered in (False, True):

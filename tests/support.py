@@ -41,6 +41,9 @@ class PrivatePostgres:
 
     def stop(self) -> None:
         self._embedded_pg.stop(self.home)
+        # Stopped by hand: this process no longer holds the server, so its exit hook must not
+        # lock (and so recreate) a home that its owner may have removed by then.
+        self._embedded_pg._registered.pop(self.home.resolve(), None)
 
     def start(self) -> None:
         self.db = self._embedded_pg.ensure_running(self.home)
@@ -103,16 +106,26 @@ def manage(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.
 
 
 @contextlib.contextmanager
-def web_server(env: dict[str, str], *, workers: int = 1, log: Path | None = None):
-    """Run gunicorn on a free loopback port; yields the base URL. With ``log``, the
-    server's stderr (request errors, tracebacks) goes to that file instead of a pipe."""
-    port = free_port()
+def web_server(
+    env: dict[str, str],
+    *,
+    workers: int = 1,
+    threads: int = 4,
+    timeout: int = 120,
+    port: int | None = None,
+    log: Path | None = None,
+):
+    """Run gunicorn on a loopback port (a free one unless given); yields the base URL. With
+    ``log``, the server's stderr (request errors, tracebacks) goes to that file instead of a
+    pipe. bench/common.py serves its private servers with this too."""
+    port = port or free_port()
     stderr = open(log, "ab") if log else subprocess.PIPE  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
             "--config", "python:engram_site.gunicorn_config",
-            "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", "4", "--timeout", "120",
+            "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
+            "--timeout", str(timeout),
             "--no-control-socket",
         ],
         cwd=ROOT,
