@@ -30,9 +30,9 @@ import statistics
 import subprocess
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+import common
 import inproc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,17 +47,6 @@ CONDITIONS = {
     # What ./engram serve does with no settings of its own.
     "worker on (defaults)": {**ON},
 }
-
-
-def call(method: str, url: str, token: str | None = None, body=None, timeout: float = 600):
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read() or b"{}")
 
 
 def backlog(dsn: dict, home: Path, bucket: str) -> dict:
@@ -86,30 +75,24 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
     serve = subprocess.Popen([str(ROOT / "engram"), "serve"], cwd=ROOT, env=env, stdout=log, stderr=log,
                              start_new_session=True)  # fmt: skip
     base = f"http://127.0.0.1:{args.port}"
+    client = None
     try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                urllib.request.urlopen(base + "/ready", timeout=2)
-                break
-            except Exception:
-                if time.time() > deadline or serve.poll() is not None:
-                    raise RuntimeError(f"serve did not start: {(home / 'serve.log').read_text()[-2000:]}") from None
-                time.sleep(0.5)
+        try:
+            common.wait_for(lambda: common.http_get(base + "/ready")[0] == 200, timeout=300, proc=serve, interval=0.5)
+        except (RuntimeError, TimeoutError):
+            raise RuntimeError(f"serve did not start: {(home / 'serve.log').read_text()[-2000:]}") from None
         made = subprocess.run([str(ROOT / "engram"), "manage", "create_tenant", "Yield", "--bucket", "main"],
                               cwd=ROOT, env=env, capture_output=True, text=True, check=True)  # fmt: skip
         token = next(w for w in made.stdout.split() if w.startswith("egm_"))
-        bucket = call("GET", base + "/api/v1/buckets", token)["results"][0]["id"]
+        client = common.BenchClient(base, token, timeout=600)
+        bucket = next(client.engram.list_buckets()).id
         started = time.perf_counter()
         for i in range(0, len(rows), args.batch):
-            call("POST", f"{base}/api/v1/buckets/{bucket}/memories", token,
-                 {"memories": [{"content": text} for text in rows[i : i + args.batch]]})  # fmt: skip
+            client.ingest(bucket, [{"content": text} for text in rows[i : i + args.batch]])
         ingest_seconds = time.perf_counter() - started
 
         def search(query: str) -> float:
-            t = time.perf_counter()
-            call("POST", f"{base}/api/v1/buckets/{bucket}/search", token, {"query": query, "mode": "hybrid"})
-            return (time.perf_counter() - t) * 1000
+            return client.search(bucket, query, mode="hybrid").elapsed * 1000
 
         def searches() -> list[float]:
             return [search(query) for query in queries]
@@ -166,6 +149,8 @@ def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], a
             "drain_wait_s": drain_wait,
         }
     finally:
+        if client is not None:
+            client.close()
         os.killpg(serve.pid, signal.SIGINT)
         try:
             serve.wait(timeout=60)

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 from engram_client import Engram, NotFound
+from results_table import format_header
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -552,26 +553,69 @@ def median(values: Sequence[float]) -> float:
     return percentile(values, 50)
 
 
+def machine_line(info: dict[str, Any]) -> str:
+    """The machine on one line, for a report's header."""
+    return (
+        f"{info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), {info['ram']}, {info['os']}, "
+        f"Python {info['python']}"
+    )
+
+
+def report_header(
+    benchmark: str,
+    headline: str,
+    *,
+    series: str = "",
+    info: dict[str, Any] | None = None,
+    command: str | None = None,
+) -> str:
+    """The block on top of a report that bench/results_table.py reads into RESULTS.md.
+    ``benchmark``: the script's file name; ``headline``: the figures a reader wants first."""
+    info = info or machine_info()
+    return format_header(
+        {
+            "benchmark": Path(benchmark).name,
+            "series": series,
+            "date": info["date"],
+            "machine": machine_line(info),
+            "commit": info["commit"],
+            "command": command or command_line(),
+            "headline": headline,
+        }
+    )
+
+
+def size_label(rows: int) -> str:
+    """100000 -> "100k", 1000000 -> "1m": the series of a benchmark run at several sizes."""
+    if rows >= 1_000_000 and rows % 1_000_000 == 0:
+        return f"{rows // 1_000_000}m"
+    if rows >= 1_000 and rows % 1_000 == 0:
+        return f"{rows // 1_000}k"
+    return str(rows)
+
+
 def default_report_path(name: str) -> Path:
     """bench/results/<name>-<YYYY-MM-DD>.md"""
     return RESULTS_DIR / f"{name}-{datetime.now(UTC).strftime('%Y-%m-%d')}.md"
 
 
-def write_report(text: str, path: Path) -> Path:
-    """Write a Markdown report (creating its folder), print it to stdout, and return the path."""
+def write_report(text: str, path: Path, *, header: str = "") -> Path:
+    """Write a Markdown report (creating its folder) under its ``header`` (:func:`report_header`),
+    print the report to stdout, and return the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    body = text if text.endswith("\n") else text + "\n"
+    path.write_text(f"{header}\n{body}" if header else body, encoding="utf-8")
     print(text, flush=True)
     log(f"report written to {path}")
     return path
 
 
-def publish_report(text: str, *, out: Path | None, name: str, no_write: bool = False) -> None:
+def publish_report(text: str, *, out: Path | None, name: str, no_write: bool = False, header: str = "") -> None:
     """Print the report (``no_write``) or write it to ``out`` (default bench/results/<name>-<date>.md)."""
     if no_write:
         print(text)
     else:
-        write_report(text, out or default_report_path(name))
+        write_report(text, out or default_report_path(name), header=header)
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:

@@ -66,8 +66,9 @@ def main() -> int:
     embedding.embed_texts(contents[:64])  # load and warm the model
     embedding.embed_texts([join_context(contents[0], contents[1])] * 16)
     table = []
+    changes: list[str] = []  # k: two calls against one, for the header
     for k in sizes:
-        timings: dict[str, list[float]] = {"one call": [], "two calls": []}
+        timings: dict[str, list[float]] = {"one call": [], "two calls": []}  # ms
         for rep in range(args.repeat):
             for index, form in enumerate(timings):
                 memories, contexts = texts((2 * rep + index) * k, k)
@@ -81,6 +82,7 @@ def main() -> int:
         one, two = common.median(timings["one call"]), common.median(timings["two calls"])
         common.log(f"{k} memories + contexts: one call {one:.1f} ms, two calls {two:.1f} ms")
         table.append([str(k), f"{one:.1f}", f"{two:.1f}", f"{100 * (two - one) / one:+.0f}%"])
+        changes.append(f"{k}: {100 * (two - one) / one:+.0f}%")
     lines = [
         "# Embedding memories with their contexts: one call or two",
         "",
@@ -97,7 +99,10 @@ def main() -> int:
         common.markdown_table(["k", "one call", "two calls", "two vs one"], table, align="rrrr"),
         "",
     ]
-    common.write_report("\n".join(lines), args.out or common.default_report_path("context-batching"))
+    header = common.report_header(
+        __file__, "time of two model calls against one, by k memories + contexts: " + ", ".join(changes)
+    )
+    common.write_report("\n".join(lines), args.out or common.default_report_path("context-batching"), header=header)
     return 0
 
 

@@ -33,6 +33,8 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
+import common  # noqa: E402 - bench/, beside this script
+
 from maintenance.contradictions import (  # noqa: E402
     CANDIDATE_MIN_SIMILARITY,
     CUES,
@@ -230,7 +232,12 @@ def main() -> int:
     if args.similarity:
         text += "\n".join(similarity_report(pairs, similarities(pairs))) + "\n"
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        headline = "; ".join(
+            f"{name}: precision {res['prf'][0]:.2f}, recall {res['prf'][1]:.2f}, F1 {res['prf'][2]:.2f}"
+            for name, res in results.items()
+        )
+        header = common.report_header(__file__, headline)
+        Path(args.out).write_text(f"{header}\n{text}\n")
     if args.show_errors or not args.out:
         print(text)
     else:

@@ -262,6 +262,21 @@ def build_report(ctx: dict) -> str:
     return "\n".join(lines)
 
 
+def headline(passes: list[dict], args: argparse.Namespace) -> str:
+    """K buckets against 1, one client: the ratio of the medians, p50 and p95, per mode."""
+    parts = []
+    for mode in args.modes:
+        mine = [p for p in passes if p["mode"] == mode and p["clients"] == 1]
+        one = [p for p in mine if p["target"] == "1 bucket"]
+        many = [p for p in mine if p["target"].startswith(f"{args.buckets} buckets")]
+        ratios = [
+            f"{b / a:.2f}×" if a and b else "n/a"
+            for a, b in ((_med(one, key), _med(many, key)) for key in ("p50", "p95"))
+        ]
+        parts.append(f"{mode} p50 {ratios[0]} / p95 {ratios[1]}")
+    return f"{args.buckets} buckets against 1, 1 client: " + ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     machine, command = common.machine_info(), common.command_line()
@@ -324,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
                 "names": names, "bucket_ids": bucket_ids,
             }
         )  # fmt: skip
-    common.write_report(report, out)
+    header = common.report_header(__file__, headline(passes, args), series=common.size_label(args.rows), info=machine,
+                                  command=command)  # fmt: skip
+    common.write_report(report, out, header=header)
     return 0
 
 

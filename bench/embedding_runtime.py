@@ -197,7 +197,13 @@ def main() -> int:
         ),
         "",
     ]
-    common.write_report("\n".join(lines), args.out or common.default_report_path("embedding-runtime"))
+    headline = "; ".join(
+        f"{name}: question p50 {common.median(single[name]):.2f} ms, {common.median(batch[(name, 'memory')]):.1f} "
+        f"memory texts/s, {common.median(batch[(name, 'context')]):.1f} context texts/s"
+        for name in models
+    )
+    header = common.report_header(__file__, headline, series="int8" if args.int8 else "", info=info)
+    common.write_report("\n".join(lines), args.out or common.default_report_path("embedding-runtime"), header=header)
     return 0
 
 

@@ -57,6 +57,18 @@ def _load(path: Path) -> tuple[dict, dict]:
     return load(raw["ours"]), load(raw["locomo"])
 
 
+def headline(ours_records: list[dict], locomo_records: list[dict], variants, modes, chosen: str | None) -> str:
+    """Recall@10 of the first variant in each mode on both sets, and the variant the rule picks."""
+    first = variants[0].name
+
+    def r10(records, mode):
+        return er.aggregate([r for r in records if r["variant"] == first and r["mode"] == mode])["r@10"]
+
+    parts = [f"{mode} {r10(ours_records, mode):.3f} / {r10(locomo_records, mode):.3f}" for mode in modes]
+    text = f"recall@10 of {first}, ours / LoCoMo: " + ", ".join(parts)
+    return text + (f"; chosen: {chosen}" if chosen and len(variants) > 1 else "")
+
+
 def table(ours_records: list[dict], locomo_records: list[dict], variants, modes) -> tuple[str, str | None]:
     """The side-by-side table, and the name of the variant the rule picks (hybrid rows)."""
 
@@ -167,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     report = "\n".join(lines)
-    common.publish_report(report, out=args.out, name="eval-both", no_write=args.no_write)
+    header = common.report_header(__file__, headline(ours_records, locomo_records, variants, modes, chosen),
+                                  info=machine, command=command)  # fmt: skip
+    common.publish_report(report, out=args.out, name="eval-both", no_write=args.no_write, header=header)
     if args.json_out:
         args.json_out.write_text(json.dumps({"ours": ours_records, "locomo": locomo_records}), encoding="utf-8")
     if chosen:

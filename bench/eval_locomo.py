@@ -329,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
                     client.delete_bucket(conv.bucket_id)
         description = target.describe()
     report = render_report(dataset, records, variants, modes, ingested, description, machine, command)
-    common.publish_report(report, out=args.out, name="locomo", no_write=args.no_write)
+    first = variants[0].name
+    recall = {m: er.aggregate([r for r in records if r["variant"] == first and r["mode"] == m])["r@10"] for m in modes}
+    headline = f"recall@10 of {first}: " + ", ".join(f"{m} {value:.3f}" for m, value in recall.items())
+    header = common.report_header(__file__, headline, series=args.dataset.stem, info=machine, command=command)
+    common.publish_report(report, out=args.out, name="locomo", no_write=args.no_write, header=header)
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": machine, "records": records}), encoding="utf-8")
     return 0

@@ -783,7 +783,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         out = args.out or default_report_path()
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report, encoding="utf-8")
+        first = variants[0].name
+        recall = {m: aggregate([r for r in records if r["variant"] == first and r["mode"] == m])["r@10"] for m in modes}
+        headline = f"recall@10 of {first}: " + ", ".join(f"{m} {value:.3f}" for m, value in recall.items())
+        series = f"{args.distractors_per_bucket} distractors" if distractors else ""
+        if args.ingest != "raw":
+            series = " ".join(filter(None, [series, f"ingest {args.ingest}"]))
+        header = common.report_header(__file__, headline, series=series, info=machine, command=command)
+        out.write_text(f"{header}\n{report}", encoding="utf-8")
         common.log(f"report written to {out}")
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)

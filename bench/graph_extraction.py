@@ -192,8 +192,15 @@ def main() -> int:
     path = common.RESULTS_DIR / f"graph-extraction-{datetime.now(UTC):%Y-%m-%d}{suffix}.md"
     title = "Graph extraction: precision and recall on the labelled set" + (f" ({args.label})" if args.label else "")
     data = f"{Path(args.data).resolve().relative_to(BENCH_DIR.parent)} ({len(rows)} memories)"
+    t = tallies["all"]
+    headline = (
+        f"{Path(args.data).name} ({len(rows)} memories): entity P {t['entities'].precision():.2f} / R "
+        f"{t['entities'].recall():.2f}, edge P {t['edges'].precision():.2f} / R {t['edges'].recall():.2f}; "
+        f"{exact} of {len(rows)} exact"
+    )
+    header = common.report_header(__file__, headline, series=Path(args.data).stem, info=info)
     path.write_text(
-        f"# {title}\n\n{common.machine_markdown(info)}\n- data: {data}\n\n"
+        f"{header}\n# {title}\n\n{common.machine_markdown(info)}\n- data: {data}\n\n"
         "Matching rules: see the docstring of bench/graph_extraction.py (names case-folded, a leading article or "
         "title dropped, nothing else forgiven; edges matched on subject, predicate and object, symmetric "
         "predicates in either direction; micro-averaged).\n\n"

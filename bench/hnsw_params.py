@@ -436,7 +436,15 @@ def main(argv: list[str] | None = None) -> int:
             misses,
         ]
     )
-    common.write_report(report, args.out or common.default_report_path(f"hnsw-params-{args.source}"))
+    # Recall@10 and walk time at the first ef_search, per size and build parameters.
+    first = efs[0]
+    headline = f"recall@10 at ef_search {first} (walk ms): " + "; ".join(
+        f"{r['vectors']:,} vectors, {r['m']}/{r['ef_construction']}: {r[f'recall_ef{first}']:.3f} "
+        f"({r[f'ms_ef{first}']:.2f})"
+        for r in results
+    )
+    header = common.report_header(__file__, headline, series=args.source)
+    common.write_report(report, args.out or common.default_report_path(f"hnsw-params-{args.source}"), header=header)
     return 0
 
 

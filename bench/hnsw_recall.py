@@ -398,6 +398,19 @@ def build_report(ctx: dict) -> str:
     return "\n".join(lines)
 
 
+def headline(results: list[dict], args: argparse.Namespace) -> str:
+    """Recall@k of the first column, unfiltered, at each ef_search with LIMIT k, and the walk's p50."""
+    first = next((r for r in results if not r["filtered"]), results[0] if results else None)
+    if first is None:
+        return "nothing measured"
+    parts = [
+        f"{row['recall']:.3f} at {row['ef']} ({common.median([p['p50'] for p in row['passes']]):.2f} ms)"
+        for row in first["rows"]
+        if row["limit"] == args.k
+    ]
+    return f"recall@{args.k} of {first['column']} by ef_search (walk p50): " + ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     machine, command = common.machine_info(), common.command_line()
@@ -447,7 +460,9 @@ def main(argv: list[str] | None = None) -> int:
                 "about": min(qinfo["about_loaded"], len(queries)), "notes": notes,
             }
         )  # fmt: skip
-    common.write_report(report, out)
+    header = common.report_header(__file__, headline(results, args), series=common.size_label(args.rows), info=machine,
+                                  command=command)  # fmt: skip
+    common.write_report(report, out, header=header)
     return 0
 
 

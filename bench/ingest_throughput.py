@@ -554,6 +554,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def headline(configs: list[Config], runs: list[dict]) -> str:
+    """Items/s through HTTP per configuration (medians of the repetitions)."""
+    parts = []
+    for cfg in configs:
+        rates = [r["items_per_s"] for r in runs if r["config"] == cfg.label]
+        if rates:
+            parts.append(f"{cfg.describe()}: {common.median(rates):.1f}")
+    return "items/s through HTTP, " + "; ".join(parts) if parts else "nothing measured"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     machine, command = common.machine_info(), common.command_line()
@@ -670,7 +680,9 @@ def main(argv: list[str] | None = None) -> int:
                 "table_rows": table_rows,
             }
         )  # fmt: skip
-    common.write_report(report, out)
+    series = f"preload {common.size_label(args.preload)}" if args.preload else ""
+    header = common.report_header(__file__, headline(configs, runs), series=series, info=machine, command=command)
+    common.write_report(report, out, header=header)
     return 0
 
 

@@ -250,6 +250,17 @@ def report(args, target: common.Target, rec: Recorder, seconds: float, check: di
     return "\n".join(lines)
 
 
+def headline(args, rec: Recorder, seconds: float, check: dict) -> str:
+    requests = sum(sum(c.values()) for c in rec.status.values())
+    errors = sum(n for c in rec.status.values() for status, n in c.items() if status not in (200, 201))
+    p95 = {op: common.latency_summary(rec.latency[op]).get("p95") for op in ("search (hybrid)", "write (batch)")}
+    figures = ", ".join(f"{op} p95 {value:.0f} ms" for op, value in p95.items() if value is not None)
+    return (
+        f"{args.writers} writers + {args.searchers} searchers for {seconds:.0f} s: {requests} requests, {errors} errors"
+        f"; {figures}; every acknowledged write {'verified' if check['ok'] else 'NOT verified'}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of load (default 120)")
@@ -309,7 +320,8 @@ def main() -> int:
         common.log(f"load done in {seconds:.0f} s; verifying")
         check = verify(target, bucket, seed_texts, rec)
         text = report(args, target, rec, seconds, check, seed_info)
-    common.write_report(text, args.out or common.default_report_path("load"))
+    header = common.report_header(__file__, headline(args, rec, seconds, check))
+    common.write_report(text, args.out or common.default_report_path("load"), header=header)
     return 0 if check["ok"] else 1
 
 

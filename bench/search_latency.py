@@ -283,6 +283,22 @@ def build_report(ctx: dict) -> str:
     return "\n".join(lines)
 
 
+def headline(passes: list[dict], args: argparse.Namespace) -> str:
+    """Hybrid search (or the first mode measured): 1 client p50 / p95, filtered p95, N clients p95."""
+    mode = "hybrid" if "hybrid" in args.modes else args.modes[0]
+
+    def med(filtered: bool, clients: int, key: str) -> str:
+        values = [p["summary"][key] for p in passes
+                  if p["condition"] == [mode, filtered, clients] and p["summary"].get("count")]  # fmt: skip
+        return f"{common.median(values):.1f}" if values else "n/a"
+
+    text = f"{mode}, 1 client: p50 {med(False, 1, 'p50')} / p95 {med(False, 1, 'p95')} ms"
+    text += f", filtered p95 {med(True, 1, 'p95')} ms"
+    if args.clients > 1:
+        text += f"; {args.clients} clients p95 {med(False, args.clients, 'p95')} ms"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     machine, command = common.machine_info(), common.command_line()
@@ -352,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
                 "target": target.describe(), "filter_mix": loader.describe_filters(used), "notes": notes,
             }
         )  # fmt: skip
-    common.write_report(report, out)
+    header = common.report_header(__file__, headline(passes, args), series=common.size_label(args.rows), info=machine,
+                                  command=command)  # fmt: skip
+    common.write_report(report, out, header=header)
     return 0
 
 
