@@ -805,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _FakeClient:
-    """Stands in for EngramClient: buckets in memory, word-overlap 'search'."""
+    """Stands in for common.BenchClient: buckets in memory, word-overlap 'search'."""
 
     def __init__(self) -> None:
         self.buckets: dict[str, list[dict]] = {}
