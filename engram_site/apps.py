@@ -1,9 +1,19 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class EngramSiteConfig(AppConfig):
-    """The platform layer as an app: it owns one table, the job runs its runner records."""
+    """The platform layer as an app: it owns one table (the job runs its runner records) and
+    registers what its providers need at start-up."""
 
     name = "engram_site"
     verbose_name = "Platform"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # Imported here, not at the top: the provider reads settings and registers metrics.
+        from engram_site import warmup
+        from engram_site.providers import embedding
+
+        warmup.register(embedding.warm_up_when_enabled)
+        checks.register(embedding.check_configured_model)

@@ -1,8 +1,8 @@
 """Work a fresh server or worker process starts before its first request or task.
 
-The apps register what they need warmed (memories: the embedding model) in their
-AppConfig.ready; the process entry points (engram_site/wsgi.py, engram_site/celery.py)
-run it. engram_site is the bottom layer and imports no app.
+What needs warming registers itself in an AppConfig.ready (the platform's own: the embedding
+model); the process entry points (engram_site/wsgi.py, engram_site/celery.py) run it.
+engram_site is the bottom layer and imports no app.
 """
 
 from __future__ import annotations

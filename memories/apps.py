@@ -1,5 +1,4 @@
 from django.apps import AppConfig
-from django.core import checks
 
 
 class MemoriesConfig(AppConfig):
@@ -8,15 +7,12 @@ class MemoriesConfig(AppConfig):
 
     def ready(self):
         # Imported here, not at the top: app modules load once the app registry is ready.
-        from engram_site import metrics, warmup
-        from engram_site.providers import embedding
+        from engram_site import metrics
         from memories import selectors, tasks  # noqa: F401  (tasks: registers the task hooks queue by name)
 
-        warmup.register(embedding.warm_up_when_enabled)
         metrics.register_gauge(
             "engram_enrichment_backlog",
             "Memories waiting for a derived column (embedding, lemmas) the enrichment sweep fills.",
             (),
             selectors.enrichment_backlog,
         )
-        checks.register(embedding.check_configured_model)

@@ -1,10 +1,12 @@
 """The shape of the code (docs/ARCHITECTURE.md): one write gateway for memories, no imports
-hidden in functions. The layer and cycle contracts are import-linter's (`./engram lint`)."""
+hidden in functions, and an import scan of every module: no cycle, no import of a higher layer
+or of a peer. import-linter (`./engram lint`) checks the same layers between apps."""
 
 from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,3 +144,157 @@ def test_tasks_queued_by_name_are_registered():
 
     for name in (hooks.ENRICH_TASK, source_services.PROCESS_TASK):
         assert name in app.tasks, name
+
+
+# --- every module's imports: no cycle, nothing from a higher layer -----------------------------
+# import-linter (./engram lint) checks the layers between apps and cycles between the siblings
+# of a package, for imports at module level. This scan reads every module of every app,
+# migrations included, and every import in it wherever it stands (in a function, under
+# TYPE_CHECKING), and fails on any cycle between two modules and on any import of an app in a
+# higher layer, or of a peer in the same layer, than the importer's app. The layers are read
+# from the import-linter contract in pyproject.toml, so the two checks cannot drift apart.
+
+
+def _layers() -> dict[str, int]:
+    """Each app's layer, 0 the lowest (engram_site), from pyproject.toml's layers contract."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    [contract] = [c for c in config["contracts"] if c["type"] == "layers"]
+    layers = {}
+    for index, layer in enumerate(reversed(contract["layers"])):
+        for app in re.split(r"[|:]", layer):
+            layers[app.strip()] = index
+    return layers
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(source: str, module: str, *, is_package: bool, known: set[str]) -> set[str]:
+    """The project modules ``source`` (the module ``module``) imports, anywhere in it. ``from a
+    import b`` names the module ``a.b`` when there is one, else ``a``; relative imports are
+    resolved against ``module``."""
+    found = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            # `import a.b.c` with a.b.c unknown (an attribute): the longest known prefix.
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                found.add(target)
+    return found
+
+
+def import_graph(root: Path, apps: tuple[str, ...]) -> dict[str, set[str]]:
+    paths = {_module_name(p, root): p for app in apps for p in sorted((root / app).rglob("*.py"))}
+    known = set(paths)
+    return {
+        name: module_imports(path.read_text(), name, is_package=path.name == "__init__.py", known=known)
+        for name, path in paths.items()
+    }
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    """Imports of an app in a higher layer than the importer's, or of a peer in the same one."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        app = module.split(".")[0]
+        for target in sorted(targets):
+            other = target.split(".")[0]
+            if other != app and layers[other] >= layers[app]:
+                kind = "a peer" if layers[other] == layers[app] else "a higher layer"
+                found.append(f"{module} imports {target} ({kind})")
+    return found
+
+
+def test_the_import_scan_finds_cycles_and_upward_imports(tmp_path):
+    # The scan below is only as good as this: a cycle through a function's import, a cycle
+    # of three, a relative import, an upward import and a peer's must all be seen.
+    files = {
+        "low/__init__.py": "",
+        "low/a.py": "def f():\n    from low import b\n",
+        "low/b.py": "from . import a\n",
+        "low/c.py": "import low.d\n",
+        "low/d.py": "from low.e import thing\n",
+        "low/e.py": "from low import c\n",
+        "low/clean.py": "import os\nfrom low import a\n",
+        "high/__init__.py": "",
+        "high/x.py": "from low.clean import something\n",
+        "high/y.py": "",
+        "peer/__init__.py": "",
+        "peer/z.py": "from high import y\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path, ("low", "high", "peer"))
+    assert graph["low.clean"] == {"low.a"} and graph["high.x"] == {"low.clean"}
+    assert import_cycles(graph) == [["low.a", "low.b"], ["low.c", "low.d", "low.e"]]
+    layers = {"low": 0, "high": 1, "peer": 1}
+    graph["low.clean"].add("high.y")
+    assert upward_imports(graph, layers) == [
+        "low.clean imports high.y (a higher layer)",
+        "peer.z imports high.y (a peer)",
+    ]
+
+
+def test_no_module_is_in_an_import_cycle():
+    graph = import_graph(ROOT, APPS)
+    # Guards the scan against reading nothing (a moved root, a renamed app).
+    assert len(graph) > 250 and "engram_site.jobs.runner" in graph["graph.tasks"]
+    cycles = import_cycles(graph)
+    assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_module_imports_a_higher_layer_or_a_peer():
+    layers = _layers()
+    assert set(layers) == set(APPS), "every app has a layer in pyproject.toml's contract"
+    upward = upward_imports(import_graph(ROOT, APPS), layers)
+    assert upward == [], "imports against the layers:\n" + "\n".join(upward)
