@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 
+from engram_site.jobs.presets import HINT, RETRYABLE
 from memories import services
 
 
@@ -18,16 +18,8 @@ class EnrichmentIncomplete(RuntimeError):
     """Some rows could not be enriched (model or lemmatizer unavailable): retry later."""
 
 
-@shared_task(
-    name="memories.enrich_memories",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(EnrichmentIncomplete, OperationalError, InterfaceError),
-    retry_backoff=5,
-    retry_backoff_max=300,
-    retry_jitter=True,
-    max_retries=5,
-)
+# A hint, retried also when a model was down for some rows.
+@shared_task(name="memories.enrich_memories", **{**HINT, "autoretry_for": (EnrichmentIncomplete, *RETRYABLE)})
 def enrich_memories(memory_ids: list[str]) -> dict:
     """Fill the derived columns of these memories (those still missing; idempotent)."""
     report = services.memories_enrich_all_pending(memory_ids=memory_ids, batch_size=settings.ENGRAM_ENRICH_BATCH_SIZE)

@@ -7,18 +7,11 @@ safely: subscriptions and deliveries are claimed with row locks (SKIP LOCKED).
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
 
+from engram_site.jobs.presets import SCHEDULED
 from webhooks import services
 
 
-@shared_task(
-    name="webhooks.deliver",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=5,
-    max_retries=2,
-)
+@shared_task(name="webhooks.deliver", **SCHEDULED)
 def deliver() -> dict:
     return services.webhooks_run()
