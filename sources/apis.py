@@ -20,8 +20,10 @@ from engram_site.pagination import CreatedCursorPagination, cursor_field, page_s
 from memories.models import Attribution
 from memories.quotas import quota_check_memories
 from memories.serializers import MAX_ID_CHARS, MetadataField
-from sources import selectors, services
+from sources import selectors
 from sources.models import SourceKind, SourceStatus
+from sources.services.delete import source_delete
+from sources.services.submit import MessageInput, SubmitResult, source_submit_conversation, source_submit_document
 from tenants.agents import check_writable, write_agent
 from tenants.quotas import quota_check_size
 from tenants.selectors import bucket_get
@@ -67,7 +69,7 @@ SubmitOut = inline_serializer(
 )
 
 
-def _accepted(result: services.SubmitResult) -> Response:
+def _accepted(result: SubmitResult) -> Response:
     source = result.source
     response = Response(
         {
@@ -132,7 +134,7 @@ class DocumentsApi(APIView):
         # A document becomes memories later, in the worker: refuse it while the tenant is at its limit.
         quota_check_memories(tenant=tenant, incoming=1)
         values = _held_to_agents(request, dict(data.validated_data))
-        result = services.source_submit_document(
+        result = source_submit_document(
             bucket=bucket, submitted_by=_submitted_by(request), actor=request_actor(request),
             held_to=request.auth.agents, **values,
         )  # fmt: skip
@@ -193,8 +195,8 @@ class ConversationsApi(APIView):
         values = _held_to_agents(request, dict(data.validated_data))
         # Becomes memories later, in the worker: refuse it while the tenant is at its limit.
         quota_check_memories(tenant=request.auth.tenant, incoming=1)
-        messages = [services.MessageInput(**m) for m in values.pop("messages")]
-        result = services.source_submit_conversation(
+        messages = [MessageInput(**m) for m in values.pop("messages")]
+        result = source_submit_conversation(
             bucket=bucket,
             messages=messages,
             submitted_by=_submitted_by(request),
@@ -324,7 +326,7 @@ class SourceDetailApi(APIView):
     def delete(self, request, source_id):
         source = self._source(request, source_id)
         check_writable(request.auth.agents, (source.options or {}).get("agent_id"))
-        report = services.source_delete(source=source, actor=request_actor(request))
+        report = source_delete(source=source, actor=request_actor(request))
         return Response(
             {"id": source.pk, "memories_deleted": len(report.deleted_memories), "memories_kept": report.kept_memories}
         )

@@ -8,7 +8,8 @@ from django.db import connection
 
 from memories.participants import Participant
 from sources.models import SourceChunkMemory
-from sources.services import sources_erase, sources_erasure_lock, sources_merge_plan, sources_move_bucket
+from sources.services.buckets import sources_merge_plan, sources_move_bucket
+from sources.services.erasure import sources_erase, sources_erasure_lock
 
 
 class SourcesParticipant(Participant):

@@ -11,14 +11,15 @@ from celery import shared_task
 
 from engram_site.jobs import runner
 from engram_site.jobs.presets import HINT, SCHEDULED
-from sources import services
+from sources.services.process import source_process
+from sources.services.sweep import sources_sweep
 
 
 @shared_task(name="sources.process_source", **HINT)
 def process_source(source_id: str) -> dict:
-    return services.source_process(source_id=source_id).as_dict()
+    return source_process(source_id=source_id).as_dict()
 
 
 @shared_task(name="sources.sweep", **SCHEDULED)
 def sweep() -> dict:
-    return runner.run_job("sources_sweep", services.sources_sweep, lock=True, keep_idle=False).as_dict()
+    return runner.run_job("sources_sweep", sources_sweep, lock=True, keep_idle=False).as_dict()

@@ -6,8 +6,9 @@ from django.contrib import admin, messages
 
 from audit.services import Actor
 from console.scoping import TenantScopedAdmin
-from sources import services
 from sources.models import Source, SourceStatus
+from sources.services.delete import source_delete
+from sources.services.sweep import sources_retry
 
 
 @admin.register(Source)
@@ -40,13 +41,13 @@ class SourceAdmin(TenantScopedAdmin):
     @admin.action(description="Retry the selected unfinished sources")
     def retry(self, request, queryset):
         ids = list(queryset.exclude(status=SourceStatus.DONE).values_list("pk", flat=True))
-        services.sources_retry(source_ids=ids)
+        sources_retry(source_ids=ids)
         messages.success(request, f"Queued {len(ids)} source(s) for processing; the sweep retries them otherwise.")
 
     # Deleting goes through the service: the memories the source created go with it, audited.
     def delete_model(self, request, obj):
-        services.source_delete(source=obj, actor=Actor.operator(request.user, request))
+        source_delete(source=obj, actor=Actor.operator(request.user, request))
 
     def delete_queryset(self, request, queryset):
         for source in queryset:
-            services.source_delete(source=source, actor=Actor.operator(request.user, request))
+            source_delete(source=source, actor=Actor.operator(request.user, request))

@@ -21,7 +21,8 @@ from maintenance.models import DuplicateCandidate
 from memories.models import DeletedMemory, Memory, MemoryAccess, MemoryVersion
 from memories.services import MemoryInput, memories_ingest
 from sources.models import Source, SourceChunk, SourceChunkMemory
-from sources.services import MessageInput, source_process, source_submit_conversation, source_submit_document
+from sources.services.process import source_process
+from sources.services.submit import MessageInput, source_submit_conversation, source_submit_document
 from tenants import services as tenant_services
 from tests.conftest import make_client
 

@@ -140,9 +140,9 @@ def test_tasks_queued_by_name_are_registered():
     # (the task modules import those modules): a renamed task must fail here, not in production.
     from engram_site.celery import app
     from memories import hooks
-    from sources import services as source_services
+    from sources.services.submit import PROCESS_TASK
 
-    for name in (hooks.ENRICH_TASK, source_services.PROCESS_TASK):
+    for name in (hooks.ENRICH_TASK, PROCESS_TASK):
         assert name in app.tasks, name
 
 

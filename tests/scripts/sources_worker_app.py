@@ -20,14 +20,15 @@ __all__ = ["app"]
 
 @worker_process_init.connect
 def _small_batches_and_a_slow_distiller(**kwargs):
-    from sources import distill, services
+    from sources.distill.rules import RulesDistiller
+    from sources.services import process
 
-    services.BATCH_CHUNKS = int(os.environ.get("ENGRAM_TEST_BATCH_CHUNKS", "4"))
+    process.BATCH_CHUNKS = int(os.environ.get("ENGRAM_TEST_BATCH_CHUNKS", "4"))
     delay = float(os.environ.get("ENGRAM_TEST_DISTILL_DELAY", "0.05"))
-    rules = distill.RulesDistiller.distill
+    rules = RulesDistiller.distill
 
     def slow_distill(self, unit):
         time.sleep(delay)
         return rules(self, unit)
 
-    distill.RulesDistiller.distill = slow_distill
+    RulesDistiller.distill = slow_distill

@@ -6,8 +6,9 @@ import pytest
 
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
-from sources import services
 from sources.models import Source, SourceStatus
+from sources.services.process import source_process
+from sources.services.submit import source_submit_document
 
 pytestmark = pytest.mark.django_db
 
@@ -15,10 +16,10 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def processed(bucket):
     memories_ingest(bucket=bucket, items=[MemoryInput(content="The shed was painted green in 2021.")])
-    source = services.source_submit_document(
+    source = source_submit_document(
         bucket=bucket, title="House", text="The shed was painted green in 2021.\n\nThe gate code is 4471."
     ).source
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     return source
 
 
@@ -30,7 +31,7 @@ def test_the_source_list_and_page_render(admin_client, processed):
 
 
 def test_retry_puts_failed_sources_back_in_the_queue(admin_client, bucket):
-    source = services.source_submit_document(bucket=bucket, title="t", text="The gate code is 4471.").source
+    source = source_submit_document(bucket=bucket, title="t", text="The gate code is 4471.").source
     Source.objects.filter(pk=source.pk).update(status=SourceStatus.FAILED, attempts=5, error="boom")
     admin_client.post("/admin/sources/source/", {"action": "retry", "_selected_action": [source.pk]})
     source.refresh_from_db()

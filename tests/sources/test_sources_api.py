@@ -11,9 +11,9 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
-from sources import services
 from sources.apis import MAX_CONVERSATION_CHARS, MAX_DOCUMENT_BYTES, MAX_MESSAGE_CHARS, MAX_MESSAGES
 from sources.models import Source, SourceChunk, SourceChunkMemory
+from sources.services.process import source_process
 from tests.conftest import make_client
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +42,7 @@ def conversations_url(bucket):
 
 def process_all():
     for source_id in Source.objects.values_list("pk", flat=True):
-        services.source_process(source_id=source_id)
+        source_process(source_id=source_id)
 
 
 # --- submit ---------------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def test_a_memory_two_sources_state_is_kept_until_the_last_of_them_goes(api, buc
     first = api.post(documents_url(bucket), DOC, format="json").json()["id"]
     second = api.post(documents_url(bucket), {**DOC, "title": "copy"}, format="json").json()["id"]
     for source_id in (first, second):  # in this order: the first creates the memories (process_all's is arbitrary)
-        services.source_process(source_id=source_id)
+        source_process(source_id=source_id)
     shared = set(SourceChunkMemory.objects.filter(source_id=first).values_list("memory_id", flat=True))
     assert shared and shared == set(
         SourceChunkMemory.objects.filter(source_id=second).values_list("memory_id", flat=True)

@@ -16,9 +16,13 @@ from django.db import connection
 from audit.services import Actor
 from memories.models import Memory
 from memories.services import buckets as memory_buckets
-from sources import services, tasks
+from sources import tasks
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceStatus
-from sources.services import MessageInput
+from sources.services import process as source_processing
+from sources.services import submit as source_submission
+from sources.services.delete import source_delete
+from sources.services.process import source_process
+from sources.services.submit import MessageInput, content_hash, source_submit_conversation
 from tenants.models import Bucket
 from tests.support import base_env, celery_worker, test_database_url, use_broker
 
@@ -61,7 +65,7 @@ def in_threads(*fns) -> list:
 
 
 def test_concurrent_identical_submissions_make_one_source(bucket):
-    submit = lambda: services.source_submit_conversation(bucket=bucket, messages=MESSAGES)  # noqa: E731
+    submit = lambda: source_submit_conversation(bucket=bucket, messages=MESSAGES)  # noqa: E731
     results = in_threads(submit, submit, submit, submit)
     assert len({r.source.pk for r in results}) == 1
     assert sorted(r.deduplicated for r in results) == [False, True, True, True]
@@ -70,9 +74,9 @@ def test_concurrent_identical_submissions_make_one_source(bucket):
 
 def test_two_concurrent_runs_on_one_source_do_each_chunk_once(bucket, monkeypatch):
     # Two threads of this process; the test below runs the same race in two worker processes.
-    monkeypatch.setattr(services, "BATCH_CHUNKS", 4)  # many small batches: the runs interleave
-    source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
-    work = lambda: services.source_process(source_id=source.pk)  # noqa: E731
+    monkeypatch.setattr(source_processing, "BATCH_CHUNKS", 4)  # many small batches: the runs interleave
+    source = source_submit_conversation(bucket=bucket, messages=MESSAGES).source
+    work = lambda: source_process(source_id=source.pk)  # noqa: E731
     reports = in_threads(work, work)
     assert {r.status for r in reports} <= {"done", "busy"} and "done" in {r.status for r in reports}
 
@@ -142,7 +146,7 @@ def test_two_workers_on_one_source_do_each_chunk_once(bucket, tmp_path):
     memories by exactly one of them, and the counters add up."""
     broker = Broker(tmp_path)
     # The submission's own hint goes to the session's broker, which no worker here reads.
-    source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
+    source = source_submit_conversation(bucket=bucket, messages=MESSAGES).source
     with contextlib.ExitStack() as stack:
         # Prefetch is one message a worker (CELERY_WORKER_PREFETCH_MULTIPLIER, acks_late): the
         # first to poll takes one hint, the other worker the second.
@@ -188,14 +192,14 @@ def test_deleting_while_a_worker_processes_leaves_nothing_behind(bucket, tmp_pat
     """A worker process is midway through a source when it is deleted: the delete takes every
     memory the worker committed, and the worker commits nothing after it."""
     broker = Broker(tmp_path)
-    source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
+    source = source_submit_conversation(bucket=bucket, messages=MESSAGES).source
     with celery_worker(broker.worker_env(), log=tmp_path / "worker.log", queue=broker.queue, app=WORKER_APP) as worker:
         hint = broker.hint(source)
         deadline = time.time() + 120
         while not Source.objects.filter(pk=source.pk, chunks_done__gt=0).exists():
             assert worker.alive() and time.time() < deadline, worker.output()[-3000:]
             time.sleep(0.02)
-        report = services.source_delete(source=Source.objects.get(pk=source.pk))
+        report = source_delete(source=Source.objects.get(pk=source.pk))
         while hint not in _runs(worker.output()):
             assert worker.alive() and time.time() < deadline, worker.output()[-3000:]
             time.sleep(0.2)
@@ -210,10 +214,10 @@ def test_deleting_while_a_worker_processes_leaves_nothing_behind(bucket, tmp_pat
 
 def test_deleting_while_a_concurrent_run_processes_leaves_nothing_behind(bucket):
     # Two threads of this process; the test above runs the same race against a worker process.
-    source = services.source_submit_conversation(bucket=bucket, messages=MESSAGES).source
+    source = source_submit_conversation(bucket=bucket, messages=MESSAGES).source
     status, report = in_threads(
-        lambda: services.source_process(source_id=source.pk).status,
-        lambda: services.source_delete(source=Source.objects.get(pk=source.pk)),
+        lambda: source_process(source_id=source.pk).status,
+        lambda: source_delete(source=Source.objects.get(pk=source.pk)),
     )
     # The delete waited for the batch in flight and took its memories; the worker then found
     # the source gone (or never found it).
@@ -229,13 +233,13 @@ def test_deleting_while_a_concurrent_run_processes_leaves_nothing_behind(bucket)
 
 
 def _vanishing_bucket(monkeypatch, remove):
-    real = services.content_hash
+    real = content_hash
 
     def hash_then_remove(kind, payload):
         remove()
         return real(kind, payload)
 
-    monkeypatch.setattr(services, "content_hash", hash_then_remove)
+    monkeypatch.setattr(source_submission, "content_hash", hash_then_remove)
 
 
 @pytest.mark.parametrize("kind", ["documents", "conversations"])

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memories.models import Memory
-from sources import services
 from sources.models import SourceChunk, SourceChunkMemory, SourceStatus
-from sources.services import MessageInput
+from sources.services.process import source_process
+from sources.services.submit import MessageInput, source_submit_conversation
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +40,7 @@ CHAT = [
 
 
 def submit(bucket, messages=CHAT, **kwargs):
-    return services.source_submit_conversation(bucket=bucket, messages=messages, **kwargs).source
+    return source_submit_conversation(bucket=bucket, messages=messages, **kwargs).source
 
 
 def memories_by_chunk(source):
@@ -57,7 +57,7 @@ def memories_by_chunk(source):
 def test_user_and_assistant_messages_become_memories_with_attribution_and_times(bucket):
     source = submit(bucket, agent_id="helper")
     assert source.chunks_total == len(CHAT)
-    assert services.source_process(source_id=source.pk).status == "done"
+    assert source_process(source_id=source.pk).status == "done"
     by_chunk = memories_by_chunk(source)
 
     [moved] = by_chunk[2]
@@ -80,7 +80,7 @@ def test_user_and_assistant_messages_become_memories_with_attribution_and_times(
 
 def test_trivial_messages_are_dropped(bucket):
     source = submit(bucket)
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     by_chunk = memories_by_chunk(source)
     # "hey! how are you?", the assistant's pleasantries, "thanks!! lol" and "ok" make no memory.
     assert 0 not in by_chunk and 1 not in by_chunk and 6 not in by_chunk and 7 not in by_chunk
@@ -94,7 +94,7 @@ def test_trivial_messages_are_dropped(bucket):
 
 def test_a_short_answer_carries_its_question_and_cites_both_messages(bucket):
     source = submit(bucket)
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     [answer] = memories_by_chunk(source)[4]
     assert answer.content == "How old is your daughter Zuri? 9 already!"
     assert answer.attributed_to == "user" and answer.created_at == T0 + timedelta(minutes=4)
@@ -110,7 +110,7 @@ def test_speaker_resolves_first_person_in_user_messages(bucket):
         message("assistant", "I can draft a training plan around your shifts.", 2),
     ]
     source = submit(bucket, messages=messages, speaker="Maya", resolve_first_person=True)
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     contents = [m.content for ms in memories_by_chunk(source).values() for m in ms]
     assert contents == [
         "Maya moved to Lisbon in March.",
@@ -125,7 +125,7 @@ def test_speaker_resolves_first_person_in_user_messages(bucket):
 def test_first_person_stays_by_default_and_the_speaker_is_the_actor(bucket):
     messages = [message("user", "I moved to Lisbon in March.", 0)]
     source = submit(bucket, messages=messages, speaker="Maya")
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     [memory] = Memory.objects.for_bucket(bucket)
     assert (memory.content, memory.attributed_to, memory.source_actor_id) == (
         "I moved to Lisbon in March.",
@@ -143,7 +143,7 @@ def test_message_name_and_ids_override_the_conversation(bucket):
         bucket, messages=messages, speaker="Maya", resolve_first_person=True, agent_id="a1", run_id="run-1",
         source_actor_id="acct-9",
     )  # fmt: skip
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     by_chunk = memories_by_chunk(source)
     [user] = by_chunk[0]
     assert user.content == "Dele adopted a greyhound called Pepper."
@@ -158,7 +158,7 @@ def test_messages_without_timestamps_keep_their_order(bucket):
         MessageInput(role="user", content="Now I drive a 2021 Kia Niro hybrid."),
     ]
     source = submit(bucket, messages=messages)
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     first, second = (ms[0] for ms in memories_by_chunk(source).values())
     assert first.created_at < second.created_at
     assert second.context_text == first.content  # one sequence: the second carries the first as context
@@ -166,10 +166,10 @@ def test_messages_without_timestamps_keep_their_order(bucket):
 
 def test_resubmitting_a_conversation_dedups(bucket):
     source = submit(bucket)
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     count = Memory.objects.count()
-    again = services.source_submit_conversation(bucket=bucket, messages=CHAT)
+    again = source_submit_conversation(bucket=bucket, messages=CHAT)
     assert again.deduplicated and again.source.pk == source.pk
     assert Memory.objects.count() == count
     # Another speaker changes the memories: a different source.
-    assert not services.source_submit_conversation(bucket=bucket, messages=CHAT, speaker="Maya").deduplicated
+    assert not source_submit_conversation(bucket=bucket, messages=CHAT, speaker="Maya").deduplicated

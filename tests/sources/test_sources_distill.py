@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from engram_site.providers import nlp
 from memories.models import Memory
-from sources import distill, services
-from sources.distill import RulesDistiller, Unit
+from sources.distill.configured import get_distiller
+from sources.distill.llm import LLMDistiller
+from sources.distill.rules import RulesDistiller
+from sources.distill.sentences import sentences
+from sources.distill.statements import is_filler
+from sources.distill.units import RULES_VERSION, Unit
 from sources.models import Source
+from sources.services.process import source_process
+from sources.services.submit import MessageInput, source_submit_conversation, source_submit_document
 from tests.support import FakeLLM
 
 RULES = RulesDistiller()
@@ -120,8 +127,12 @@ not = "a statement"
 
 
 def test_the_regex_splitter_is_used_when_spacy_is_unavailable(monkeypatch):
-    monkeypatch.setattr(distill, "_pipeline", lambda: None)
-    assert distill.sentences("Dr. Smith moved on Jan. 5 to Lisbon. She loves it! any tips? ok") == [
+    def unavailable():
+        raise nlp.PipelineUnavailable("spaCy is not installed")
+
+    # The provider itself refuses, so the splitter and the first-person rewriting both see it.
+    monkeypatch.setattr(nlp, "get_pipeline", unavailable)
+    assert sentences("Dr. Smith moved on Jan. 5 to Lisbon. She loves it! any tips? ok") == [
         "Dr. Smith moved on Jan. 5 to Lisbon.",
         "She loves it!",
         "any tips?",
@@ -133,10 +144,10 @@ def test_the_regex_splitter_is_used_when_spacy_is_unavailable(monkeypatch):
 
 def test_the_default_distiller_is_the_rules(settings):
     assert settings.ENGRAM_DISTILLER == "rules"
-    assert distill.get_distiller().name == distill.RULES_VERSION
+    assert get_distiller().name == RULES_VERSION
     settings.ENGRAM_DISTILLER = "llm"
     settings.ENGRAM_LLM_BASE_URL = ""
-    assert distill.get_distiller().name == distill.RULES_VERSION  # no endpoint configured
+    assert get_distiller().name == RULES_VERSION  # no endpoint configured
 
 
 # --- the LLM distiller against a local fake of an OpenAI-compatible endpoint -------------------------
@@ -164,16 +175,16 @@ def test_llm_distiller_turns_messages_into_statements_through_the_endpoint(bucke
 
     with FakeLLM(reply) as fake:
         llm(fake)
-        source = services.source_submit_conversation(
+        source = source_submit_conversation(
             bucket=bucket,
             speaker="Maya",
             resolve_first_person=True,
             messages=[
-                services.MessageInput(role="user", content="thanks!"),
-                services.MessageInput(role="user", content="I moved to Lisbon in March 2024"),
+                MessageInput(role="user", content="thanks!"),
+                MessageInput(role="user", content="I moved to Lisbon in March 2024"),
             ],
         ).source
-        assert services.source_process(source_id=source.pk).status == "done"
+        assert source_process(source_id=source.pk).status == "done"
     assert list(Memory.objects.for_bucket(bucket).values_list("content", "attributed_to", "source_actor_id")) == [
         ("Maya moved to Lisbon in March 2024.", "user", "Maya")
     ]
@@ -192,9 +203,9 @@ def test_llm_failures_fall_back_to_the_rules(bucket, llm):
     with FakeLLM(lambda body: (500, "overloaded")) as fake:
         llm(fake)
         text = "The boiler was serviced in May 2024.\n\nThe roof was redone in 2019.\n\nThe deck was stained in 2022."
-        source = services.source_submit_document(bucket=bucket, title="Notes", text=text).source
+        source = source_submit_document(bucket=bucket, title="Notes", text=text).source
         # (three paragraphs, one chunk: the document is small)
-        assert services.source_process(source_id=source.pk).status == "done"
+        assert source_process(source_id=source.pk).status == "done"
     assert len(fake.requests) == 1
     assert sorted(Memory.objects.for_bucket(bucket).values_list("content", flat=True)) == [
         "Notes: The deck was stained in 2022.",  # names nothing: the title is its context
@@ -205,7 +216,7 @@ def test_llm_failures_fall_back_to_the_rules(bucket, llm):
 
 
 def test_llm_answers_are_parsed_strictly():
-    d = distill.LLMDistiller.__new__(distill.LLMDistiller)
+    d = LLMDistiller.__new__(LLMDistiller)
     assert d._parse('{"statements": ["a", " ", "b"]}') == ["a", "b"]
     assert d._parse('Here you go: ["x"]') == ["x"]
     for bad in ["no json here", '{"statements": "a"}', '{"statements": [1, 2]}', "{broken"]:
@@ -217,5 +228,5 @@ def test_long_repetitive_input_is_distilled_not_mistaken_for_filler():
     # Filler phrases overlap ("see you" / "see you later"): the check is a linear word split,
     # not a backtracking regular expression, so input like this cannot make it explode.
     for text in ["see you later " * 1400 + "x", "kk" * 10_000 + "!", " lol" * 5000 + " x", "a" * 20_000]:
-        assert distill.is_filler(text) is False
+        assert is_filler(text) is False
         assert RULES.distill(Unit(kind="conversation", text=text, role="user")).statements

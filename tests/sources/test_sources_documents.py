@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 import pytest
 
 from memories.models import Memory
-from sources import services
 from sources.chunking import chunk_document
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceStatus
+from sources.services.process import source_process
+from sources.services.submit import source_submit_document
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +41,7 @@ print("code is not a statement")
 
 
 def submit(bucket, text=HANDBOOK, **kwargs):
-    return services.source_submit_document(bucket=bucket, title=kwargs.pop("title", "Household"), text=text, **kwargs)
+    return source_submit_document(bucket=bucket, title=kwargs.pop("title", "Household"), text=text, **kwargs)
 
 
 def memories_of(source):
@@ -77,7 +78,7 @@ def test_a_markdown_document_becomes_atomic_memories_linked_to_their_chunks(buck
     source = result.source
     assert not result.deduplicated
     assert source.status == SourceStatus.PENDING and source.chunks_total == 3
-    report = services.source_process(source_id=source.pk)
+    report = source_process(source_id=source.pk)
     assert report.status == "done" and report.chunks == 3
 
     source.refresh_from_db()
@@ -101,7 +102,7 @@ def test_a_markdown_document_becomes_atomic_memories_linked_to_their_chunks(buck
 def test_document_memories_form_one_sequence_in_document_order(bucket):
     created_at = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
     source = submit(bucket, created_at=created_at, agent_id="notes-agent").source
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     memories = list(Memory.objects.for_bucket(bucket).order_by("created_at"))
     assert {m.run_id for m in memories} == {str(source.pk)}  # no run given: the source is the run
     assert {m.agent_id for m in memories} == {"notes-agent"}
@@ -114,16 +115,16 @@ def test_document_memories_form_one_sequence_in_document_order(bucket):
 
 def test_resubmitting_an_identical_document_returns_the_same_source_and_writes_nothing(bucket):
     first = submit(bucket).source
-    services.source_process(source_id=first.pk)
+    source_process(source_id=first.pk)
     count = Memory.objects.count()
     again = submit(bucket, metadata={"note": "metadata does not make it a new source"})
     assert again.deduplicated and again.source.pk == first.pk and again.source.status == SourceStatus.DONE
-    assert services.source_process(source_id=first.pk).status == "done"
+    assert source_process(source_id=first.pk).status == "done"
     assert Memory.objects.count() == count and Source.objects.count() == 1
     # A changed text is a new source, and its repeated statements deduplicate onto existing memories.
     changed = submit(bucket, text=HANDBOOK + "\nThe Sienna's plate is KLM-2041.\n").source
     assert changed.pk != first.pk
-    services.source_process(source_id=changed.pk)
+    source_process(source_id=changed.pk)
     changed.refresh_from_db()
     first.refresh_from_db()
     assert changed.memories_created == 1 and changed.memories_deduplicated == first.memories_created
@@ -144,7 +145,7 @@ def test_the_same_document_in_another_bucket_is_another_source(bucket, tenant):
 def test_plain_text_and_heading_context_only_where_a_sentence_needs_it(bucket):
     text = "Ravi's flat is in Gundeldingen, Basel.\n\nThe lease started on 1 June 2024. It costs CHF 1,850 a month."
     source = submit(bucket, text=text, title="Lease").source
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     assert [c for _, c in memories_of(source)] == [
         "Ravi's flat is in Gundeldingen, Basel.",  # names what it is about
         "The lease started on 1 June 2024.",  # mentions the subject already

@@ -9,9 +9,13 @@ from django.utils import timezone
 
 from engram_site.models import JobRun
 from memories.models import Memory
-from sources import services, tasks
+from sources import tasks
 from sources.models import ChunkStatus, Source, SourceChunk, SourceChunkMemory, SourceStatus
-from sources.services import MessageInput
+from sources.services import process as source_processing
+from sources.services.delete import source_delete
+from sources.services.process import ProcessReport, source_process
+from sources.services.submit import MessageInput, source_submit_conversation, source_submit_document
+from sources.services.sweep import MAX_ATTEMPTS, STALE_AFTER, sources_due, sources_sweep
 
 pytestmark = pytest.mark.django_db
 
@@ -22,13 +26,13 @@ MESSAGES = [
 
 
 def submit(bucket):
-    return services.source_submit_conversation(bucket=bucket, messages=MESSAGES, title="lockers").source
+    return source_submit_conversation(bucket=bucket, messages=MESSAGES, title="lockers").source
 
 
 @pytest.fixture
 def fail_at_chunk(monkeypatch):
     """Make the memory ingest of chunk k (any batch holding its statement) raise, until disarmed."""
-    real = services.memories_ingest
+    real = source_processing.memories_ingest
     state = {"ordinal": None}
 
     def ingest(*, bucket, items, **kwargs):
@@ -36,7 +40,7 @@ def fail_at_chunk(monkeypatch):
             raise RuntimeError("embedding server exploded")
         return real(bucket=bucket, items=items, **kwargs)
 
-    monkeypatch.setattr(services, "memories_ingest", ingest)
+    monkeypatch.setattr(source_processing, "memories_ingest", ingest)
 
     def arm(ordinal: int | None) -> None:
         state["ordinal"] = ordinal
@@ -51,7 +55,7 @@ def chunk_states(source):
 def test_a_failure_midway_leaves_a_resumable_state_and_resuming_completes_without_duplicates(bucket, fail_at_chunk):
     source = submit(bucket)
     fail_at_chunk(3)
-    report = services.source_process(source_id=source.pk)
+    report = source_process(source_id=source.pk)
     assert report.status == "failed" and report.chunks == 3
     assert "chunk 3" in report.error and "embedding server exploded" in report.error
 
@@ -64,7 +68,7 @@ def test_a_failure_midway_leaves_a_resumable_state_and_resuming_completes_withou
     assert not SourceChunkMemory.objects.filter(chunk__ordinal__gte=3).exists()
 
     fail_at_chunk(None)  # the model is back
-    report = services.source_process(source_id=source.pk)
+    report = source_process(source_id=source.pk)
     assert report.status == "done" and report.chunks == 3  # only chunks 3, 4 and 5
     source.refresh_from_db()
     assert source.status == SourceStatus.DONE and source.chunks_done == 6 and source.error == ""
@@ -78,12 +82,12 @@ def test_a_failure_midway_leaves_a_resumable_state_and_resuming_completes_withou
 def test_the_sweep_resumes_a_failed_source_after_its_back_off(bucket, fail_at_chunk):
     source = submit(bucket)
     fail_at_chunk(2)
-    services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
     fail_at_chunk(None)
-    assert services.sources_due() == []  # backing off (2 minutes after the first failure)
+    assert sources_due() == []  # backing off (2 minutes after the first failure)
     Source.objects.filter(pk=source.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=3))
-    assert services.sources_due() == [source.pk]
-    counts = services.sources_sweep()
+    assert sources_due() == [source.pk]
+    counts = sources_sweep()
     assert counts["done"] == 1 and counts["chunks"] == 4
     source.refresh_from_db()
     assert source.status == SourceStatus.DONE and Memory.objects.for_bucket(bucket).count() == 6
@@ -92,18 +96,18 @@ def test_the_sweep_resumes_a_failed_source_after_its_back_off(bucket, fail_at_ch
 def test_a_source_that_keeps_failing_is_given_up_by_the_sweep_but_resubmitting_resumes_it(bucket, fail_at_chunk):
     source = submit(bucket)
     fail_at_chunk(1)
-    for _ in range(services.MAX_ATTEMPTS):
-        services.source_process(source_id=source.pk)
+    for _ in range(MAX_ATTEMPTS):
+        source_process(source_id=source.pk)
     source.refresh_from_db()
-    assert source.status == SourceStatus.FAILED and source.attempts == services.MAX_ATTEMPTS
+    assert source.status == SourceStatus.FAILED and source.attempts == MAX_ATTEMPTS
     Source.objects.filter(pk=source.pk).update(heartbeat_at=timezone.now() - timedelta(days=1))
-    assert services.sources_due() == []
+    assert sources_due() == []
 
     fail_at_chunk(None)
-    again = services.source_submit_conversation(bucket=bucket, messages=MESSAGES, title="lockers")
+    again = source_submit_conversation(bucket=bucket, messages=MESSAGES, title="lockers")
     assert again.deduplicated and again.source.pk == source.pk
     assert again.source.status == SourceStatus.PENDING and again.source.attempts == 0
-    assert services.source_process(source_id=source.pk).status == "done"
+    assert source_process(source_id=source.pk).status == "done"
     assert Memory.objects.for_bucket(bucket).count() == 6
 
 
@@ -111,17 +115,17 @@ def test_the_sweep_picks_up_lost_hints_and_dead_workers_but_leaves_fresh_work_al
     from tenants.services import bucket_create
 
     fresh = submit(bucket)
-    lost = services.source_submit_document(bucket=bucket, title="lost", text="The boiler was serviced in 2024.").source
-    dead = services.source_submit_document(
+    lost = source_submit_document(bucket=bucket, title="lost", text="The boiler was serviced in 2024.").source
+    dead = source_submit_document(
         bucket=bucket_create(tenant=tenant, name="b2"), title="dead", text="The roof was redone in 2019."
     ).source
     Source.objects.filter(pk=lost.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=2))
     # A worker died mid-way: processing, no heartbeat for longer than STALE_AFTER.
     Source.objects.filter(pk=dead.pk).update(
-        status=SourceStatus.PROCESSING, heartbeat_at=timezone.now() - services.STALE_AFTER - timedelta(minutes=1)
+        status=SourceStatus.PROCESSING, heartbeat_at=timezone.now() - STALE_AFTER - timedelta(minutes=1)
     )
-    assert set(services.sources_due()) == {lost.pk, dead.pk}
-    assert services.sources_sweep()["done"] == 2
+    assert set(sources_due()) == {lost.pk, dead.pk}
+    assert sources_sweep()["done"] == 2
     assert Source.objects.get(pk=fresh.pk).status == SourceStatus.PENDING
     assert {s.status for s in Source.objects.exclude(pk=fresh.pk)} == {SourceStatus.DONE}
 
@@ -151,7 +155,7 @@ def test_processing_is_idempotent(bucket):
     source = submit(bucket)
     assert tasks.process_source(str(source.pk))["status"] == "done"
     assert tasks.process_source(str(source.pk)) == {
-        **services.ProcessReport(str(source.pk)).as_dict(),
+        **ProcessReport(str(source.pk)).as_dict(),
         "status": "done",
     }
     assert Memory.objects.for_bucket(bucket).count() == 6
@@ -159,22 +163,22 @@ def test_processing_is_idempotent(bucket):
 
 
 def test_a_deadline_pauses_between_chunks_and_the_next_run_continues(bucket, monkeypatch):
-    monkeypatch.setattr(services, "BATCH_CHUNKS", 1)
+    monkeypatch.setattr(source_processing, "BATCH_CHUNKS", 1)
     source = submit(bucket)
     # The clock passes the deadline once two chunks are done.
     done = SourceChunk.objects.filter(source=source, status=ChunkStatus.DONE)
-    monkeypatch.setattr(services, "_clock", lambda: 10.0 if done.count() >= 2 else 0.0)
-    report = services.source_process(source_id=source.pk, deadline=5.0)
+    monkeypatch.setattr(source_processing, "clock", lambda: 10.0 if done.count() >= 2 else 0.0)
+    report = source_process(source_id=source.pk, deadline=5.0)
     assert report.status == "pending" and report.chunks == 2
     assert Source.objects.get(pk=source.pk).status == SourceStatus.PENDING
-    assert services.source_process(source_id=source.pk).status == "done"
+    assert source_process(source_id=source.pk).status == "done"
     assert chunk_states(source) == [ChunkStatus.DONE] * 6
 
 
 def test_a_source_deleted_while_pending_is_not_processed(bucket):
     source = submit(bucket)
-    services.source_delete(source=source)
-    assert services.source_process(source_id=source.pk).status == "missing"
+    source_delete(source=source)
+    assert source_process(source_id=source.pk).status == "missing"
     assert not Memory.objects.exists()
 
 

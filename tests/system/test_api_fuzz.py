@@ -46,7 +46,8 @@ from engram_site.wsgi import application  # what gunicorn serves
 from graph.models import Edge, Entity
 from graph.services.extraction import graph_extract_memories
 from memories.services import MemoryInput, memories_ingest
-from sources import services as source_services
+from sources.services.process import source_process
+from sources.services.submit import source_submit_document
 from tenants import services as tenant_services
 from webhooks import services as webhook_services
 from webhooks.models import WebhookDelivery
@@ -111,7 +112,7 @@ class World:
             assert self.entity_id and self.edge_id, "the seed memories must give the graph endpoints something"
         if "/sources" in operation.path:
             self.source_id = self.new_source()
-            source_services.source_process(source_id=self.source_id)
+            source_process(source_id=self.source_id)
         self.webhook_id = self.delivery_id = None
         if "/webhook" in operation.path:
             self.webhook_id = self.new_webhook()
@@ -132,7 +133,7 @@ class World:
         return str(memories_ingest(bucket=self.bucket, items=[item])[0].id)
 
     def new_source(self) -> str:
-        result = source_services.source_submit_document(
+        result = source_submit_document(
             bucket=self.bucket, title=f"Doc {next(self.counter)}", text="Dana teaches chemistry in Porto.",
             submitted_by="fuzz",
         )  # fmt: skip

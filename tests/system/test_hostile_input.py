@@ -33,8 +33,9 @@ from memories.apis.memories import MAX_BATCH
 from memories.models import Memory
 from memories.serializers import MAX_METADATA_DEPTH
 from memories.services import MemoryInput, memories_ingest
-from sources import services as source_services
 from sources.models import Source, SourceChunk, SourceChunkMemory
+from sources.services.process import source_process
+from sources.services.submit import source_submit_document
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket
 from tests.conftest import make_client
@@ -76,10 +77,10 @@ def world(tenant, bucket):
     items = [MemoryInput(content=c) for c in ("Alice moved to Lisbon in 2023.", "Bob works at Acme Corp.")]
     ids = [r.id for r in memories_ingest(bucket=bucket, items=items)]
     graph_extract_memories(memory_ids=ids)
-    source = source_services.source_submit_document(
+    source = source_submit_document(
         bucket=bucket, title="Notes", text="Carol teaches chemistry in Porto.", submitted_by="test"
     ).source
-    source_services.source_process(source_id=source.pk)
+    source_process(source_id=source.pk)
 
     class World:
         pass

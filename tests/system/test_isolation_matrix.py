@@ -53,7 +53,7 @@ from maintenance.models import ConflictCandidate, DuplicateCandidate
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryEvent
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from memories.services.enrichment_failures import failures_record
-from sources.services import source_submit_document
+from sources.services.submit import source_submit_document
 from tenants import services
 from tenants.models import OperatorMembership, Scope
 from tenants.permissions import required_scope

@@ -14,7 +14,7 @@ from engram_site.exceptions import DomainError
 from graph.models import Mention
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
-from sources.services import MessageInput, source_submit_conversation
+from sources.services.submit import MessageInput, source_submit_conversation
 from tenants import services
 from tenants.models import ApiToken
 from tests.conftest import make_client
@@ -229,7 +229,7 @@ def test_the_graph_signal_walks_only_the_edges_of_memories_the_token_may_read(te
 
 def test_a_memorys_source_is_named_only_when_the_token_may_read_it(tenant, bucket):
     from sources.models import SourceChunk, SourceChunkMemory
-    from sources.services import source_submit_document
+    from sources.services.submit import source_submit_document
 
     memory_id = _write(bucket, "Alfa likes green tea.", "alfa")
     theirs = source_submit_document(bucket=bucket, title="Beta's notes", text="Alfa likes green tea.", agent_id="beta")
@@ -240,7 +240,7 @@ def test_a_memorys_source_is_named_only_when_the_token_may_read_it(tenant, bucke
 
 
 def test_a_source_submitted_by_a_token_held_to_agents_draws_its_context_from_what_it_may_read(tenant, bucket):
-    from sources.services import source_process
+    from sources.services.process import source_process
 
     _write(bucket, "Beta hid the spare key under the mat.", "beta", run_id="r1")
     client = _held(tenant, "alfa")

@@ -3,8 +3,9 @@
 from django.core.management.base import CommandError
 
 from engram_site.jobs.command import JobCommand
-from sources import services
 from sources.models import Source
+from sources.services.process import source_process
+from sources.services.sweep import sources_sweep
 from tenants.selectors import parse_uuid
 
 
@@ -28,10 +29,10 @@ class Command(JobCommand):
                 raise CommandError(f"no source with id {options['source']!r}")
 
             def one(*, recorder):
-                report = services.source_process(source_id=source_id)
+                report = source_process(source_id=source_id)
                 recorder.add(chunks=report.chunks, created=report.created)
                 if report.status == "failed":
                     recorder.fail(report.error)
 
             return one, {}
-        return services.sources_sweep, {"budget_seconds": options["budget"], "grace": False}
+        return sources_sweep, {"budget_seconds": options["budget"], "grace": False}
