@@ -7,7 +7,6 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from engram_site import health, metrics
 
 api_v1 = [
-    path("", include("tenants.urls")),
     path("", include("memories.urls")),
     path("", include("maintenance.urls")),
     path("", include("graph.urls")),

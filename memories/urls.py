@@ -1,11 +1,11 @@
 from django.urls import path
 
-from memories import bucket_apis
-from memories.apis import erasure, failures, feed, lifecycle, memories, search, transfer
+from memories.apis import buckets, erasure, failures, feed, lifecycle, memories, search, transfer
 
 urlpatterns = [
-    path("buckets/<str:bucket_id>", bucket_apis.BucketDetailApi.as_view(), name="bucket-detail"),
-    path("buckets/<str:bucket_id>/merge", bucket_apis.BucketMergeApi.as_view(), name="bucket-merge"),
+    path("buckets", buckets.BucketListApi.as_view(), name="bucket-list"),
+    path("buckets/<str:bucket_id>", buckets.BucketDetailApi.as_view(), name="bucket-detail"),
+    path("buckets/<str:bucket_id>/merge", buckets.BucketMergeApi.as_view(), name="bucket-merge"),
     path("buckets/<str:bucket_id>/memories", memories.BucketMemoriesApi.as_view(), name="bucket-memories"),
     path("buckets/<str:bucket_id>/search", search.SearchApi.as_view(), name="bucket-search"),
     path("buckets/<str:bucket_id>/deleted", lifecycle.DeletedMemoriesApi.as_view(), name="bucket-deleted"),

@@ -63,6 +63,7 @@ class Tenant(models.Model):
 
 DEFAULT_RETENTION_DAYS = 30
 MAX_RETENTION_DAYS = 3650
+BUCKET_NAME_MAX = 200
 
 
 class BucketQuerySet(TenantScopedQuerySet):
@@ -82,7 +83,7 @@ class Bucket(models.Model):
     tenant = models.ForeignKey(
         Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="buckets"
     )
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=BUCKET_NAME_MAX)
     description = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
     # How long a deleted memory stays restorable, and an expired one visible with

@@ -1,4 +1,6 @@
-"""Writes for tenants, buckets and tokens."""
+"""Writes for tenants, tokens and operators, and the bucket row's insert and name rules. A
+tenant's buckets are written by memories.services.buckets (a new tenant's first bucket
+excepted, below): deleting or merging a bucket moves its memories."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from django.utils.text import slugify
 from audit.services import Actor, audit_record, audit_record_per_tenant
 from engram_site.exceptions import Conflict, DomainError
 from tenants.models import (
+    BUCKET_NAME_MAX,
     MAX_AGENT_ID_CHARS,
     MAX_TOKEN_AGENTS,
     ApiToken,
@@ -25,8 +28,6 @@ from tenants.models import (
     hash_token,
 )
 
-BUCKET_NAME_MAX = 200
-
 
 @dataclass(frozen=True)
 class IssuedToken:
@@ -34,12 +35,64 @@ class IssuedToken:
     secret: str  # shown once, never stored
 
 
+# --- the bucket row: its name rules and its insert ------------------------------------------------
+# Every bucket write is memories.services.buckets (deleting and merging a bucket move its
+# memories) except a new tenant's first bucket, below; both go through these, so the rules and
+# the 409 are written once, here, where tenants needs them without importing memories.
+
+
+def bucket_name_clean(name: str) -> str:
+    """``name`` stripped; empty or longer than :data:`BUCKET_NAME_MAX` is a DomainError (400)."""
+    name = (name or "").strip()
+    if not name:
+        raise DomainError(
+            "Bucket name must not be empty.", extra={"errors": {"name": ["This field may not be blank."]}}
+        )
+    if len(name) > BUCKET_NAME_MAX:
+        raise DomainError(f"Bucket name is longer than {BUCKET_NAME_MAX} characters.")
+    return name
+
+
+def bucket_name_taken(*, tenant: Tenant, name: str) -> Conflict:
+    """The 409 for a name another bucket of the tenant has, in any case: it names that bucket."""
+    taken = Bucket.objects.for_tenant(tenant).named(name).values_list("name", flat=True).first() or name
+    return Conflict(
+        f"A bucket named {taken!r} already exists (bucket names are unique regardless of case).",
+        code="bucket_exists",
+    )
+
+
+def bucket_insert(*, tenant: Tenant, name: str, description: str = "") -> Bucket:
+    """Insert a bucket of ``tenant`` (embedded with the deployment's model), its name cleaned; a
+    name the tenant has already, in any case, raises :func:`bucket_name_taken`'s 409. Not
+    audited: the callers audit it with the rest of their change."""
+    name = bucket_name_clean(name)
+    try:
+        with transaction.atomic():
+            return Bucket.objects.create(
+                tenant=tenant,
+                name=name,
+                description=description or "",
+                embedding_model=site_settings.ENGRAM_EMBEDDING_MODEL,
+            )
+    except IntegrityError:
+        raise bucket_name_taken(tenant=tenant, name=name) from None
+
+
 @transaction.atomic
 def tenant_create(
-    *, name: str, slug: str | None = None, settings: dict | None = None, actor: Actor | None = None
+    *,
+    name: str,
+    slug: str | None = None,
+    settings: dict | None = None,
+    first_bucket: str | None = None,
+    actor: Actor | None = None,
 ) -> Tenant:
     """Create a tenant (a free slug derived from ``slug`` or ``name``); audited as ``tenant.create``
-    (with an ``actor``) in the same transaction."""
+    (with an ``actor``) in the same transaction. ``first_bucket`` also creates a bucket of that
+    name, audited as ``bucket.create``: a new, empty bucket touches no row of another app, so
+    tenants makes it here (:func:`bucket_insert`) without reaching up to
+    memories.services.buckets, where every other bucket write lives."""
     name = (name or "").strip()
     if not name:
         raise DomainError("Tenant name must not be empty.")
@@ -51,6 +104,13 @@ def tenant_create(
     tenant = Tenant.objects.create(name=name, slug=candidate, settings=settings or {})
     if actor is not None:
         audit_record(actor=actor, action="tenant.create", tenant=tenant, object_type="tenant", object_ids=[tenant.pk])
+    if first_bucket is not None:
+        bucket = bucket_insert(tenant=tenant, name=first_bucket)
+        if actor is not None:
+            audit_record(
+                actor=actor, action="bucket.create", tenant=tenant, object_type="bucket", object_ids=[bucket.pk],
+                details={"name": bucket.name},
+            )  # fmt: skip
     return tenant
 
 
@@ -169,81 +229,6 @@ def tokens_delete(*, tokens: list[ApiToken], actor: Actor) -> None:
         actor=actor, action="token.delete", object_type="token", rows=tokens, details=_token_prefixes
     )
     ApiToken.objects.filter(pk__in=[t.pk for t in tokens]).delete()
-
-
-def _name_taken(*, tenant: Tenant, name: str) -> Conflict:
-    """The 409 for a name another bucket of the tenant has, in any case: it names that bucket."""
-    taken = Bucket.objects.for_tenant(tenant).named(name).values_list("name", flat=True).first() or name
-    return Conflict(
-        f"A bucket named {taken!r} already exists (bucket names are unique regardless of case).",
-        code="bucket_exists",
-    )
-
-
-def _clean_bucket_name(name: str) -> str:
-    name = (name or "").strip()
-    if not name:
-        raise DomainError(
-            "Bucket name must not be empty.", extra={"errors": {"name": ["This field may not be blank."]}}
-        )
-    if len(name) > BUCKET_NAME_MAX:
-        raise DomainError(f"Bucket name is longer than {BUCKET_NAME_MAX} characters.")
-    return name
-
-
-def bucket_create(*, tenant: Tenant, name: str, description: str = "", actor: Actor | None = None) -> Bucket:
-    """Create a bucket; audited as ``bucket.create`` (with an ``actor``) in the same transaction."""
-    name = _clean_bucket_name(name)
-    try:
-        with transaction.atomic():
-            bucket = Bucket.objects.create(
-                tenant=tenant,
-                name=name,
-                description=description or "",
-                embedding_model=site_settings.ENGRAM_EMBEDDING_MODEL,
-            )
-            if actor is not None:
-                audit_record(
-                    actor=actor, action="bucket.create", tenant=tenant, object_type="bucket", object_ids=[bucket.pk],
-                    details={"name": bucket.name},
-                )  # fmt: skip
-            return bucket
-    except IntegrityError:
-        raise _name_taken(tenant=tenant, name=name) from None
-
-
-def bucket_update(
-    *,
-    bucket: Bucket,
-    name: str | None = None,
-    description: str | None = None,
-    retention_days: int | None = None,
-    actor: Actor | None = None,
-) -> Bucket:
-    """Rename, redescribe or set the retention window of a bucket; audited as ``bucket.update``
-    (with an ``actor``) in the same transaction."""
-    fields = []
-    if retention_days is not None:
-        bucket.retention_days = retention_days
-        fields.append("retention_days")
-    if name is not None:
-        bucket.name = _clean_bucket_name(name)
-        fields.append("name")
-    if description is not None:
-        bucket.description = description
-        fields.append("description")
-    if fields:
-        try:
-            with transaction.atomic():
-                bucket.save(update_fields=fields)
-                if actor is not None:
-                    audit_record(
-                        actor=actor, action="bucket.update", tenant=bucket.tenant, object_type="bucket",
-                        object_ids=[bucket.pk], details={"fields": sorted(fields)},
-                    )  # fmt: skip
-        except IntegrityError:
-            raise _name_taken(tenant=bucket.tenant, name=bucket.name) from None
-    return bucket
 
 
 # --- tenant operators (console/scoping.py) ---------------------------------------------------------

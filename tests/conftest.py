@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
+from memories.services.buckets import bucket_create
 from tenants import services
 from tenants.models import Bucket, OperatorMembership, Tenant
 
@@ -81,12 +82,12 @@ def other_tenant(db) -> Tenant:
 
 @pytest.fixture
 def bucket(tenant) -> Bucket:
-    return services.bucket_create(tenant=tenant, name="main")
+    return bucket_create(tenant=tenant, name="main")
 
 
 @pytest.fixture
 def other_bucket(other_tenant) -> Bucket:
-    return services.bucket_create(tenant=other_tenant, name="main")
+    return bucket_create(tenant=other_tenant, name="main")
 
 
 def make_client(tenant: Tenant, scopes=("read", "write"), **kwargs) -> APIClient:

@@ -168,9 +168,9 @@ class BucketAdmin(TenantScopedAdmin):
             changed = {name: form.cleaned_data[name] for name in ("name", "description", "retention_days")
                        if name in form.changed_data}  # fmt: skip
             if changed:
-                services.bucket_update(bucket=obj, actor=_actor(request), **changed)
+                buckets.bucket_update(bucket=obj, actor=_actor(request), **changed)
         else:
-            bucket = services.bucket_create(
+            bucket = buckets.bucket_create(
                 tenant=form.cleaned_data["tenant"],
                 name=form.cleaned_data["name"],
                 description=form.cleaned_data.get("description") or "",

@@ -13,8 +13,8 @@ One module per kind of change:
   every step, the graph's and classification's included): their records, backoff and retry;
 - :mod:`~memories.services.merge` — one memory absorbing another, a bucket's rows moving;
 - :mod:`~memories.services.transfer` — a bucket's memories exported and imported as JSON Lines;
-- :mod:`~memories.services.buckets` — merging and deleting buckets (their memories and what
-  the apps above hang on them, through their participants);
+- :mod:`~memories.services.buckets` — creating, changing, deleting and merging buckets (their
+  memories and what the apps above hang on them, through their participants);
 - :mod:`~memories.services.erasure` — erasing every memory of a person's identifier, with what
   is kept about them (the apps above through their participants);
 - :mod:`~memories.services.links`, :mod:`~memories.services.topics`,

@@ -1,4 +1,8 @@
-"""Buckets as containers of memories: deleting one, and merging one into another.
+"""Buckets as containers of memories: creating and changing one, deleting one with its
+memories, and merging one into another. Every write of a bucket lives here (a new tenant's
+first bucket excepted: tenants.services.tenant_create, through the same
+``tenants.services.bucket_insert``);
+the bucket endpoints are memories/apis/buckets.py.
 
 A bucket merge spans every app that keeps rows per bucket. It lives here, in the app
 that owns the memories, and calls the apps above through their participants
@@ -10,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Min
 
 from audit.services import Actor, audit_record
@@ -19,7 +23,54 @@ from memories.models import Memory
 from memories.participants import Participant, collect, run
 from memories.services.events import forget_stats
 from memories.services.merge import memories_absorb, memories_move_bucket
-from tenants.models import ApiToken, Bucket
+from tenants.models import ApiToken, Bucket, Tenant
+from tenants.services import bucket_insert, bucket_name_clean, bucket_name_taken
+
+
+def bucket_create(*, tenant: Tenant, name: str, description: str = "", actor: Actor | None = None) -> Bucket:
+    """Create a bucket; audited as ``bucket.create`` (with an ``actor``) in the same transaction."""
+    with transaction.atomic():
+        bucket = bucket_insert(tenant=tenant, name=name, description=description)
+        if actor is not None:
+            audit_record(
+                actor=actor, action="bucket.create", tenant=tenant, object_type="bucket", object_ids=[bucket.pk],
+                details={"name": bucket.name},
+            )  # fmt: skip
+        return bucket
+
+
+def bucket_update(
+    *,
+    bucket: Bucket,
+    name: str | None = None,
+    description: str | None = None,
+    retention_days: int | None = None,
+    actor: Actor | None = None,
+) -> Bucket:
+    """Rename, redescribe or set the retention window of a bucket; audited as ``bucket.update``
+    (with an ``actor``) in the same transaction."""
+    fields = []
+    if retention_days is not None:
+        bucket.retention_days = retention_days
+        fields.append("retention_days")
+    if name is not None:
+        bucket.name = bucket_name_clean(name)
+        fields.append("name")
+    if description is not None:
+        bucket.description = description
+        fields.append("description")
+    if fields:
+        try:
+            with transaction.atomic():
+                bucket.save(update_fields=fields)
+                if actor is not None:
+                    audit_record(
+                        actor=actor, action="bucket.update", tenant=bucket.tenant, object_type="bucket",
+                        object_ids=[bucket.pk], details={"fields": sorted(fields)},
+                    )  # fmt: skip
+        except IntegrityError:
+            raise bucket_name_taken(tenant=bucket.tenant, name=bucket.name) from None
+    return bucket
 
 
 @transaction.atomic

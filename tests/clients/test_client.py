@@ -40,6 +40,7 @@ from engram_client import (
 )
 from engram_client import _core as client_core
 
+from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
 from tests.support import ROOT, LoopbackServer, base_env, free_port, manage, test_database_url, web_server
 
@@ -58,10 +59,10 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
     env = base_env(DATABASE_URL=test_database_url(), ENGRAM_EMBEDDINGS="off", ENGRAM_TOKEN_RATE="100000/min")
     with django_db_blocker.unblock():
         tenant = tenant_services.tenant_create(name="Client tests")
-        main = tenant_services.bucket_create(tenant=tenant, name="main")
-        spare = tenant_services.bucket_create(tenant=tenant, name="spare")
+        main = bucket_create(tenant=tenant, name="main")
+        spare = bucket_create(tenant=tenant, name="spare")
         outsider = tenant_services.tenant_create(name="Client outsider")
-        elsewhere = tenant_services.bucket_create(tenant=outsider, name="theirs")
+        elsewhere = bucket_create(tenant=outsider, name="theirs")
 
         def token(owner, scopes, bucket=None):
             return tenant_services.token_issue(tenant=owner, name="client", scopes=scopes, bucket=bucket).secret

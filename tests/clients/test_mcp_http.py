@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from psycopg.types.json import Jsonb
 
 from memories.models import Memory
+from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
 from tests.support import base_env, test_database_url, web_server
 
@@ -38,10 +39,10 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory):
     log = tmp_path_factory.mktemp("mcp") / "server.log"
     with django_db_blocker.unblock():
         tenant = tenant_services.tenant_create(name="MCP tenant")
-        main = tenant_services.bucket_create(tenant=tenant, name="main")
-        notes = tenant_services.bucket_create(tenant=tenant, name="notes")
+        main = bucket_create(tenant=tenant, name="main")
+        notes = bucket_create(tenant=tenant, name="notes")
         outsider = tenant_services.tenant_create(name="MCP outsider")
-        tenant_services.bucket_create(tenant=outsider, name="theirs")
+        bucket_create(tenant=outsider, name="theirs")
 
         def token(owner, scopes, bucket=None, **kwargs) -> str:
             return tenant_services.token_issue(tenant=owner, name="t", scopes=scopes, bucket=bucket, **kwargs).secret

@@ -22,6 +22,7 @@ from engram_client import AsyncEngram
 from engram_client.mcp import create_server
 from mcp import Client, StdioServerParameters
 
+from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
 from tests.support import base_env, test_database_url, web_server
 
@@ -39,12 +40,12 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
     env = base_env(DATABASE_URL=test_database_url(), ENGRAM_EMBEDDINGS="off", ENGRAM_TOKEN_RATE="100000/min")
     with django_db_blocker.unblock():
         tenant = tenant_services.tenant_create(name="MCP tests")
-        main = tenant_services.bucket_create(tenant=tenant, name="main")
+        main = bucket_create(tenant=tenant, name="main")
         several = tenant_services.tenant_create(name="MCP two buckets")
-        work = tenant_services.bucket_create(tenant=several, name="work")
-        home = tenant_services.bucket_create(tenant=several, name="home")
+        work = bucket_create(tenant=several, name="work")
+        home = bucket_create(tenant=several, name="home")
         outsider = tenant_services.tenant_create(name="MCP outsider")
-        tenant_services.bucket_create(tenant=outsider, name="theirs")
+        bucket_create(tenant=outsider, name="theirs")
 
         def token(owner, scopes):
             return tenant_services.token_issue(tenant=owner, name="mcp", scopes=scopes).secret

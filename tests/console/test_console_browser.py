@@ -29,6 +29,7 @@ from memories import access
 from memories.models import DeletedMemory, Memory, MemoryAccess
 from memories.services import MemoryInput, memories_ingest, memory_update
 from memories.services import buckets as memory_buckets
+from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket, Tenant
 
@@ -243,7 +244,7 @@ def test_log_in_create_a_tenant_and_a_token_see_the_secret_once_and_revoke_it(co
 
 def test_review_queue_merge_a_pair(console, operator):
     tenant = tenant_services.tenant_create(name="Acme")
-    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    bucket = bucket_create(tenant=tenant, name="main")
     coffee, again, other = write(bucket, COFFEE, COFFEE_AGAIN, "My sister Anna works as a nurse in Boston.")
     Memory.objects.filter(pk=again).update(hint_tags=["morning"])
     near_duplicates_find_for(memory_ids=[again])
@@ -275,8 +276,8 @@ def test_review_queue_merge_a_pair(console, operator):
 
 def test_bucket_merge_preview_and_confirm(console, operator):
     tenant = tenant_services.tenant_create(name="Acme")
-    inbox = tenant_services.bucket_create(tenant=tenant, name="inbox")
-    archive = tenant_services.bucket_create(tenant=tenant, name="archive")
+    inbox = bucket_create(tenant=tenant, name="inbox")
+    archive = bucket_create(tenant=tenant, name="archive")
     inbox_id = inbox.pk
     write(inbox, COFFEE, "I live in Lisbon.", "My cat is called Miso.")
     [kept] = write(archive, COFFEE)
@@ -302,7 +303,7 @@ def test_bucket_merge_preview_and_confirm(console, operator):
 
 def test_playground_query_with_explain(console, operator):
     tenant = tenant_services.tenant_create(name="Acme")
-    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    bucket = bucket_create(tenant=tenant, name="main")
     coffee, *_ = write(bucket, COFFEE, "I live in Lisbon.", "My cat is called Miso.", "I run 5k on Saturdays.")
 
     console.login(operator)
@@ -324,7 +325,7 @@ def test_playground_query_with_explain(console, operator):
 
 def test_topics_and_health_pages(console, operator):
     tenant = tenant_services.tenant_create(name="Acme")
-    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    bucket = bucket_create(tenant=tenant, name="main")
     ids = write(bucket, "I like ramen.", "We had lasagna.", "Our cat Miso is twelve.", "The car needs tyres.")
     Memory.objects.filter(pk__in=ids[:2]).update(classified_topic="food")
     Memory.objects.filter(pk=ids[2]).update(classified_topic="pets")
@@ -351,7 +352,7 @@ def test_topics_and_health_pages(console, operator):
 
 def test_a_memorys_history_pin_delete_and_restore(console, operator):
     tenant = tenant_services.tenant_create(name="Acme")
-    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    bucket = bucket_create(tenant=tenant, name="main")
     [memory_id] = write(bucket, "<script>window.__engramXss = 1;</script> The spare key is under the mat.")
     memory_update(memory=Memory.objects.get(pk=memory_id), content="The spare key is under the mat.")
 
@@ -433,7 +434,7 @@ def test_the_api_docs_render_under_the_policy(console):
 
 def test_entity_pages_merge_and_list_the_correction(console, operator):
     tenant = tenant_services.tenant_create(name="Acme")
-    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    bucket = bucket_create(tenant=tenant, name="main")
     graph_extract_memories(memory_ids=write(bucket, "Robert Smith works at Initech.", "Smitty moved to Austin."))
     smitty = Entity.objects.get(normalized_name="smitty")
 

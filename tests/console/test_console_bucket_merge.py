@@ -16,6 +16,7 @@ from memories.links import LINKS_KEY
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 from memories.services import buckets as memory_buckets
+from memories.services.buckets import bucket_create
 from memories.services.links import links_add
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from tenants import services as tenant_services
@@ -62,7 +63,7 @@ def rows_in(bucket_id) -> list[str]:
 
 @pytest.fixture
 def second(tenant) -> Bucket:
-    return tenant_services.bucket_create(tenant=tenant, name="second")
+    return bucket_create(tenant=tenant, name="second")
 
 
 def test_preview_counts_what_will_move_dedup_and_merge_and_changes_nothing(bucket, second):

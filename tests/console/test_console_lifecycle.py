@@ -15,8 +15,8 @@ from audit.models import AuditEvent
 from audit.services import Actor
 from memories.models import DeletedMemory, Memory, MemoryVersion
 from memories.services import MemoryInput, memories_ingest, memory_delete, memory_update
+from memories.services.buckets import bucket_update
 from memories.services.merge import memories_absorb
-from tenants import services
 from tenants.models import Bucket
 from tests.conftest import make_client, make_operator
 
@@ -168,7 +168,7 @@ def test_importance_and_expiry_are_edited_shown_and_filtered(operator, bucket):
 
 
 def test_deleted_memories_are_listed_searched_and_restored_in_bulk(operator, bucket):
-    services.bucket_update(bucket=bucket, retention_days=10)
+    bucket_update(bucket=bucket, retention_days=10)
     ids = write(bucket, "I parked on level 3.", "The meeting moved to Tuesday.", "Still here.")
     for memory_id in ids[:2]:
         memory_delete(memory=Memory.objects.get(pk=memory_id))

@@ -13,7 +13,7 @@ from engram_site.models import JobRun, JobStatus
 from maintenance.models import DuplicateCandidate
 from memories.models import Memory, MemoryAccess
 from memories.services import MemoryInput, memories_ingest
-from tenants import services as tenant_services
+from memories.services.buckets import bucket_create
 from tenants.models import Bucket
 
 pytestmark = pytest.mark.django_db
@@ -106,7 +106,7 @@ def test_review_keep_both_acts_at_once_and_bulk_actions_work(admin_client, bucke
 
 
 def test_bucket_merge_page_previews_then_merges(admin_client, bucket):
-    target = tenant_services.bucket_create(tenant=bucket.tenant, name="archive")
+    target = bucket_create(tenant=bucket.tenant, name="archive")
     write(bucket, COFFEE, "I live in Lisbon.")
     write(target, COFFEE)
     form = {"source": bucket.pk, "target": target.pk, "remove_source": "on"}
@@ -139,7 +139,7 @@ def test_the_bucket_admin_action_opens_the_merge_page(admin_client, bucket):
 
 
 def test_the_bucket_form_refuses_a_name_another_bucket_has_in_another_case(admin_client, bucket):
-    second = tenant_services.bucket_create(tenant=bucket.tenant, name="Archive")
+    second = bucket_create(tenant=bucket.tenant, name="Archive")
     response = admin_client.post("/admin/tenants/bucket/add/", {"tenant": bucket.tenant_id, "name": "MAIN"})
     assert response.status_code == 200
     assert response.context["adminform"].form.errors == {

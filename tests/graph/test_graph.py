@@ -14,7 +14,7 @@ from graph.models import Edge, Entity, Mention
 from graph.services.extraction import graph_extract_memories, graph_rebuild
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest, memory_delete
-from tenants.services import bucket_create
+from memories.services.buckets import bucket_create
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from graph.models import Correction, Edge, Entity, Mention
 from graph.rules import Target, edge_key, rules_replay
 from memories.models import Memory
 from memories.services import buckets as memory_buckets
+from memories.services.buckets import bucket_create
 from memories.services.erasure import memories_erase
-from tenants.services import bucket_create
 from tests.conftest import make_operator
 from tests.graph.test_graph import facts, ingest, snapshot
 

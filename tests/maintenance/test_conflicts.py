@@ -15,6 +15,7 @@ from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandi
 from maintenance.services import conflicts
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
 from memories.services import MemoryInput, memories_ingest
+from memories.services.buckets import bucket_create
 from memories.services.merge import memories_absorb
 from tests.conftest import make_client
 
@@ -122,9 +123,8 @@ def test_a_diet_pair_is_found_by_full_text_even_without_a_near_neighbour(bucket)
 
 
 def test_pairs_never_cross_buckets(bucket, other_bucket):
-    from tenants import services as tenant_services
 
-    second = tenant_services.bucket_create(tenant=bucket.tenant, name="second")
+    second = bucket_create(tenant=bucket.tenant, name="second")
     write(bucket, VEGETARIAN)
     write(second, STEAK)
     write(other_bucket, STEAK)
@@ -312,9 +312,8 @@ def test_a_merge_elsewhere_repoints_the_pair_to_the_survivor(found, bucket):
 def test_a_bucket_merge_moves_the_pairs_and_the_scan_compares_the_moved_memories(bucket):
     from audit.services import Actor
     from memories.services.buckets import bucket_merge
-    from tenants import services as tenant_services
 
-    source = tenant_services.bucket_create(tenant=bucket.tenant, name="source")
+    source = bucket_create(tenant=bucket.tenant, name="source")
     write(bucket, VEGETARIAN)
     scan()
     write(source, STEAK, "I don't drink coffee.", "I drink coffee.")

@@ -31,14 +31,13 @@ from memories.services import (
     memory_delete,
     memory_update,
 )
-from memories.services.buckets import bucket_merge
+from memories.services.buckets import bucket_create, bucket_merge
 from memories.services.enrichment_failures import (
     RETRY_BASE_SECONDS,
     RETRY_MAX_SECONDS,
     failures_record,
     retry_delay_seconds,
 )
-from tenants.services import bucket_create
 from tests.conftest import make_operator
 
 POISON = "This note carries the POISON marker that the stage cannot handle."

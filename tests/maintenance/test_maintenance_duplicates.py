@@ -14,7 +14,7 @@ from maintenance.services import duplicates
 from memories.models import Memory
 from memories.services import MemoryInput, memories_enrich_all_pending, memories_ingest, memory_delete
 from memories.services import buckets as memory_buckets
-from tenants import services as tenant_services
+from memories.services.buckets import bucket_create
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +72,7 @@ def test_the_scan_only_looks_at_memories_added_since_the_last_one(bucket):
 
 
 def test_pairs_never_cross_buckets_or_tenants(bucket, other_bucket):
-    second = tenant_services.bucket_create(tenant=bucket.tenant, name="second")
+    second = bucket_create(tenant=bucket.tenant, name="second")
     write(bucket, COFFEE)
     write(second, COFFEE_AGAIN)
     write(other_bucket, COFFEE_AGAIN, NURSE)

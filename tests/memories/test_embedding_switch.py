@@ -19,10 +19,10 @@ from maintenance.services.embedding_switch import embedding_switch
 from memories.models import Memory, NextEmbedding
 from memories.retrieval.search import memories_search
 from memories.services import MemoryInput, memories_ingest
+from memories.services.buckets import bucket_create
 from memories.services.embedding_switch import embedding_switch_run, embedding_switch_start, embedding_switch_status
 from memories.services.ingest import join_context
 from memories.text import embedding_text
-from tenants import services as tenant_services
 from tenants.models import Bucket
 
 OLD, NEW = "all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8"
@@ -44,7 +44,7 @@ def corpus(n: int) -> list[str]:
 
 @pytest.fixture
 def live_bucket(tenant):
-    bucket = tenant_services.bucket_create(tenant=tenant, name="switching")
+    bucket = bucket_create(tenant=tenant, name="switching")
     # Sequences: most rows get a context vector too, which switches along.
     memories_ingest(bucket=bucket, items=[MemoryInput(content=text) for text in corpus(ROWS)], sequence=True)
     return Bucket.objects.get(pk=bucket.pk)
@@ -215,7 +215,7 @@ def test_a_switch_in_progress_shows_in_the_bucket_and_a_cancelled_one_leaves_its
 def test_merging_buckets_of_different_models_keeps_no_vectors_of_the_wrong_model(db, live_bucket, tenant):
     from memories.services.buckets import bucket_merge
 
-    target = tenant_services.bucket_create(tenant=tenant, name="int8")
+    target = bucket_create(tenant=tenant, name="int8")
     embedding_switch_start(bucket=target, model=NEW)
     assert embedding_switch_run(bucket=target)["status"] == "switched"
     target = Bucket.objects.get(pk=target.pk)

@@ -20,10 +20,10 @@ from graph.services.extraction import graph_extract_memories
 from maintenance.models import DuplicateCandidate
 from memories.models import DeletedMemory, Memory, MemoryAccess, MemoryVersion
 from memories.services import MemoryInput, memories_ingest
+from memories.services.buckets import bucket_create
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from sources.services.process import source_process
 from sources.services.submit import MessageInput, source_submit_conversation, source_submit_document
-from tenants import services as tenant_services
 from tests.conftest import make_client
 
 pytestmark = pytest.mark.django_db
@@ -64,9 +64,9 @@ class World:
 
 @pytest.fixture
 def world(tenant, other_tenant) -> World:
-    main = tenant_services.bucket_create(tenant=tenant, name="main")
-    second = tenant_services.bucket_create(tenant=tenant, name="second")
-    elsewhere = tenant_services.bucket_create(tenant=other_tenant, name="main")
+    main = bucket_create(tenant=tenant, name="main")
+    second = bucket_create(tenant=tenant, name="second")
+    elsewhere = bucket_create(tenant=other_tenant, name="main")
 
     boston, initech = ingest(
         main, ("Alice lives in Boston.", at(2021, 3)), ("Initech is headquartered in Austin.", at(2022)), agent=KEPT

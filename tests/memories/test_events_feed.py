@@ -17,6 +17,7 @@ from audit.services import Actor
 from memories import feed
 from memories.models import Memory, MemoryEvent
 from memories.services import MemoryInput, memories_erase, memories_ingest
+from memories.services.buckets import bucket_create
 from memories.services.feed import events_expire, events_trim
 from memories.services.supersession import memory_supersede
 from tenants import services as tenant_services
@@ -102,7 +103,7 @@ def test_bad_feed_parameters_answer_400(api, bucket, params):
 
 @pytest.mark.django_db
 def test_feed_shows_only_the_bucket_asked_for(api, bucket, tenant):
-    other = tenant_services.bucket_create(tenant=tenant, name="elsewhere")
+    other = bucket_create(tenant=tenant, name="elsewhere")
     _write(api, other, "Written in another bucket.")
     mine = _write(api, bucket, "Written in this bucket.")
     assert [e["memory_id"] for e in _events(api, bucket)["events"]] == [mine]
@@ -148,7 +149,7 @@ def test_feed_resumes_without_gaps_or_repeats_under_concurrent_writes():
     order, while a reader polls with its cursor: the union of the pages is every event exactly
     once. (A reader of ``id > cursor`` loses events here: a later id commits first.)"""
     tenant = tenant_services.tenant_create(name="Feed race")
-    bucket = tenant_services.bucket_create(tenant=tenant, name="race")
+    bucket = bucket_create(tenant=tenant, name="race")
     done = threading.Event()
     errors: list[BaseException] = []
     read: list[int] = []

@@ -13,10 +13,10 @@ from audit.services import Actor
 from memories.models import DeletedMemory, Memory, MemoryVersion
 from memories.retrieval import MODES
 from memories.services import memories_purge
+from memories.services.buckets import bucket_create
 from memories.services.merge import memories_absorb
 from memories.services.supersession import memory_supersede
 from memories.services.topics import topic_rename
-from tenants.services import bucket_create
 from tests.conftest import make_client
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from memories.models import Memory
+from memories.services.buckets import bucket_create
 from memories.text import text_hash
-from tenants.services import bucket_create
 
 pytestmark = pytest.mark.django_db
 

@@ -151,7 +151,7 @@ def test_a_held_text_deleted_before_the_insert_is_written_again(bucket, monkeypa
 
 
 def test_same_text_in_two_buckets_is_two_memories(api, tenant, bucket):
-    from tenants.services import bucket_create
+    from memories.services.buckets import bucket_create
 
     other = bucket_create(tenant=tenant, name="second")
     a = api.post(url(bucket), {"content": "shared fact"}, format="json").json()["results"][0]
@@ -310,7 +310,7 @@ def test_outsider_cannot_write_into_a_bucket(outsider_api, bucket):
 
 
 def test_restricted_token_cannot_write_to_another_bucket(client_factory, tenant, bucket):
-    from tenants.services import bucket_create
+    from memories.services.buckets import bucket_create
 
     other = bucket_create(tenant=tenant, name="other")
     restricted = client_factory(tenant, bucket=bucket)

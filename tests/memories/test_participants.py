@@ -16,9 +16,8 @@ from memories import participants
 from memories.models import DeletedMemory, Memory
 from memories.participants import Participant, ParticipantError
 from memories.services import MemoryInput, memories_erase, memories_ingest, memory_delete, memory_restore
-from memories.services.buckets import bucket_delete, bucket_merge, bucket_merge_preview
+from memories.services.buckets import bucket_create, bucket_delete, bucket_merge, bucket_merge_preview
 from sources.participants import SourcesParticipant
-from tenants import services as tenant_services
 from tenants.models import Bucket
 
 pytestmark = pytest.mark.django_db
@@ -80,7 +79,7 @@ def registry(monkeypatch):
 
 @pytest.fixture
 def second(tenant):
-    return tenant_services.bucket_create(tenant=tenant, name="second")
+    return bucket_create(tenant=tenant, name="second")
 
 
 def test_every_app_that_keeps_rows_about_buckets_or_memories_registers_its_participant():

@@ -30,6 +30,7 @@ from engram_site.providers import embedding
 from memories.models import Memory, MemoryVersion
 from memories.retrieval import vector
 from memories.services import MemoryInput, memories_enrich_all_pending, memories_ingest, memory_update
+from memories.services.buckets import bucket_create
 from memories.services.ingest import run_sequence_id
 from tenants import services as tenant_services
 from tests.conftest import make_client
@@ -137,8 +138,8 @@ def round_trip(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
         tenant = tenant_services.tenant_create(name="Transfer round trip")
         try:
-            source = tenant_services.bucket_create(tenant=tenant, name="source")
-            target = tenant_services.bucket_create(tenant=tenant, name="target")
+            source = bucket_create(tenant=tenant, name="source")
+            target = bucket_create(tenant=tenant, name="target")
             _build_source(source)
             client = make_client(tenant)
             response = client.get(export_url(source, embeddings="true"))
@@ -328,7 +329,7 @@ def test_an_import_keeps_history_and_runs_continue(api, bucket, tenant):
     assert versions["Hello there."] == []
     assert [(v["kind"], v["previous"]) for v in versions["Hi."]] == [("edited", {"content": "Hey."})]
 
-    other = tenant_services.bucket_create(tenant=tenant, name="copy")
+    other = bucket_create(tenant=tenant, name="copy")
     assert send(api, other, body).json()["imported"] == 2
     copied = Memory.objects.for_bucket(other).get(content="Hi.")
     history = MemoryVersion.objects.get(memory_id=copied.pk)
@@ -478,7 +479,7 @@ def test_export_and_import_commands_round_trip_with_progress(bucket, tenant, tmp
     call_command("export_bucket", str(bucket.pk), "--no-progress", stdout=out, stderr=io.StringIO())
     assert [line["content"] for line in parsed(out.getvalue().encode())] == [f"Command memory {i}." for i in range(30)]
 
-    copy = tenant_services.bucket_create(tenant=tenant, name="copy")
+    copy = bucket_create(tenant=tenant, name="copy")
     out, err = io.StringIO(), io.StringIO()
     call_command("import_bucket", str(copy.pk), str(path), stdout=out, stderr=err)
     report = json.loads(out.getvalue())
@@ -508,7 +509,7 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory):
     )  # fmt: skip
     with django_db_blocker.unblock():
         tenant = tenant_services.tenant_create(name="Transfer server")
-        bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+        bucket = bucket_create(tenant=tenant, name="main")
         secret = tenant_services.token_issue(tenant=tenant, name="t", scopes=["read", "write"]).secret
     try:
         with web_server(env, workers=1, log=log) as base:

@@ -17,7 +17,7 @@ from memories.models import Memory, MemoryAccess
 from memories.retrieval import keyword, rows, stats, vector
 from memories.services import MemoryInput, memories_ingest
 from memories.services import access as access_times
-from tenants import services as tenant_services
+from memories.services.buckets import bucket_create
 
 pytestmark = pytest.mark.django_db
 
@@ -329,7 +329,7 @@ def searched(api, bucket, other_tenant):
     and a snapshot of the database to compare with after the searches."""
     ids = write(api, bucket, *CORPUS, "Canary: the vault code is 4711.")
     graph_extract_memories(memory_ids=ids)
-    outside = tenant_services.bucket_create(tenant=other_tenant, name="outside")
+    outside = bucket_create(tenant=other_tenant, name="outside")
     memories_ingest(bucket=outside, items=[MemoryInput(content="Anna's canary: the other vault code is 1234.")])
     return ids, database_snapshot()
 

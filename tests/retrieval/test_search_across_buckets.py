@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from memories.models import Memory
-from tenants import services as tenant_services
+from memories.services.buckets import bucket_create
 from tests.conftest import make_client
 
 pytestmark = pytest.mark.django_db
@@ -53,9 +53,9 @@ def search_across(api, query, expect=200, **params):
 
 @pytest.fixture
 def three(tenant, api):
-    mine = tenant_services.bucket_create(tenant=tenant, name="agent")
-    team = tenant_services.bucket_create(tenant=tenant, name="team")
-    user = tenant_services.bucket_create(tenant=tenant, name="user")
+    mine = bucket_create(tenant=tenant, name="agent")
+    team = bucket_create(tenant=tenant, name="team")
+    user = bucket_create(tenant=tenant, name="user")
     write(api, mine, MINE, day=1)
     write(api, team, TEAM, day=2)
     write(api, user, USER, day=3)
@@ -95,7 +95,7 @@ def test_buckets_searched_together_rank_as_one_bucket_holding_their_memories(ten
     taken together, and the vectors are one walk: the same memories written into one bucket
     get the same scores in the same order. Per-bucket IDF would score "billing" (in every
     bucket) and "noodle" (in one) differently here than over the whole collection."""
-    whole = tenant_services.bucket_create(tenant=tenant, name="whole")
+    whole = bucket_create(tenant=tenant, name="whole")
     write(api, whole, MINE, day=1)
     write(api, whole, TEAM, day=2)
     write(api, whole, USER, day=3)
@@ -129,7 +129,7 @@ def test_a_bucket_searched_alone_answers_as_the_bucket_search(api, three):
 
 
 def test_the_default_is_every_bucket_the_token_can_read(tenant, other_tenant, api, three):
-    outsider = tenant_services.bucket_create(tenant=other_tenant, name="elsewhere")
+    outsider = bucket_create(tenant=other_tenant, name="elsewhere")
     write(make_client(other_tenant), outsider, ["The billing invoice totals of another company entirely."])
     body = search_across(api, "billing invoice totals")
     assert [b["name"] for b in body["buckets"]] == ["agent", "team", "user"]
@@ -151,7 +151,7 @@ def test_a_token_narrowed_to_one_bucket_searches_that_bucket_only(tenant, three)
 def test_a_bucket_the_token_cannot_read_answers_404_and_shows_nothing(tenant, other_tenant, three):
     mine, _team, _user = three
     outsider = make_client(other_tenant, scopes=("admin",))
-    own = tenant_services.bucket_create(tenant=other_tenant, name="own")
+    own = bucket_create(tenant=other_tenant, name="own")
     control = search_across(outsider, "billing", expect=404, buckets=[str(own.pk), str(uuid.uuid4())])
     for asked in ([str(mine.pk)], [str(own.pk), str(mine.pk)], [str(mine.pk).upper()], ["not-an-id"]):
         refused = search_across(outsider, "billing", expect=404, buckets=asked)

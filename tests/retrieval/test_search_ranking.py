@@ -78,9 +78,9 @@ def test_a_neighbour_outside_the_filters_is_not_brought_in(api, bucket):
 
 
 def test_the_neighbour_lift_stays_inside_its_bucket(api, bucket, tenant):
-    from tenants import services
+    from memories.services.buckets import bucket_create
 
-    other = services.bucket_create(tenant=tenant, name="other")
+    other = bucket_create(tenant=tenant, name="other")
     write(api, other, *TURNS)
     ids = write(api, bucket, TURNS[0], "Ben: something else entirely.")
     # Same texts, other bucket: the positions (sequence, index) of the other bucket are never read.

@@ -229,7 +229,7 @@ def test_outsider_gets_404_on_every_endpoint_and_changes_nothing(api, outsider_a
 
 
 def test_a_bucket_restricted_token_sees_only_its_bucket(tenant, api, bucket):
-    from tenants.services import bucket_create
+    from memories.services.buckets import bucket_create
 
     other = bucket_create(tenant=tenant, name="other")
     restricted = make_client(tenant, bucket=other)

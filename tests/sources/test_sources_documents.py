@@ -136,7 +136,7 @@ def test_resubmitting_an_identical_document_returns_the_same_source_and_writes_n
 
 
 def test_the_same_document_in_another_bucket_is_another_source(bucket, tenant):
-    from tenants.services import bucket_create
+    from memories.services.buckets import bucket_create
 
     other = bucket_create(tenant=tenant, name="second")
     assert submit(bucket).source.pk != submit(other).source.pk

@@ -112,7 +112,7 @@ def test_a_source_that_keeps_failing_is_given_up_by_the_sweep_but_resubmitting_r
 
 
 def test_the_sweep_picks_up_lost_hints_and_dead_workers_but_leaves_fresh_work_alone(bucket, tenant):
-    from tenants.services import bucket_create
+    from memories.services.buckets import bucket_create
 
     fresh = submit(bucket)
     lost = source_submit_document(bucket=bucket, title="lost", text="The boiler was serviced in 2024.").source

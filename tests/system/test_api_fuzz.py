@@ -46,6 +46,7 @@ from engram_site.wsgi import application  # what gunicorn serves
 from graph.models import Edge, Entity
 from graph.services.extraction import graph_extract_memories
 from memories.services import MemoryInput, memories_ingest
+from memories.services.buckets import bucket_create
 from sources.services.process import source_process
 from sources.services.submit import source_submit_document
 from tenants import services as tenant_services
@@ -100,8 +101,8 @@ class World:
         self.counter = itertools.count()
         self.tenant = tenant_services.tenant_create(name="Fuzz")
         self.secret = tenant_services.token_issue(tenant=self.tenant, name="fuzz", scopes=["admin"]).secret
-        self.bucket = tenant_services.bucket_create(tenant=self.tenant, name="fuzz")
-        self.other_bucket = tenant_services.bucket_create(tenant=self.tenant, name="fuzz-other")
+        self.bucket = bucket_create(tenant=self.tenant, name="fuzz")
+        self.other_bucket = bucket_create(tenant=self.tenant, name="fuzz-other")
         ids = [r.id for r in memories_ingest(bucket=self.bucket, items=[MemoryInput(content=c) for c in MEMORIES])]
         self.memory_id = ids[0]
         self.entity_id = self.edge_id = self.source_id = None
@@ -124,7 +125,7 @@ class World:
         return {"Authorization": f"Bearer {self.secret}"}
 
     def new_bucket(self) -> str:
-        bucket = tenant_services.bucket_create(tenant=self.tenant, name=f"fresh-{next(self.counter)}")
+        bucket = bucket_create(tenant=self.tenant, name=f"fresh-{next(self.counter)}")
         memories_ingest(bucket=bucket, items=[MemoryInput(content="Carol lives in Oslo.")])
         return str(bucket.pk)
 

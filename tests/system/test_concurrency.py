@@ -29,6 +29,7 @@ from audit.models import AuditEvent
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 from memories.services import buckets as memory_buckets
+from memories.services.buckets import bucket_create
 from memories.text import text_hash
 from tenants import services as tenant_services
 from tenants.models import Bucket
@@ -69,7 +70,7 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory):
         # Let both server processes load the lemmatizer before any test's clients collide.
         with django_db_blocker.unblock():
             warm = tenant_services.tenant_create(name="Warm-up")
-            bucket = tenant_services.bucket_create(tenant=warm, name="warm-up")
+            bucket = bucket_create(tenant=warm, name="warm-up")
             url, token = f"{base}/api/v1/buckets/{bucket.pk}/memories", secret(warm)
             threads = [threading.Thread(target=call, args=("POST", url, token, {"content": f"w{i}"})) for i in range(8)]
             for thread in threads:
@@ -207,8 +208,8 @@ def fill(bucket: Bucket, prefix: str, count: int) -> set[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("remove_source", [True, False], ids=["source-removed", "source-kept"])
 def test_writes_during_a_bucket_merge_are_neither_lost_nor_duplicated(server, tenant, remove_source):
-    source = tenant_services.bucket_create(tenant=tenant, name="source")
-    target = tenant_services.bucket_create(tenant=tenant, name="target")
+    source = bucket_create(tenant=tenant, name="source")
+    target = bucket_create(tenant=tenant, name="target")
     # Rows to move, and 40 that collide with the target's (absorbed by them). Writers write
     # these texts again in other spellings (normalised alike, so the hash is the same).
     prefilled = fill(source, "source fact ", 3000) | fill(source, "shared fact ", 40)
@@ -309,7 +310,7 @@ def test_a_write_into_a_bucket_deleted_after_its_lookup_is_not_found(tenant):
     bucket went away (merge with remove_source, or a delete) before the insert."""
     from engram_site.exceptions import NotFound
 
-    stale = tenant_services.bucket_create(tenant=tenant, name="going")
+    stale = bucket_create(tenant=tenant, name="going")
     Bucket.objects.filter(pk=stale.pk).delete()
     with pytest.raises(NotFound, match="Bucket not found"):
         memories_ingest(bucket=stale, items=[MemoryInput(content="Too late for this bucket.")], sequence=False)

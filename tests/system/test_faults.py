@@ -116,9 +116,10 @@ import json
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.sessions.backends.db import SessionStore
+from memories.services.buckets import bucket_create
 from tenants import services
 tenant = services.tenant_create(name="Faults")
-bucket = services.bucket_create(tenant=tenant, name="load")
+bucket = bucket_create(tenant=tenant, name="load")
 token = services.token_issue(tenant=tenant, name="load", scopes=["read", "write"])
 # An operator logged in to the console (a session in the database, as after a login).
 user = auth.get_user_model().objects.create_superuser("operator", "operator@example.com", "a-long-passphrase-41")

@@ -33,6 +33,7 @@ from memories.apis.memories import MAX_BATCH
 from memories.models import Memory
 from memories.serializers import MAX_METADATA_DEPTH
 from memories.services import MemoryInput, memories_ingest
+from memories.services.buckets import bucket_create
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from sources.services.process import source_process
 from sources.services.submit import source_submit_document
@@ -87,7 +88,7 @@ def world(tenant, bucket):
 
     w = World()
     w.tenant, w.bucket, w.memory_id, w.source_id = tenant, bucket, ids[0], source.pk
-    w.other = tenant_services.bucket_create(tenant=tenant, name="other")
+    w.other = bucket_create(tenant=tenant, name="other")
     w.entity_id = Entity.objects.for_bucket(bucket).values_list("pk", flat=True).first()
     w.edge_id = Edge.objects.for_bucket(bucket).values_list("pk", flat=True).first()
     w.api = make_client(tenant, scopes=("admin",))
@@ -800,7 +801,7 @@ def raw_request(port: int, method: str, path: str, body: bytes | None = None, he
 def test_hostile_bodies_through_gunicorn(server):
     port, log = server
     tenant = tenant_services.tenant_create(name="Hostile")
-    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    bucket = bucket_create(tenant=tenant, name="main")
     secret = tenant_services.token_issue(tenant=tenant, name="t", scopes=["admin"]).secret
     auth = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
     url = f"/api/v1/buckets/{bucket.pk}/memories"

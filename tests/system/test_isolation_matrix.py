@@ -52,6 +52,7 @@ from graph.models import Edge, Entity, Mention
 from maintenance.models import ConflictCandidate, DuplicateCandidate
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryEvent
 from memories.services import MemoryInput, memories_ingest, memory_delete
+from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
 from sources.services.submit import source_submit_document
 from tenants import services
@@ -118,9 +119,9 @@ def _conflict(bucket, x, y) -> ConflictCandidate:
 
 @pytest.fixture
 def world(tenant, other_tenant) -> World:
-    a1 = services.bucket_create(tenant=tenant, name=f"{A_MARK}-one")
-    a2 = services.bucket_create(tenant=tenant, name=f"{A_MARK}-two")
-    b1 = services.bucket_create(tenant=other_tenant, name=f"{B_MARK}-one")
+    a1 = bucket_create(tenant=tenant, name=f"{A_MARK}-one")
+    a2 = bucket_create(tenant=tenant, name=f"{A_MARK}-two")
+    b1 = bucket_create(tenant=other_tenant, name=f"{B_MARK}-one")
     contents = [f"{A_MARK} Marta keeps the lighthouse in Porto.", f"{A_MARK} Marta keeps a lighthouse near Porto."]
     m1, m2, m3 = _memories(a1, *contents, f"{A_MARK} Marta once kept a diary, now deleted.")
     memory_delete(memory=Memory.objects.get(pk=m3))
@@ -1011,7 +1012,7 @@ class AgentWorld:
 
 @pytest.fixture
 def agent_world(tenant) -> AgentWorld:
-    bucket = services.bucket_create(tenant=tenant, name="agents")
+    bucket = bucket_create(tenant=tenant, name="agents")
     objects = {}
     for agent, mark in AGENT_MARKS.items():
         items = [

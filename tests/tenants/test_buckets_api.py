@@ -12,6 +12,7 @@ from django.db.migrations.loader import MigrationLoader
 
 from audit.models import AuditEvent
 from memories.models import Memory
+from memories.services.buckets import bucket_create
 from tenants import services
 from tenants.models import Bucket, Tenant
 
@@ -86,7 +87,7 @@ def test_malformed_json_is_400(api, tenant):
 
 def test_list_buckets_is_paginated_and_tenant_scoped(api, tenant, other_bucket):
     for i in range(3):
-        services.bucket_create(tenant=tenant, name=f"b{i}")
+        bucket_create(tenant=tenant, name=f"b{i}")
     body = api.get("/api/v1/buckets?limit=2").json()
     assert body["count"] == 3
     assert [b["name"] for b in body["results"]] == ["b0", "b1"]
@@ -110,14 +111,14 @@ def test_rename_bucket(api, bucket):
 
 
 def test_rename_onto_existing_name_is_409(api, tenant, bucket):
-    services.bucket_create(tenant=tenant, name="taken")
+    bucket_create(tenant=tenant, name="taken")
     assert api.patch(f"/api/v1/buckets/{bucket.pk}", {"name": "taken"}, format="json").status_code == 409
     bucket.refresh_from_db()
     assert bucket.name == "main"
 
 
 def test_rename_onto_an_existing_name_in_another_case_is_409(api, tenant, bucket):
-    services.bucket_create(tenant=tenant, name="Taken")
+    bucket_create(tenant=tenant, name="Taken")
     response = api.patch(f"/api/v1/buckets/{bucket.pk}", {"name": "tAKEN"}, format="json")
     assert (response.status_code, response.json()["code"]) == (409, "bucket_exists")
     assert "'Taken'" in response.json()["detail"]
@@ -131,7 +132,7 @@ def test_a_bucket_can_be_renamed_to_its_own_name_in_another_case(api, bucket):
 
 
 def test_delete_bucket_cascades_to_memories(admin_api, tenant, bucket):
-    keep = services.bucket_create(tenant=tenant, name="keep")
+    keep = bucket_create(tenant=tenant, name="keep")
     add_memory(bucket, "gone")
     survivor = add_memory(keep, "stays")
     assert admin_api.delete(f"/api/v1/buckets/{bucket.pk}").status_code == 204

@@ -11,6 +11,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from memories.services.buckets import bucket_create
 from tenants import services
 from tenants.models import ApiToken, Tenant
 from tests.conftest import make_client
@@ -101,7 +102,7 @@ def test_bucket_delete_needs_admin_scope(api, admin_api, bucket):
 
 
 def test_bucket_restricted_token_sees_only_its_bucket(tenant, bucket):
-    other = services.bucket_create(tenant=tenant, name="other")
+    other = bucket_create(tenant=tenant, name="other")
     restricted = make_client(tenant, scopes=["read", "write"], bucket=bucket)
     listing = restricted.get("/api/v1/buckets").json()
     assert [b["id"] for b in listing["results"]] == [str(bucket.pk)]

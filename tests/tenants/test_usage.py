@@ -12,6 +12,7 @@ import pytest
 from django.utils import timezone
 
 from memories.models import Memory
+from memories.services.buckets import bucket_create
 from memories.storage import usage_storage_refresh
 from tenants import services as tenant_services
 from tenants import usage
@@ -93,7 +94,7 @@ def bar_heights(html: str, chart: str) -> list[float]:
 def test_usage_pages_draw_charts_for_the_operators_tenants_only(client, tenant, other_tenant, bucket):
     traffic(make_client(tenant), bucket, writes=2, searches=1)
     outsider = tenant_services.tenant_create(name="Zeta <b>corp</b>")
-    traffic(make_client(outsider), tenant_services.bucket_create(tenant=outsider, name="z"), writes=1, searches=4)
+    traffic(make_client(outsider), bucket_create(tenant=outsider, name="z"), writes=1, searches=4)
     client.force_login(make_operator("op", tenant))
     response = client.get("/admin/console/usage/")
     assert response.status_code == 200
@@ -136,7 +137,7 @@ def test_quotas_are_set_in_the_tenant_form_and_refusals_show_on_its_page(admin_c
 @pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "ok")
 def test_the_usage_page_draws_real_traffic_in_a_browser(console, operator):  # noqa: F811 (fixtures)
     tenant = tenant_services.tenant_create(name="Acme")
-    bucket = tenant_services.bucket_create(tenant=tenant, name="main")
+    bucket = bucket_create(tenant=tenant, name="main")
     secret = tenant_services.token_issue(tenant=tenant, name="agent", scopes=["read", "write"]).secret
 
     def call(path: str, body: dict) -> dict:

@@ -30,8 +30,8 @@ class Command(BaseCommand):
         try:
             with transaction.atomic():
                 actor = Actor.system("manage.py create_tenant")
-                tenant = services.tenant_create(name=name, actor=actor)
-                created_bucket = services.bucket_create(tenant=tenant, name=bucket, actor=actor) if bucket else None
+                tenant = services.tenant_create(name=name, first_bucket=bucket or None, actor=actor)
+                created_bucket = tenant.buckets.get() if bucket else None
                 issued = services.token_issue(
                     tenant=tenant, name=token_name, scopes=services.parse_scopes(scopes), actor=actor,
                     agent_ids=agents, include_shared=include_shared,

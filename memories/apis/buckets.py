@@ -1,6 +1,6 @@
-"""A bucket's own endpoints, which reach its memories: /api/v1/buckets/{bucket_id} (GET with
+"""The bucket endpoints: /api/v1/buckets (list, create), /api/v1/buckets/{bucket_id} (GET with
 its memory count and the rows waiting for enrichment, PATCH, DELETE with every memory) and
-/api/v1/buckets/{bucket_id}/merge."""
+/api/v1/buckets/{bucket_id}/merge. The writes are memories.services.buckets."""
 
 from __future__ import annotations
 
@@ -10,17 +10,69 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.services import request_actor
-from engram_site.fields import StrictBooleanField, StrictCharField, StrictIntegerField, StrictSerializer
-from engram_site.openapi import BODY, errors
+from engram_site.exceptions import Forbidden
+from engram_site.fields import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+    query_values,
+)
+from engram_site.openapi import BODY, errors, limit_offset_page
+from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
 from memories import selectors
 from memories.services import buckets, pending_enrichment_count
 from memories.services.embedding_switch import embedding_switch_status
 from tenants import selectors as tenant_selectors
-from tenants import services as tenant_services
 from tenants.agents import refuse_agent_held
-from tenants.apis import BucketOutput
-from tenants.models import MAX_RETENTION_DAYS, Scope
-from tenants.services import BUCKET_NAME_MAX
+from tenants.models import BUCKET_NAME_MAX, MAX_RETENTION_DAYS, Scope
+
+
+class BucketOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    retention_days = serializers.IntegerField(
+        help_text="days a deleted memory stays restorable (and an expired one listable) before it is purged"
+    )
+
+
+class BucketListApi(APIView):
+    class ListParams(StrictSerializer):
+        limit = page_size_field()
+        offset = offset_field()
+
+    @extend_schema_serializer(component_name="BucketCreate")
+    class CreateInput(StrictSerializer):
+        name = StrictCharField(max_length=BUCKET_NAME_MAX)
+        description = StrictCharField(required=False, allow_blank=True, max_length=10_000, default="")
+
+    @extend_schema(
+        operation_id="buckets_list",
+        parameters=[ListParams],
+        responses={200: limit_offset_page("BucketPage", BucketOutput(many=True)), **errors(400)},
+    )
+    def get(self, request):
+        # Validated here: the paginator would silently replace a bad limit with the default.
+        self.ListParams(data=query_values(request.query_params)).is_valid(raise_exception=True)
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(
+            tenant_selectors.bucket_list(tenant=request.auth.tenant, token=request.auth), request, view=self
+        )
+        return paginator.get_paginated_response(BucketOutput(page, many=True).data)
+
+    @extend_schema(
+        operation_id="buckets_create", request=CreateInput, responses={201: BucketOutput, **errors(409, *BODY)}
+    )
+    def post(self, request):
+        if request.auth.bucket_id is not None:
+            raise Forbidden("This token is restricted to one bucket and cannot create buckets.")
+        refuse_agent_held(request.auth, "create a bucket")
+        data = self.CreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        bucket = buckets.bucket_create(tenant=request.auth.tenant, actor=request_actor(request), **data.validated_data)
+        return Response(BucketOutput(bucket).data, status=status.HTTP_201_CREATED)
 
 
 class EmbeddingSwitchOutput(serializers.Serializer):
@@ -84,7 +136,7 @@ class BucketDetailApi(APIView):
         refuse_agent_held(request.auth, "change a bucket")
         data = self.UpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        bucket = tenant_services.bucket_update(bucket=bucket, actor=request_actor(request), **data.validated_data)
+        bucket = buckets.bucket_update(bucket=bucket, actor=request_actor(request), **data.validated_data)
         if not request.auth.has_scope(Scope.READ):
             return Response({"id": str(bucket.pk)})  # a write-only token cannot GET the bucket either
         return Response(BucketOutput(bucket).data)
