@@ -1,4 +1,4 @@
-"""Precision and recall of the contradiction detector (maintenance/contradictions.py) on a
+"""Precision and recall of the conflict detector (maintenance/conflict_detector.py) on a
 hand-labelled set of memory pairs.
 
     ./engram bench contradiction_accuracy.py                      # print the report
@@ -35,7 +35,7 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 import common  # noqa: E402 - bench/, beside this script
 
-from maintenance.contradictions import (  # noqa: E402
+from maintenance.conflict_detector import (  # noqa: E402
     CANDIDATE_MIN_SIMILARITY,
     CUES,
     DETECTOR_VERSION,
@@ -157,7 +157,7 @@ def report(results: dict[str, dict], total: int) -> str:
     lines = [
         "# Contradiction detector: precision and recall (2026-11-26)",
         "",
-        f"Detector: `maintenance/contradictions.py` version {DETECTOR_VERSION} (rules, no model). "
+        f"Detector: `maintenance/conflict_detector.py` version {DETECTOR_VERSION} (rules, no model). "
         f"Set: `bench/contradictions/pairs.jsonl`, {total} hand-written pairs, split in two halves by seed {SEED}; "
         "the rules were adjusted on the dev half only. Machine: 2 cores, CPU only (the detector needs no model; "
         "the whole set runs in well under a second).",

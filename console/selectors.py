@@ -25,11 +25,11 @@ from tenants.models import Bucket, Tenant
 
 
 def pending_review_count(*, user) -> int:
-    return scope_queryset(DuplicateCandidate.objects.pending(), user=user).count()
+    return scope_queryset(DuplicateCandidate.objects.undecided(), user=user).count()
 
 
 def open_conflict_count(*, user) -> int:
-    return scope_queryset(ConflictCandidate.objects.open(), user=user).count()
+    return scope_queryset(ConflictCandidate.objects.undecided(), user=user).count()
 
 
 def console_summary(*, user) -> dict:
@@ -146,7 +146,7 @@ def health_report(*, user) -> HealthReport:
             tenants[row["tenant_id"]].pending_embeddings = row["embeddings"]
             tenants[row["tenant_id"]].pending_lemmas = row["lemmas"]
     for tenant_id, n in (
-        scoped(DuplicateCandidate.objects.pending())
+        scoped(DuplicateCandidate.objects.undecided())
         .values("tenant_id")
         .annotate(n=Count("id"))
         .values_list("tenant_id", "n")
@@ -154,7 +154,7 @@ def health_report(*, user) -> HealthReport:
         if tenant_id in tenants:
             tenants[tenant_id].pending_reviews = n
     for tenant_id, n in (
-        scoped(ConflictCandidate.objects.open())
+        scoped(ConflictCandidate.objects.undecided())
         .values("tenant_id")
         .annotate(n=Count("id"))
         .values_list("tenant_id", "n")

@@ -11,8 +11,9 @@ from audit.services import request_actor
 from engram_site.fields import StrictCharField, StrictSerializer
 from engram_site.openapi import BODY, errors, limit_offset_page
 from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
-from maintenance import conflicts
+from maintenance import selectors
 from maintenance.models import ConflictStatus
+from maintenance.services import conflict_review
 from memories.serializers import MAX_CONTENT_CHARS
 from tenants.agents import check_writable
 from tenants.selectors import bucket_get
@@ -60,9 +61,9 @@ class ConflictResolveOut(serializers.Serializer):
 
 
 class ConflictResolveIn(StrictSerializer):
-    action = serializers.ChoiceField(choices=conflicts.ACTIONS)
+    action = serializers.ChoiceField(choices=conflict_review.ACTIONS)
     keep = serializers.ChoiceField(
-        choices=conflicts.SIDES, required=False,
+        choices=conflict_review.SIDES, required=False,
         help_text="supersede: the memory that stays current; merge: the one that absorbs the other",
     )  # fmt: skip
     content = StrictCharField(
@@ -86,7 +87,7 @@ class ConflictListApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Params(data=request.query_params.dict())
         params.is_valid(raise_exception=True)
-        pairs = conflicts.conflict_list(
+        pairs = selectors.conflict_list(
             bucket=bucket, status=params.validated_data.get("status", ConflictStatus.OPEN), agents=request.auth.agents
         )
         paginator = LimitOffsetPagination()
@@ -107,12 +108,14 @@ class ConflictResolveApi(APIView):
     )
     def post(self, request, bucket_id, conflict_id):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
-        candidate = conflicts.conflict_get(bucket=bucket, candidate_id=conflict_id, agents=request.auth.agents)
+        candidate = selectors.conflict_get(bucket=bucket, candidate_id=conflict_id, agents=request.auth.agents)
         data = ConflictResolveIn(data=request.data)
         data.is_valid(raise_exception=True)
         # Resolving changes both memories (a version each at least): a token held to agents may
         # not change a shared one.
         for memory in (candidate.memory_a, candidate.memory_b):
             check_writable(request.auth.agents, memory.agent_id)
-        result = conflicts.conflict_resolve(candidate=candidate, actor=request_actor(request), **data.validated_data)
+        result = conflict_review.conflict_resolve(
+            candidate=candidate, actor=request_actor(request), **data.validated_data
+        )
         return Response(ConflictResolveOut(result).data)

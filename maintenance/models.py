@@ -1,9 +1,14 @@
-"""Maintenance bookkeeping: near-duplicate review candidates, scan cursors."""
+"""Maintenance bookkeeping: the review queues' pairs (near-duplicates, conflicts), scan cursors."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
+from typing import Self
+
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 
 from engram_site.db import TransactionNow
 from engram_site.querysets import BucketScopedQuerySet
@@ -17,19 +22,41 @@ class DuplicateStatus(models.TextChoices):
     KEPT_BOTH = "kept_both", "kept both"
 
 
-class DuplicateCandidateQuerySet(BucketScopedQuerySet):
-    def pending(self) -> DuplicateCandidateQuerySet:
-        return self.filter(status=DuplicateStatus.PENDING)
+# Memory columns a review page never shows (the vectors and the lemmas are most of a row).
+HEAVY_MEMORY_FIELDS = ("embedding", "context_embedding", "text_lemmatized", "context_lemmatized")
 
 
-class DuplicateCandidate(models.Model):
-    """Two memories of one bucket whose texts differ (so the hash did not catch them)
-    but whose embeddings are nearly the same: a pair for an operator to review.
+class ReviewPairQuerySet(BucketScopedQuerySet):
+    """The pairs of a review queue (maintenance/review.py)."""
 
-    The pair is stored ordered (``memory_a < memory_b``) so each pair has exactly
-    one row, whichever memory the scan found first. Tenant, bucket and both
-    memories cascade in the database (migration 0001).
+    def undecided(self) -> Self:
+        """The pairs waiting for an operator: pending near-duplicates, open conflicts."""
+        return self.filter(status=self.model.UNDECIDED)
+
+    def naming(self, memory_ids: Iterable[uuid.UUID]) -> Self:
+        """The pairs of which one memory is in ``memory_ids``."""
+        ids = list(memory_ids)
+        # memory_a leads the pair's unique index, memory_b has an index of its own.
+        return self.filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
+
+    def with_memories(self) -> Self:
+        """Both memories read along, without the columns a review page never shows."""
+        return self.select_related("memory_a", "memory_b").defer(
+            *(f"memory_{side}__{name}" for side in "ab" for name in HEAVY_MEMORY_FIELDS)
+        )
+
+
+class ReviewPair(models.Model):
+    """Two memories of one bucket for an operator to decide on: what every review queue's row has.
+
+    The pair is stored ordered (``memory_a < memory_b``, a check constraint of each table), so a
+    pair has exactly one row whichever memory a scan found first, and a decided pair is never
+    raised again (the scans insert with ON CONFLICT DO NOTHING on the pair). Tenant, bucket and
+    both memories cascade in the database.
     """
+
+    # The status of a pair waiting for a decision; ``decide`` records the others.
+    UNDECIDED: str
 
     tenant = models.ForeignKey(
         Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
@@ -43,12 +70,31 @@ class DuplicateCandidate(models.Model):
     memory_b = models.ForeignKey(
         Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
+
+    class Meta:
+        abstract = True
+
+    def sides(self, keep: str) -> tuple[uuid.UUID, uuid.UUID]:
+        """(the memory kept, the other one) for ``keep``, "a" or "b"."""
+        if keep == "a":
+            return self.memory_a_id, self.memory_b_id
+        return self.memory_b_id, self.memory_a_id
+
+
+class DuplicateCandidate(ReviewPair):
+    """Two memories of one bucket whose texts differ (so the hash did not catch them)
+    but whose embeddings are nearly the same: a pair for an operator to review (merge, or
+    keep both). The cascades are migration 0001's.
+    """
+
+    UNDECIDED = DuplicateStatus.PENDING
+
     similarity = models.FloatField()
     status = models.CharField(max_length=20, choices=DuplicateStatus.choices, default=DuplicateStatus.PENDING)
     created_at = models.DateTimeField(db_default=TransactionNow(), editable=False)
     reviewed_at = models.DateTimeField(null=True, blank=True)
 
-    objects = DuplicateCandidateQuerySet.as_manager()
+    objects = ReviewPairQuerySet.as_manager()
 
     class Meta:
         db_table = "duplicate_candidates"
@@ -69,6 +115,11 @@ class DuplicateCandidate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_a_id} ~ {self.memory_b_id} ({self.similarity:.3f})"
+
+    def decide(self, status: str) -> None:
+        """Record an operator's decision on this (locked) pair."""
+        self.status, self.reviewed_at = status, timezone.now()
+        self.save(update_fields=["status", "reviewed_at"])
 
 
 class ScanCursor(models.Model):
@@ -108,37 +159,20 @@ class ConflictStatus(models.TextChoices):
     MERGED = "merged", "merged"
 
 
-class ConflictCandidateQuerySet(BucketScopedQuerySet):
-    def open(self) -> ConflictCandidateQuerySet:
-        return self.filter(status=ConflictStatus.OPEN)
-
-
-class ConflictCandidate(models.Model):
+class ConflictCandidate(ReviewPair):
     """Two memories of one bucket that likely contradict each other ("I'm vegetarian" /
     "I had steak again"): a pair for an operator to resolve — keep both, supersede one,
     or merge them.
 
-    Found by the contradiction detector (``maintenance/contradictions.py``) in the
+    Found by the conflict detector (``maintenance/conflict_detector.py``) in the
     background, after enrichment and in the hourly catch-up scan. ``code`` names the cue
     (``one_value``, ``diet``, ``negation``, ``antonym``) and ``reason`` says it for a
-    person. The pair is stored ordered (``memory_a < memory_b``), one row per pair, so a
-    pair an operator resolved is never raised again. A merge deletes one memory: the pair
-    goes with it (the audit event ``conflict.merge`` is the record). Tenant, bucket and
-    both memories cascade in the database (migration 0007).
+    person. A merge deletes one memory: the pair goes with it (the audit event
+    ``conflict.merge`` is the record). The cascades are migration 0007's.
     """
 
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
-    )
-    bucket = models.ForeignKey(
-        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
-    )
-    memory_a = models.ForeignKey(
-        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
-    )
-    memory_b = models.ForeignKey(
-        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
-    )
+    UNDECIDED = ConflictStatus.OPEN
+
     code = models.CharField(max_length=20)
     reason = models.TextField()
     score = models.FloatField()
@@ -152,7 +186,7 @@ class ConflictCandidate(models.Model):
     # The memory that stayed current (superseded) or absorbed the other (merged).
     kept_memory_id = models.UUIDField(null=True, blank=True)
 
-    objects = ConflictCandidateQuerySet.as_manager()
+    objects = ReviewPairQuerySet.as_manager()
 
     class Meta:
         db_table = "conflict_candidates"
@@ -173,6 +207,12 @@ class ConflictCandidate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_a_id} ≠ {self.memory_b_id} ({self.code})"
+
+    def decide(self, status: str, *, by: str, kept: uuid.UUID | None) -> None:
+        """Record an operator's resolution of this (locked) pair: who, and the memory kept."""
+        self.status = status
+        self.resolved_at, self.resolved_by, self.kept_memory_id = timezone.now(), by[:200], kept
+        self.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
 
     @classmethod
     def agent_scope(cls, agents) -> Q:

@@ -4,10 +4,9 @@ inside the operation's transaction."""
 
 from __future__ import annotations
 
-from maintenance.conflicts import conflicts_erase, conflicts_repoint
 from maintenance.models import DuplicateCandidate
+from maintenance.review import QUEUES
 from maintenance.services.buckets import maintenance_bucket_merge
-from maintenance.services.duplicates import duplicate_candidates_erase, duplicate_candidates_repoint
 from memories.participants import Participant
 
 
@@ -22,11 +21,8 @@ class MaintenanceParticipant(Participant):
         maintenance_bucket_merge(source=source, target=target, oldest_moved=oldest_moved)
 
     def memories_absorb(self, *, mapping):
-        duplicate_candidates_repoint(mapping=mapping)
-        conflicts_repoint(mapping=mapping)
+        for queue in QUEUES:
+            queue.repoint(mapping=mapping)
 
     def erase(self, *, tenant, bucket_id, memory_ids, fields):
-        return {
-            "duplicate_candidates": duplicate_candidates_erase(tenant=tenant, memory_ids=memory_ids),
-            "conflict_candidates": conflicts_erase(tenant=tenant, memory_ids=memory_ids),
-        }
+        return {queue.counted_as: queue.erase(tenant=tenant, memory_ids=memory_ids) for queue in QUEUES}

@@ -11,7 +11,7 @@ from audit.services import Actor
 from console.actions import confirm_action, confirmed
 from console.scoping import TenantScopedAdmin
 from engram_site.models import JobRun, JobStatus
-from maintenance.models import DuplicateCandidate, DuplicateStatus
+from maintenance.models import DuplicateCandidate
 from maintenance.services import duplicate_review
 
 
@@ -101,7 +101,7 @@ class DuplicateCandidateAdmin(TenantScopedAdmin):
         self.message_user(request, f"{result.done} pair(s) marked as kept both.", messages.SUCCESS)
 
     def _merge(self, request, queryset, keep: str, action: str):
-        pending = queryset.filter(status=DuplicateStatus.PENDING).select_related("memory_a", "memory_b")
+        pending = queryset.undecided().select_related("memory_a", "memory_b")
         if not confirmed(request):
             return confirm_action(
                 request,

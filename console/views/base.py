@@ -11,9 +11,6 @@ from audit.services import Actor
 from console.scoping import visible_bucket
 from tenants.models import Bucket
 
-REVIEW_PAGE_SIZE = 25
-MEMORY_FIELDS_DEFERRED = ("embedding", "context_embedding", "context_lemmatized", "text_lemmatized")
-
 
 def page_context(request, title: str, **extra) -> dict:
     return {**admin.site.each_context(request), "title": title, **extra}

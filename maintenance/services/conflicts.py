@@ -9,14 +9,14 @@ from django.db import connection
 
 from engram_site import activity
 from engram_site.jobs.runner import JobRecorder
-from maintenance import contradictions, nearest
+from maintenance import conflict_detector, nearest
 from maintenance.models import ConflictStatus
 from maintenance.services.scans import Row, incremental_scan
 from memories.models import Memory
 from tenants.models import Bucket
 
-CONFLICT_K = contradictions.CANDIDATE_K
-CONFLICT_MIN_SIMILARITY = contradictions.CANDIDATE_MIN_SIMILARITY
+CONFLICT_K = conflict_detector.CANDIDATE_K
+CONFLICT_MIN_SIMILARITY = conflict_detector.CANDIDATE_MIN_SIMILARITY
 
 
 # At most this many memories of the bucket found by the diet probe's words, newest first.
@@ -24,8 +24,8 @@ CONFLICT_LEXICAL_LIMIT = 20
 
 
 def _lexical_partners(*, tenant_id, bucket_id, memory_id, content: str) -> list[uuid.UUID]:
-    """Memories of the bucket that share a diet probe's words with ``content`` (contradictions.diet_probe)."""
-    words = sorted(contradictions.diet_probe(content))
+    """Memories of the bucket that share a diet probe's words with ``content`` (conflict_detector.diet_probe)."""
+    words = sorted(conflict_detector.diet_probe(content))
     if not words:
         return []
     with connection.cursor() as cur:
@@ -61,12 +61,12 @@ def _store_conflicts(*, tenant_id, bucket_id, memory_id, found: list[nearest.Sim
         if other is None or me["superseded_by"] == other_id or other["superseded_by"] == memory_id:
             continue  # gone, or one already replaced the other: nothing left to review
         older, newer = sorted([me, other], key=lambda r: (r["created_at"], str(r["id"])))
-        finding = contradictions.detect(older["content"], newer["content"])
+        finding = conflict_detector.detect(older["content"], newer["content"])
         if finding is None:
             continue
         a, b = sorted([memory_id, other_id])  # uuid order == PostgreSQL's uuid order
         params += [tenant_id, bucket_id, a, b, finding.code, finding.reason, finding.score,
-                   similarity[other_id], contradictions.DETECTOR_VERSION, ConflictStatus.OPEN]  # fmt: skip
+                   similarity[other_id], conflict_detector.DETECTOR_VERSION, ConflictStatus.OPEN]  # fmt: skip
     if not params:
         return 0
     with connection.cursor() as cur:
@@ -86,7 +86,7 @@ def conflicts_scan(*, recorder: JobRecorder, bucket: Bucket | None = None, full:
     :class:`ConflictCandidate` rows for review (the hourly catch-up of the per-write hint).
 
     Each memory added since the bucket's cursor is compared with its nearest neighbours by
-    the detector of ``maintenance/contradictions.py``; pairs already stored (open or
+    the detector of ``maintenance/conflict_detector.py``; pairs already stored (open or
     resolved) are left as they are. Reads only: no memory changes.
     """
     found = {"conflicts": 0}
@@ -100,12 +100,12 @@ def conflicts_scan(*, recorder: JobRecorder, bucket: Bucket | None = None, full:
 
     incremental_scan(job="conflicts", bucket=bucket, full=full, recorder=recorder, visit=visit)
     recorder.add(conflicts=found["conflicts"])
-    recorder.set(detector_version=contradictions.DETECTOR_VERSION)
+    recorder.set(detector_version=conflict_detector.DETECTOR_VERSION)
     return dict(recorder.counts)
 
 
 def conflicts_find_for(*, memory_ids: Iterable) -> dict:
-    """The per-write hint (queued after enrichment): look for contradictions of these (new) memories."""
+    """The per-write hint (queued after enrichment): look for conflicts of these (new) memories."""
     counts = {"scanned": 0, "conflicts": 0}
     rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
     for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):

@@ -11,6 +11,7 @@ from django.utils import timezone
 from audit.services import Actor, audit_record
 from engram_site.exceptions import Conflict, DomainError, NotFound
 from maintenance.models import DuplicateCandidate, DuplicateStatus
+from maintenance.review import DUPLICATES, removed_record
 from memories.models import Memory
 from memories.services.merge import memories_absorb
 from tenants.models import Tenant
@@ -45,18 +46,10 @@ def duplicate_merge(*, candidate: DuplicateCandidate, keep: str, actor: Actor) -
     """
     if keep not in KEEP_CHOICES:
         raise DomainError(f"keep must be one of {list(KEEP_CHOICES)}.")
-    with transaction.atomic():
-        locked = DuplicateCandidate.objects.select_for_update().filter(pk=candidate.pk).first()
-        if locked is None:
-            raise NotFound("This pair is no longer in the review queue.")
-        if locked.status != DuplicateStatus.PENDING:
-            raise Conflict(f"This pair was already reviewed ({locked.get_status_display()}).", code="already_reviewed")
-        kept, removed = (
-            (locked.memory_a_id, locked.memory_b_id) if keep == "a" else (locked.memory_b_id, locked.memory_a_id)
-        )
-        gone = Memory.objects.filter(pk=removed).values("content", "created_at", "hint_tags", "attributed_to").first()
-        locked.status, locked.reviewed_at = DuplicateStatus.MERGED, timezone.now()
-        locked.save(update_fields=["status", "reviewed_at"])
+    with DUPLICATES.deciding(candidate) as locked:
+        kept, removed = locked.sides(keep)
+        gone = removed_record(removed, fields=("content", "created_at", "hint_tags", "attributed_to"))
+        locked.decide(DuplicateStatus.MERGED)
         memories_absorb(mapping={removed: kept}, actor=actor)
         audit_record(
             actor=actor,
@@ -70,7 +63,7 @@ def duplicate_merge(*, candidate: DuplicateCandidate, keep: str, actor: Actor) -
                 "similarity": round(locked.similarity, 4),
                 "kept_id": str(kept),
                 "removed_id": str(removed),
-                "removed": {**(gone or {}), "content": (gone or {}).get("content", "")[:2000]},
+                "removed": gone,
             },
         )
     return DuplicateMergeResult(candidate_id=locked.pk, kept_id=kept, removed_id=removed)
@@ -116,7 +109,7 @@ def duplicates_merge(*, candidates, keep: str, actor: Actor) -> BulkReviewResult
         raise DomainError(f"keep must be one of {list(BULK_KEEP_CHOICES)}.")
     result = BulkReviewResult()
     for candidate_id in list(candidates.order_by("-similarity", "pk").values_list("pk", flat=True)):
-        candidate = DuplicateCandidate.objects.filter(pk=candidate_id, status=DuplicateStatus.PENDING).first()
+        candidate = DuplicateCandidate.objects.undecided().filter(pk=candidate_id).first()
         if candidate is None:
             result.skipped += 1
             continue

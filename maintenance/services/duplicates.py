@@ -1,24 +1,19 @@
-"""Near-duplicates: the scan and the per-write hint that store candidate pairs, and what
-follows their memories (merges, erasure)."""
+"""Near-duplicates: the scan and the per-write hint that store candidate pairs for review."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
-from django.utils import timezone
 
 from engram_site import activity
 from engram_site.jobs.runner import JobRecorder
 from maintenance import nearest
-from maintenance.models import DuplicateCandidate, DuplicateStatus
-from maintenance.pairs import repoint_pairs
+from maintenance.models import DuplicateStatus
 from maintenance.services.scans import Row, incremental_scan
 from memories.models import Memory
-from tenants.models import Bucket, Tenant
+from tenants.models import Bucket
 
 NEAR_DUPLICATE_K = 5
 
@@ -87,46 +82,3 @@ def near_duplicates_find_for(*, memory_ids: Iterable, threshold: float | None = 
         )
         counts["scanned"] += 1
     return counts
-
-
-def duplicate_candidates_resolve(*, candidates, status: str) -> int:
-    """Record an operator's decision on candidates (``kept_both`` or ``merged``)."""
-    if status not in (DuplicateStatus.KEPT_BOTH, DuplicateStatus.MERGED):
-        raise ValueError(f"not a resolution: {status!r}")
-    return candidates.update(status=status, reviewed_at=timezone.now())
-
-
-def duplicate_candidates_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
-    """Candidates naming an absorbed memory name its survivor instead (a participant's ``memories_absorb``).
-
-    A pair that becomes a memory with itself is deleted; a pair that already exists
-    keeps one row, and a decision (kept both) wins over a pending state, so a pair an
-    operator said to keep is never suggested again.
-    """
-    if not mapping:
-        return 0
-    changed = 0
-    with connection.cursor() as cur:
-        # memory_a leads dupcand_pair_unique, memory_b has dupcand_memory_b.
-        cur.execute(
-            "SELECT id FROM duplicate_candidates WHERE memory_a_id = ANY(%s) OR memory_b_id = ANY(%s) ORDER BY id",
-            [list(mapping), list(mapping)],
-        )
-        ids = [row[0] for row in cur.fetchall()]
-    for start in range(0, len(ids), 5000):
-        changed += _repoint_candidates(ids[start : start + 5000], mapping)
-    return changed
-
-
-def duplicate_candidates_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> int:
-    """Delete the review candidates of erased memories (a participant's ``erase``), reviewed or not;
-    returns how many. Their foreign keys would cascade too: deleting them here counts them."""
-    ids = list(memory_ids)
-    # memory_a leads dupcand_pair_unique, memory_b has dupcand_memory_b.
-    pairs = DuplicateCandidate.objects.for_tenant(tenant).filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
-    return pairs.delete()[0]
-
-
-def _repoint_candidates(ids: list[int], mapping: dict[uuid.UUID, uuid.UUID]) -> int:
-    pairs = DuplicateCandidate.objects.filter(pk__in=ids)
-    return repoint_pairs(pairs, mapping, undecided=DuplicateStatus.PENDING, decision=("reviewed_at",))

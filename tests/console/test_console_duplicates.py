@@ -145,7 +145,7 @@ def test_keep_both_is_never_suggested_again(bucket):
     duplicates.near_duplicates_find_for(memory_ids=[candidate.memory_a_id, candidate.memory_b_id])
     candidate.refresh_from_db()
     assert candidate.status == DuplicateStatus.KEPT_BOTH
-    assert not DuplicateCandidate.objects.pending().exists()
+    assert not DuplicateCandidate.objects.undecided().exists()
     event = AuditEvent.objects.get(action="duplicate.keep_both")
     assert event.object_ids == [str(candidate.pk)]
 
@@ -169,7 +169,7 @@ def test_bulk_merge_skips_pairs_an_earlier_merge_resolved(bucket):
     # The first merge makes the other two pairs the same pair: one is dropped, the other merged.
     assert result.done + result.skipped == 3
     assert Memory.objects.for_bucket(bucket).count() == 3 - result.done
-    assert not DuplicateCandidate.objects.pending().exists()
+    assert not DuplicateCandidate.objects.undecided().exists()
 
 
 def test_bulk_keep_both_is_one_event_per_tenant(bucket, other_bucket):

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from audit.models import AuditEvent
-from maintenance import contradictions, receivers
+from maintenance import conflict_detector, receivers
 from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandidate
 from maintenance.services import conflicts
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
@@ -63,7 +63,7 @@ def found(bucket):
     ],
 )
 def test_the_detector_names_the_cue_of_a_contradiction(a, b, code):
-    finding = contradictions.detect(a, b)
+    finding = conflict_detector.detect(a, b)
     assert finding is not None and finding.code == code and finding.reason
 
 
@@ -79,7 +79,7 @@ def test_the_detector_names_the_cue_of_a_contradiction(a, b, code):
     ],
 )
 def test_the_detector_leaves_compatible_statements_alone(a, b):
-    assert contradictions.detect(a, b) is None
+    assert conflict_detector.detect(a, b) is None
 
 
 # --- finding pairs in the background ---------------------------------------------------------------

@@ -6,8 +6,8 @@ from maintenance.services import conflicts
 
 class Command(BucketJobCommand):
     help = (
-        "Compare memories of a bucket with their nearest neighbours using the local contradiction detector "
-        "(maintenance/contradictions.py) and store the pairs it raises as open conflict candidates. Incremental: "
+        "Compare memories of a bucket with their nearest neighbours using the local conflict detector "
+        "(maintenance/conflict_detector.py) and store the pairs it raises as open conflict candidates. Incremental: "
         "only memories added since the last scan, unless --full."
     )
     job_name = "scan_conflicts"

@@ -1,5 +1,8 @@
 """Does a new memory likely contradict an older one about the same subject?
 
+A pair it raises is a *conflict* (``ConflictCandidate``; the API's ``/conflicts``), for an operator
+to resolve (maintenance/services/conflict_review.py).
+
 A local, rule-based detector (no model, no network): it reads two short texts and
 answers with the cue it found — or nothing. It aims at precision over recall: a pair
 it raises goes to an operator's review queue, and a queue full of compatible facts

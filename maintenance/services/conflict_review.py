@@ -1,4 +1,4 @@
-"""The contradiction review queue: listing the pairs the detector raised and resolving them.
+"""The conflict review: resolving the pairs the conflict detector raised.
 
 Three resolutions, each in one transaction with its audit event:
 
@@ -13,7 +13,8 @@ Three resolutions, each in one transaction with its audit event:
   may take new content that states what is true now (an ``edited`` version). The pair
   goes with the absorbed memory; the audit event ``conflict.merge`` keeps its content.
 
-Found pairs are written by ``maintenance.services.conflicts`` (``conflicts_scan``, ``conflicts_find_for``).
+Found pairs are written by ``maintenance.services.conflicts`` (``conflicts_scan``, ``conflicts_find_for``);
+the queue's machinery (locking a pair, following merges and erasure) is ``maintenance.review``.
 """
 
 from __future__ import annotations
@@ -21,19 +22,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import Actor, audit_record
-from engram_site.exceptions import Conflict, DomainError, NotFound
+from engram_site.exceptions import DomainError, NotFound
 from maintenance.models import ConflictCandidate, ConflictStatus
-from maintenance.pairs import repoint_pairs
+from maintenance.review import CONFLICTS, removed_record
 from memories.models import Memory
 from memories.services.edits import memory_update
 from memories.services.merge import memories_absorb
 from memories.services.supersession import memory_supersede
-from tenants.models import Bucket, Tenant
+from tenants.models import Tenant
 
 ACTIONS = ("keep_both", "supersede", "merge")
 SIDES = ("a", "b")
@@ -48,41 +47,10 @@ class ConflictResolution:
     other_id: uuid.UUID | None = None
 
 
-def conflict_list(*, bucket: Bucket, status: str | None = None, agents=None):
-    """The bucket's pairs (of one status, if given), newest found first, with both memories;
-    for an agent-limited token (``agents``), the pairs whose two memories it reads."""
-    pairs = ConflictCandidate.objects.for_bucket(bucket).visible_to(agents).select_related("memory_a", "memory_b")
-    if status:
-        pairs = pairs.filter(status=status)
-    return pairs.defer(
-        *(
-            f"memory_{side}__{name}"
-            for side in "ab"
-            for name in ("embedding", "context_embedding", "text_lemmatized", "context_lemmatized")
-        )  # fmt: skip
-    ).order_by("-found_at", "-id")
-
-
-def conflict_get(*, bucket: Bucket, candidate_id, agents=None) -> ConflictCandidate:
-    """One pair of ``bucket``, or NotFound (another bucket's or tenant's pair looks missing)."""
-    try:
-        pk = int(str(candidate_id))
-    except ValueError:
-        raise NotFound("Conflict not found.") from None
-    if not 0 < pk < 2**63:  # beyond bigint: no such row (and no database error)
-        raise NotFound("Conflict not found.")
-    candidate = ConflictCandidate.objects.for_bucket(bucket).visible_to(agents).filter(pk=pk).first()
-    if candidate is None:
-        raise NotFound("Conflict not found.")
-    return candidate
-
-
 def _sides(candidate: ConflictCandidate, keep: str | None) -> tuple[uuid.UUID, uuid.UUID]:
     if keep not in SIDES:
         raise DomainError(f"keep must be one of {list(SIDES)}.", code="invalid")
-    if keep == "a":
-        return candidate.memory_a_id, candidate.memory_b_id
-    return candidate.memory_b_id, candidate.memory_a_id
+    return candidate.sides(keep)
 
 
 def conflict_resolve(
@@ -100,38 +68,29 @@ def conflict_resolve(
         raise DomainError("Only a merge takes new content.", code="invalid")
     if content is not None and not content.strip():
         raise DomainError("content must not be blank.", code="invalid")
-    with transaction.atomic():
-        locked = ConflictCandidate.objects.select_for_update().filter(pk=candidate.pk).first()
-        if locked is None:
-            raise NotFound("Conflict not found.")
-        if locked.status != ConflictStatus.OPEN:
-            raise Conflict(f"This pair was already resolved ({locked.get_status_display()}).", code="already_resolved")
+    with CONFLICTS.deciding(candidate) as locked:
         kept, other = _sides(locked, keep) if action != "keep_both" else (None, None)
-        locked.resolved_at, locked.resolved_by, locked.kept_memory_id = timezone.now(), actor.label[:200], kept
         details = {
             "candidate_id": locked.pk, "bucket_id": str(locked.bucket_id), "code": locked.code,
             "reason": locked.reason, "memory_a_id": str(locked.memory_a_id), "memory_b_id": str(locked.memory_b_id),
         }  # fmt: skip
         if action == "keep_both":
-            locked.status = ConflictStatus.KEPT_BOTH
-            locked.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
+            locked.decide(ConflictStatus.KEPT_BOTH, by=actor.label, kept=kept)
         elif action == "supersede":
             _supersede(kept=kept, other=other, actor=actor)
-            locked.status = ConflictStatus.SUPERSEDED
-            locked.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
+            locked.decide(ConflictStatus.SUPERSEDED, by=actor.label, kept=kept)
             details |= {"kept_id": str(kept), "superseded_id": str(other)}
         else:
-            gone = Memory.objects.filter(pk=other).values("content", "created_at", "hint_tags").first() or {}
-            locked.status = ConflictStatus.MERGED
-            locked.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
+            gone = removed_record(other, fields=("content", "created_at", "hint_tags"))
+            locked.decide(ConflictStatus.MERGED, by=actor.label, kept=kept)
             # The pair names the absorbed memory: the merge's re-pointing deletes it
-            # (conflicts_repoint), so the audit event below is the record of the decision.
+            # (maintenance.review's repoint), so the audit event below is the record of the decision.
             memories_absorb(mapping={other: kept}, actor=actor)
             if content is not None:
                 memory_update(memory=Memory.objects.select_related("bucket").get(pk=kept), actor=actor, content=content)
             details |= {
                 "kept_id": str(kept), "removed_id": str(other), "content_replaced": content is not None,
-                "removed": {**gone, "content": gone.get("content", "")[:2000]},
+                "removed": gone,
             }  # fmt: skip
         audit_record(
             actor=actor,
@@ -159,30 +118,3 @@ def _supersede(*, kept: uuid.UUID, other: uuid.UUID, actor: Actor) -> None:
     if rows[kept].superseded_by == other:
         memory_supersede(memory_id=kept, at=None, by=None, previous_by=other, actor=actor)
     memory_supersede(memory_id=other, at=timezone.now(), by=kept, previous_by=rows[other].superseded_by, actor=actor)
-
-
-# --- following the memories table (maintenance/participants.py) ----------------------------------------
-
-
-def conflicts_repoint(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
-    """Pairs naming an absorbed memory name its survivor instead (a participant's ``memories_absorb``).
-
-    A pair that becomes a memory with itself is deleted; a pair that already exists keeps one
-    row, and a resolution wins over an open state, so a pair an operator resolved is never
-    raised again.
-    """
-    if not mapping:
-        return 0
-    ids = list(mapping)
-    # memory_a leads conflict_pair_unique, memory_b has conflict_memory_b.
-    pairs = ConflictCandidate.objects.filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
-    return repoint_pairs(
-        pairs, mapping, undecided=ConflictStatus.OPEN, decision=("resolved_at", "resolved_by", "kept_memory_id")
-    )
-
-
-def conflicts_erase(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> int:
-    """Delete the pairs of erased memories (a participant's ``erase``), resolved or not; returns how many."""
-    ids = list(memory_ids)
-    pairs = ConflictCandidate.objects.for_tenant(tenant).filter(Q(memory_a_id__in=ids) | Q(memory_b_id__in=ids))
-    return pairs.delete()[0]
