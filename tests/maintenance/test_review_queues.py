@@ -10,7 +10,7 @@ from engram_site.exceptions import Conflict, NotFound
 from maintenance.models import ConflictStatus, DuplicateStatus
 from maintenance.review import CONFLICTS, DUPLICATES, QUEUES
 from memories.services import MemoryInput, memories_ingest
-from tenants.services import bucket_create
+from memories.services.buckets import bucket_create
 
 pytestmark = pytest.mark.django_db
 
