@@ -180,7 +180,8 @@ def task_ingest_split(request: dict) -> dict:
     import graph.receivers
     from engram_site.providers import embedding, lemmatizer
     from memories import hooks
-    from memories.services import ingest as services
+    from memories.services.ingest import derived
+    from memories.services.ingest import insert as services
     from tenants.models import Bucket
 
     _warm_models()
@@ -189,7 +190,7 @@ def task_ingest_split(request: dict) -> dict:
     recorded: dict[str, list[str]] = {"content": [], "context": []}
     recording = {"on": False}
     original_embed, original_lemmatize = embedding.embed_texts, lemmatizer.lemmatize_many
-    original_join = services.join_context
+    original_join = derived.join_context
 
     def counting_embed(texts, **kwargs):
         counters["embedded_texts"] += len(texts)
@@ -213,7 +214,7 @@ def task_ingest_split(request: dict) -> dict:
     services._EmbeddingAhead.ready = clock.wrap("embedding", services._EmbeddingAhead.ready)
     embedding.count_tokens = clock.wrap("tokenizer", embedding.count_tokens)
     lemmatizer.lemmatize_many = clock.wrap("lemmatizing", counting_lemmatize)
-    services.join_context = counting_join
+    derived.join_context = counting_join
     hooks.after_ingest = clock.wrap("queue hints", hooks.after_ingest)
     graph.receivers.enqueue_extraction = clock.wrap("queue hints", graph.receivers.enqueue_extraction)
     conn = connections["default"]

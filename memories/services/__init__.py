@@ -36,18 +36,11 @@ from memories.services.enrichment import (
     pending_enrichment_count,
 )
 from memories.services.erasure import ERASURE_FIELDS, ErasureReport, memories_erase
-from memories.services.ingest import (
-    CONTEXT_PREDECESSORS,
-    Carried,
-    IngestResult,
-    MemoryInput,
-    constraint_name,
-    document_lemmas,
-    hold_bucket,
-    join_context,
-    memories_ingest,
-    run_sequence_id,
-)
+from memories.services.ingest.context import CONTEXT_PREDECESSORS, run_sequence_id
+from memories.services.ingest.derived import document_lemmas, join_context
+from memories.services.ingest.insert import constraint_name, memories_ingest
+from memories.services.ingest.locks import hold_bucket
+from memories.services.ingest.rows import Carried, IngestResult, MemoryInput
 from memories.services.lifecycle import PurgeReport, memories_purge, memory_restore
 from memories.services.transfer import ImportReport, memories_export, memories_import
 

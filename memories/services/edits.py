@@ -18,7 +18,9 @@ from memories.models import Memory, VersionKind
 from memories.services.enrichment_failures import failures_forget
 from memories.services.events import note_writes, send_safely
 from memories.services.history import version_record
-from memories.services.ingest import MemoryInput, Row, count_tokens, embed_rows, hold_bucket, lemmatize_rows
+from memories.services.ingest.derived import count_tokens, embed_rows, lemmatize_rows
+from memories.services.ingest.locks import hold_bucket
+from memories.services.ingest.rows import MemoryInput, Row
 from memories.services.lifecycle import DeleteReason, memories_trash, memory_remove
 from memories.text import text_hash
 

@@ -33,7 +33,7 @@ from engram_site.db import binding_cursor
 from engram_site.exceptions import DomainError, NotFound
 from engram_site.providers import embedding
 from memories.models import EMBEDDING_DIMENSIONS, Memory, NextEmbedding
-from memories.services.ingest import join_context
+from memories.services.ingest.derived import join_context
 from memories.text import embedding_text
 from tenants.models import Bucket
 

@@ -25,7 +25,7 @@ from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAcce
 from memories.participants import Participant, collect, run
 from memories.services.events import forget_stats
 from memories.services.feed import events_erase
-from memories.services.ingest import CONTEXT_PREDECESSORS
+from memories.services.ingest.context import CONTEXT_PREDECESSORS
 from tenants.models import Bucket, Tenant
 
 # What an erasure matches on: the columns that identify whose memory it is.

@@ -31,7 +31,7 @@ from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
 from memories.participants import Participant, run
 from memories.services.events import note_writes, send_safely
 from memories.services.history import version_record
-from memories.services.ingest import hold_bucket
+from memories.services.ingest.locks import hold_bucket
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,9 @@ from engram_site.exceptions import DomainError
 from memories.links import RESERVED_PREFIX
 from memories.models import EMBEDDING_DIMENSIONS, Memory, MemoryVersion
 from memories.services.enrichment import pending_enrichment_count
-from memories.services.ingest import Carried, MemoryInput, memories_ingest, run_sequence_id
+from memories.services.ingest.context import run_sequence_id
+from memories.services.ingest.insert import memories_ingest
+from memories.services.ingest.rows import Carried, MemoryInput
 from tenants.models import AgentRestriction, Bucket
 
 MEDIA_TYPE = "application/x-ndjson"

@@ -21,7 +21,7 @@ from memories.retrieval.search import memories_search
 from memories.services import MemoryInput, memories_ingest
 from memories.services.buckets import bucket_create
 from memories.services.embedding_switch import embedding_switch_run, embedding_switch_start, embedding_switch_status
-from memories.services.ingest import join_context
+from memories.services.ingest.derived import join_context
 from memories.text import embedding_text
 from tenants.models import Bucket
 

@@ -129,7 +129,7 @@ def test_texts_the_bucket_already_holds_skip_the_model(api, bucket, monkeypatch)
 
 
 def test_a_held_text_deleted_before_the_insert_is_written_again(bucket, monkeypatch):
-    from memories.services import ingest as services
+    from memories.services.ingest import insert as services
 
     kept = services.memories_ingest(bucket=bucket, items=[services.MemoryInput(content="Tea at five.")])[0]
     real_prepare, prepared = services._prepare, []
@@ -178,7 +178,7 @@ def test_the_insert_order_puts_short_texts_first_and_spellings_of_one_text_toget
 
 
 def test_a_batch_is_embedded_and_inserted_shortest_text_first(bucket, monkeypatch):
-    from memories.services import ingest as services
+    from memories.services.ingest import insert as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 3)
     real_insert, inserted = services._insert, []
@@ -327,7 +327,8 @@ def big_batch(count: int, prefix: str = "Fact") -> list[dict]:
 
 def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bucket, monkeypatch):
     from engram_site.providers import embedding
-    from memories.services import ingest as services
+    from memories.services.ingest import insert as services
+    from memories.services.ingest.derived import join_context
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 7)
     items = big_batch(30)
@@ -342,9 +343,7 @@ def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bu
         assert memory.content == items[i]["content"]  # results in request order
         assert np.abs(np.asarray(memory.embedding) - expected[i]).max() < 1e-5  # its own vector, not a neighbour's
         if i:  # the batch is a sequence: each row after the first has a context vector
-            context = services.join_context(
-                "\n".join(x["content"] for x in items[max(0, i - 2) : i]), items[i]["content"]
-            )
+            context = join_context("\n".join(x["content"] for x in items[max(0, i - 2) : i]), items[i]["content"])
             assert (
                 memory.context_text
                 and np.abs(np.asarray(memory.context_embedding) - embedding.embed_texts([context])[0]).max() < 1e-5
@@ -353,7 +352,7 @@ def test_a_batch_of_several_chunks_stores_every_row_with_its_own_vectors(api, bu
 
 @pytest.mark.parametrize("count", [1, 8, 9, 10, 16, 17, 63, 64, 65, 100, 256, 319, 320, 321, 1000, 1018])
 def test_chunks_keep_every_row_once_in_order_and_shrink_towards_the_end(count):
-    from memories.services import ingest as services
+    from memories.services.ingest import insert as services
 
     rows = list(range(count))
     chunks = services._chunks(rows)
@@ -371,7 +370,7 @@ def test_chunks_keep_every_row_once_in_order_and_shrink_towards_the_end(count):
 
 
 def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, bucket, monkeypatch):
-    from memories.services import ingest as services
+    from memories.services.ingest import insert as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 8)
     monkeypatch.setattr(services, "SMALLEST_CHUNK_ROWS", 2)
@@ -394,7 +393,7 @@ def test_a_failure_inserting_a_later_chunk_leaves_nothing_of_the_batch(api, buck
 
 def test_a_model_failing_on_one_chunk_stores_those_rows_without_vectors_and_the_rest_with(api, bucket, monkeypatch):
     from engram_site.providers import embedding
-    from memories.services import ingest as services
+    from memories.services.ingest import insert as services
 
     monkeypatch.setattr(services, "EMBED_CHUNK_ROWS", 4)
     model = embedding.get_model()

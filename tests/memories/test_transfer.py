@@ -31,7 +31,7 @@ from memories.models import Memory, MemoryVersion
 from memories.retrieval import vector
 from memories.services import MemoryInput, memories_enrich_all_pending, memories_ingest, memory_update
 from memories.services.buckets import bucket_create
-from memories.services.ingest import run_sequence_id
+from memories.services.ingest.context import run_sequence_id
 from tenants import services as tenant_services
 from tests.conftest import make_client
 from tests.support import base_env, test_database_url, web_server

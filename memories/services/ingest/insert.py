@@ -17,10 +17,8 @@ import logging
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import numpy as np
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -28,19 +26,21 @@ from audit.services import Actor, audit_record
 from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
-from engram_site.providers import embedding, lemmatizer
-from memories import hooks, search_terms, signals
+from memories import hooks, signals
 from memories import quotas as memory_quotas
-from memories.models import EventKind, Memory
+from memories.models import EventKind
 from memories.services.events import note_writes, send_safely
 from memories.services.feed import events_record
-from memories.text import embedding_text, hash_key
+from memories.services.ingest.context import assign_context
+from memories.services.ingest.derived import count_tokens, embed_rows, lemmatize_rows
+from memories.services.ingest.locks import hold_bucket
+from memories.services.ingest.rows import Carried, IngestResult, MemoryInput, Row
+from memories.text import hash_key
 from tenants import usage
 from tenants.models import AgentRestriction, Bucket
 
 logger = logging.getLogger(__name__)
 
-CONTEXT_PREDECESSORS = 2  # how many preceding memories make a memory's context
 # Batches are embedded and inserted in chunks of at most this many rows, the next chunk's
 # embeddings computed in a helper thread while this one is inserted (see _EmbeddingAhead).
 EMBED_CHUNK_ROWS = 256
@@ -48,137 +48,6 @@ EMBED_CHUNK_ROWS = 256
 # embed while the last chunk is inserted, so the shorter it is, the less the model waits.
 SMALLEST_CHUNK_ROWS = 4
 _embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
-
-
-@dataclass
-class MemoryInput:
-    content: str
-    attributed_to: str | None = None
-    agent_id: str | None = None
-    run_id: str | None = None
-    source_actor_id: str | None = None
-    hint_root: str | None = None
-    hint_tags: list[str] | None = None
-    metadata: dict | None = None
-    created_at: datetime | None = None
-    importance: float | None = None
-    expires_at: datetime | None = None
-
-
-@dataclass
-class Carried:
-    """Derived columns a memory brings along instead of having them computed: an import
-    (memories.services.transfer) keeps the context, sequence place, classification and — when
-    the export holds them for the same model — the vectors the exporting bucket had."""
-
-    context_text: str | None = None
-    sequence_id: uuid.UUID | None = None
-    sequence_index: int | None = None
-    classified_scope: str | None = None
-    classified_topic: str | None = None
-    embedding: np.ndarray | None = None
-    context_embedding: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class IngestResult:
-    id: uuid.UUID
-    deduplicated: bool
-
-
-@dataclass
-class Row:
-    item: MemoryInput
-    id: uuid.UUID
-    text_hash: str
-    created_at: datetime
-    hashed_chars: int = 0  # the length of the text the hash is taken of (the insert order's first key)
-    context_text: str | None = None
-    text_lemmatized: str | None = None
-    context_lemmatized: str | None = None
-    token_count: int | None = None
-    embedding: np.ndarray | None = None
-    context_embedding: np.ndarray | None = None
-    sequence_id: uuid.UUID | None = None
-    sequence_index: int | None = None
-    classified_scope: str | None = None
-    classified_topic: str | None = None
-    embed: bool = True  # False: the vectors it lacks are left to the enrichment sweep
-    extra: dict = field(default_factory=dict)
-
-    def carry(self, carried: Carried) -> None:
-        for name in ("context_text", "sequence_id", "sequence_index", "classified_scope", "classified_topic",
-                     "embedding", "context_embedding"):  # fmt: skip
-            setattr(self, name, getattr(carried, name))
-
-    def needs_vectors(self) -> bool:
-        return self.embed and (
-            self.embedding is None or (self.context_text is not None and self.context_embedding is None)
-        )
-
-
-def join_context(context_text: str, content: str) -> str:
-    """The text embedded as a memory's context vector: predecessors, then the memory."""
-    return f"{context_text}\n{content}"
-
-
-# --- derived columns ------------------------------------------------------------------
-
-
-@tracing.traced("engram.write.lemmatize")
-def lemmatize_rows(rows: list[Row], *, strict: bool = False) -> None:
-    """Set the rows' lemmas; without the lemmatizer they stay None (``strict``: it raises)."""
-    contexts = [r for r in rows if r.context_text]
-    try:
-        lemmas = lemmatizer.lemmatize_many([r.item.content for r in rows] + [r.context_text for r in contexts])
-    except lemmatizer.LemmatizerUnavailable as exc:
-        if strict:
-            raise
-        logger.warning("lemmatizer unavailable, storing rows without lemmas: %s", exc)
-        return
-    for row, lemma in zip(rows, lemmas[: len(rows)], strict=True):
-        row.text_lemmatized = document_lemmas(lemma, row.created_at)
-    for row, lemma in zip(contexts, lemmas[len(rows) :], strict=True):
-        row.context_lemmatized = lemma
-
-
-def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
-    """The BM25 document: the content's lemmas plus its date words ("2024 may
-    tuesday"), so questions about a month or year can match the memory."""
-    return " ".join(filter(None, [content_lemmas, " ".join(search_terms.date_terms(created_at))]))
-
-
-@tracing.traced("engram.write.embed")
-def embed_rows(rows: list[Row], *, model: str, strict: bool = False) -> None:
-    """Give ``rows`` their vectors by ``model``; a failed model call leaves them None
-    (``strict``: it raises), a vector the model got wrong leaves that one None (the
-    enrichment sweep tries again)."""
-    contexts = [r for r in rows if r.context_text]
-    try:
-        # Memories and their (about three times longer) context texts in separate calls: a
-        # model batch mixing both pads the short ones to the long ones' length. Two calls
-        # measured faster for any number of rows, one memory and its context included
-        # (bench/context_batching.py). Without contexts the second call does nothing.
-        vectors = embedding.embed_texts(
-            [embedding_text(r.item.content, r.item.attributed_to) for r in rows], model=model
-        )
-        context_vectors = embedding.embed_texts(
-            [join_context(r.context_text, r.item.content) for r in contexts], model=model
-        )
-    except embedding.EmbeddingUnavailable as exc:
-        if strict:
-            raise
-        logger.warning("embedding model unavailable, storing rows without embeddings: %s", exc)
-        return
-    # A vector the model got wrong (NaN, zeros) is left NULL like a missing one: the row
-    # is stored, and the sweep tries again.
-    for row, vector in zip(rows, vectors, strict=True):
-        row.embedding = vector if embedding.usable(vector) else None
-    for row, vector in zip(contexts, context_vectors, strict=True):
-        row.context_embedding = vector if embedding.usable(vector) else None
-    unusable = sum(r.embedding is None for r in rows) + sum(r.context_embedding is None for r in contexts)
-    if unusable:
-        logger.warning("embedding model returned %d unusable vector(s); storing those rows without them", unusable)
 
 
 class _EmbeddingAhead:
@@ -267,68 +136,6 @@ def _prepare(rows: list[Row], model: str) -> _EmbeddingAhead:
     return embedded
 
 
-def count_tokens(rows: list[Row]) -> None:
-    for row, count in zip(rows, embedding.count_tokens([r.item.content for r in rows]), strict=True):
-        row.token_count = count
-
-
-# --- sequence context -------------------------------------------------------------------
-
-
-def _previous_in_run(
-    bucket: Bucket, run_id: str, before: datetime, limit: int, agents: AgentRestriction | None = None
-) -> tuple[list[str], int]:
-    """The contents of the last ``limit`` memories of a run written before ``before``, oldest
-    first, and the position the run's next memory takes. For a writer held to ``agents`` the
-    contents are of the memories it may read only: another agent's text must not become its
-    memory's context (the position still counts every memory of the run)."""
-    run = Memory.objects.for_bucket(bucket).filter(run_id=run_id, created_at__lt=before).order_by("-created_at", "-id")
-    previous = list(run.visible_to(agents).values_list("content", "sequence_index")[:limit])
-    indexes = [index for _content, index in previous]
-    if agents is not None:
-        indexes = list(run.values_list("sequence_index", flat=True)[:limit])
-    next_index = max((index for index in indexes if index is not None), default=-1) + 1
-    return [content for content, _index in previous[::-1]], next_index
-
-
-def run_sequence_id(bucket: Bucket, run_id: str) -> uuid.UUID:
-    """A run's sequence id: the same for every request of the run, so it continues across them."""
-    return uuid.uuid5(bucket.pk, f"run:{run_id}")
-
-
-def _assign_context(bucket: Bucket, rows: list[Row], *, sequence: bool, agents: AgentRestriction | None = None) -> None:
-    """Give each row the text of its one or two predecessors in its sequence.
-
-    A sequence is a run (same ``run_id``, continuing across requests) or, for rows
-    without a run, the request's own batch in order. ``sequence=False`` treats the
-    rows as unrelated facts.
-
-    Each row also gets its place in the sequence (``sequence_id``, ``sequence_index``): a
-    run's id is derived from it and its positions continue across requests; a batch's rows
-    without a run share a new id.
-    """
-    if not sequence:
-        return
-    history: dict[str | None, list[str]] = {}
-    positions: dict[str | None, tuple[uuid.UUID, int]] = {}
-    for row in rows:
-        key = row.item.run_id
-        if key not in history:
-            if key is None:
-                history[key], positions[key] = [], (uuid.uuid4(), 0)
-            else:
-                history[key], first = _previous_in_run(bucket, key, row.created_at, CONTEXT_PREDECESSORS, agents)
-                positions[key] = (run_sequence_id(bucket, key), first)
-        previous = history[key][-CONTEXT_PREDECESSORS:]
-        if previous:
-            row.context_text = "\n".join(previous)
-        history[key].append(row.item.content)
-        row.sequence_id, row.sequence_index = positions[key]
-        positions[key] = (row.sequence_id, row.sequence_index + 1)
-
-
-# --- ingest -------------------------------------------------------------------------------
-
 _INSERT_COLUMNS = [
     "id", "tenant_id", "bucket_id", "content", "embedding", "metadata", "token_count", "hint_root", "hint_tags",
     "created_at", "text_lemmatized", "text_hash", "attributed_to", "agent_id", "run_id", "source_actor_id",
@@ -377,41 +184,6 @@ def _existing_ids(bucket: Bucket, hashes: Iterable[str]) -> dict[str, uuid.UUID]
         cur.execute(
             "SELECT text_hash, id FROM memories WHERE tenant_id = %s AND bucket_id = %s AND text_hash = ANY(%s)",
             [bucket.tenant_id, bucket.pk, list(hashes)],
-        )
-        return dict(cur.fetchall())
-
-
-def hold_bucket(bucket: Bucket) -> str:
-    """Take the bucket's FOR KEY SHARE lock (the one the foreign key check takes) before
-    the insert touches the unique index, not after it; returns the bucket's embedding
-    model, which cannot change until this transaction ends (a switch's swap locks the
-    bucket FOR UPDATE), so vectors written in it are of that model.
-
-    A bucket merge locks both buckets FOR UPDATE and then moves rows into the target.
-    Were the lock taken by the foreign key check at the end of the INSERT, a write
-    into the target would already hold an index entry that the merge's move waits
-    for while it waits for the merge's bucket lock: a deadlock, and one of the two
-    fails. Taken first, a write waits for the merge (or the merge for the write) and
-    both succeed. A bucket deleted (or merged away) meanwhile is "not found".
-    """
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT embedding_model FROM {Bucket._meta.db_table} WHERE id = %s FOR KEY SHARE", [bucket.pk])
-        row = cur.fetchone()
-        if row is None:
-            raise NotFound("Bucket not found.")
-    return row[0]
-
-
-def bucket_models_held(bucket_ids: Iterable[uuid.UUID], *, skip_locked: bool = False) -> dict[uuid.UUID, str]:
-    """The embedding model of each bucket, held FOR KEY SHARE (as :func:`hold_bucket`) until
-    the transaction ends, in id order (two batches lock shared buckets in the same order).
-    ``skip_locked``: a bucket locked FOR UPDATE (a merge, a switch's swap) is left out."""
-    skip = " SKIP LOCKED" if skip_locked else ""
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT id, embedding_model FROM {Bucket._meta.db_table} WHERE id = ANY(%s) "
-            f"ORDER BY id FOR KEY SHARE{skip}",
-            [sorted(bucket_ids)],
         )
         return dict(cur.fetchall())
 
@@ -488,10 +260,10 @@ def memories_ingest(
             )
         )
     if carried is None:
-        _assign_context(bucket, rows, sequence=sequence, agents=agents)
+        assign_context(bucket, rows, sequence=sequence, agents=agents)
     else:
         own = [r for r, c in zip(rows, carried, strict=True) if c is None]
-        _assign_context(bucket, own, sequence=sequence, agents=agents)
+        assign_context(bucket, own, sequence=sequence, agents=agents)
         for row, extra in zip(rows, carried, strict=True):
             if extra is not None:
                 row.carry(extra)
