@@ -1,16 +1,12 @@
 """A bucket's export and import: GET /api/v1/buckets/{bucket_id}/export streams its memories as
 JSON Lines, POST /api/v1/buckets/{bucket_id}/import takes them back (docs/API.md).
 
-The line format is read here, like every request body: :class:`ImportLineIn` validates a line
-as the write endpoint validates a memory, plus what an export adds (``id``, ``"engram"``,
-``"versions"``). The import body is never held in memory: it is copied to a temporary file
-(refused past ``ENGRAM_IMPORT_MAX_BYTES``), then read line by line.
+The lines are read by memories/transfer_format.py. The import body is never held in memory: it
+is copied to a temporary file (refused past ``ENGRAM_IMPORT_MAX_BYTES``), then read line by line.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -26,213 +22,24 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.services import request_actor
-from engram_site.exceptions import DomainError, _first_message
-from engram_site.fields import (
-    JSONObjectField,
-    StoredDateTimeField,
-    StrictBooleanField,
-    StrictCharField,
-    StrictIntegerField,
-    StrictSerializer,
-    character_error,
-)
+from engram_site.exceptions import DomainError
+from engram_site.fields import StrictSerializer
 from engram_site.openapi import errors
-from engram_site.parsers import JSONParser, json_depth_exceeds
-from engram_site.providers import embedding
-from memories.links import RESERVED_PREFIX
-from memories.models import Scope, VersionKind
 from memories.quotas import quota_check_memories
-from memories.serializers import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField, TagsField
-from memories.services import CONTEXT_PREDECESSORS, MemoryInput
 from memories.services.transfer import (
     MEDIA_TYPE,
     ImportLine,
     RejectedLine,
-    decode_vector,
     memories_export,
     memories_import,
 )
+from memories.transfer_format import READ_BYTES, import_lines
 from tenants.agents import write_agent
 from tenants.models import AgentRestriction
-from tenants.selectors import bucket_get, parse_uuid
+from tenants.selectors import bucket_get
 
-# The longest line an import reads; a longer one is rejected without being held in memory.
-MAX_LINE_BYTES = 8 * 1024 * 1024
-# A merge unites two memories' tags and metadata, so an exported memory may hold more than a
-# single write may send: an import takes up to these (a write: 50 tags, 16 KB of metadata).
-MAX_IMPORT_TAGS = 1_000
-MAX_IMPORT_METADATA_BYTES = 256 * 1024
 # The import body is copied to memory up to this size, to a temporary file beyond it.
 SPOOL_IN_MEMORY_BYTES = 1024 * 1024
-READ_BYTES = 64 * 1024
-
-
-# --- the line format ------------------------------------------------------------------------------
-
-
-def _refuse_characters(field: serializers.Field, value) -> None:
-    """Every key and string of parsed JSON must be text PostgreSQL and the API accept."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, str) and (message := character_error(node)) is not None:
-            field.fail("control", message=message)
-
-
-class ImportedMetadataField(MetadataField):
-    """``metadata`` as a write checks it (depth, characters, reserved keys), up to
-    MAX_IMPORT_METADATA_BYTES instead of a write's 16 KB."""
-
-    default_error_messages = {"too_large": f"Must be at most {MAX_IMPORT_METADATA_BYTES} bytes as JSON."}
-
-    def to_internal_value(self, data):
-        data = JSONObjectField.to_internal_value(self, data)
-        if json_depth_exceeds(data, MAX_METADATA_DEPTH):
-            self.fail("too_deep")
-        _refuse_characters(self, data)
-        if len(json.dumps(data, ensure_ascii=False).encode()) > MAX_IMPORT_METADATA_BYTES:
-            self.fail("too_large")
-        if any(str(key).startswith(RESERVED_PREFIX) for key in data):
-            self.fail("reserved")
-        return data
-
-
-class StoredJSONField(JSONObjectField):
-    """A JSON object whose strings hold no control characters (jsonb cannot hold NUL)."""
-
-    default_error_messages = {"control": "{message}"}
-
-    def to_internal_value(self, data):
-        data = super().to_internal_value(data)
-        _refuse_characters(self, data)
-        return data
-
-
-class VectorField(serializers.Field):
-    """A vector as an export writes it: 384 float32 values, little-endian, base64; finite and of
-    unit length, as the model makes them."""
-
-    default_error_messages = {
-        "invalid": "Must be a base64 string of 384 little-endian float32 values.",
-        "not_unit": "Must be of unit length, as the embedding model writes vectors.",
-    }
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        try:
-            vector = decode_vector(data)
-        except ValueError:
-            self.fail("invalid")
-        if not embedding.usable(vector):
-            self.fail("not_unit")
-        return vector
-
-    def to_representation(self, value):
-        return value
-
-
-class DerivedIn(StrictSerializer):
-    """The ``"engram"`` object of a line: what Engram derived for the memory."""
-
-    context = StrictCharField(
-        max_length=CONTEXT_PREDECESSORS * (MAX_CONTENT_CHARS + 1), trim_whitespace=False, required=False,
-        allow_null=True,
-    )  # fmt: skip
-    sequence_id = StrictCharField(max_length=36, required=False, allow_null=True)
-    sequence_index = StrictIntegerField(min_value=0, max_value=2**31 - 1, required=False, allow_null=True)
-    run_sequence = StrictBooleanField(required=False, default=False)
-    classified_scope = serializers.ChoiceField(choices=Scope.choices, required=False, allow_null=True)
-    classified_topic = StrictCharField(max_length=100, required=False, allow_null=True)
-    model = StrictCharField(max_length=200, required=False, allow_null=True)
-    embedding = VectorField(required=False, allow_null=True)
-    context_embedding = VectorField(required=False, allow_null=True)
-
-    def validate_sequence_id(self, value):
-        if value is not None and parse_uuid(value) is None:
-            raise serializers.ValidationError("Must be a UUID (lowercase, hyphenated).")
-        return value
-
-    def validate(self, attrs):
-        vectors = attrs.get("embedding") is not None or attrs.get("context_embedding") is not None
-        if vectors and not attrs.get("model"):
-            raise serializers.ValidationError({"model": ["Required with vectors: the model that made them."]})
-        if attrs.get("context_embedding") is not None and attrs.get("context") is None:
-            raise serializers.ValidationError({"context_embedding": ["A context vector needs its context."]})
-        if attrs.get("sequence_index") is not None and attrs.get("sequence_id") is None:
-            raise serializers.ValidationError({"sequence_index": ["A sequence place needs its sequence_id."]})
-        return attrs
-
-
-class VersionIn(StrictSerializer):
-    """One entry of a line's ``"versions"``: a change of the memory, as its history recorded it."""
-
-    kind = serializers.ChoiceField(choices=VersionKind.choices)
-    previous = StoredJSONField(required=False, default=dict)
-    details = StoredJSONField(required=False, default=dict)
-    actor_kind = StrictCharField(max_length=20)
-    actor_id = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
-    actor_label = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-    created_at = StoredDateTimeField()
-
-
-class ImportLineIn(MemoryIn):
-    """One line of an import: a memory as the write endpoint takes it, and what an export adds."""
-
-    id = StrictCharField(max_length=36, required=False, help_text="the memory's id where it was exported (not kept)")
-    hint_tags = TagsField(required=False, allow_null=True, max_length=MAX_IMPORT_TAGS)
-    metadata = ImportedMetadataField(required=False, allow_null=True)
-    engram = DerivedIn(required=False, allow_null=True)
-    versions = VersionIn(many=True, required=False)
-
-
-def _rejected(number: int, exc: exceptions.APIException) -> RejectedLine:
-    detail = exc.detail
-    if isinstance(exc, exceptions.ValidationError):
-        found = detail if isinstance(detail, dict) else {"non_field_errors": detail}
-        return RejectedLine(number, _first_message(found), found)
-    return RejectedLine(number, str(detail))
-
-
-def parse_line(number: int, raw: bytes, validator: ImportLineIn | None = None) -> ImportLine | RejectedLine:
-    """Line ``number`` (1-based), valid or with the reason it is not. ``validator``: an
-    :class:`ImportLineIn` to reuse (a serializer copies its fields for every instance, which
-    costs more than validating a line)."""
-    try:
-        # The API's own JSON parser: UTF-8, nesting, numbers beyond a float refused as in a body.
-        data = JSONParser().parse(io.BytesIO(raw), parser_context={"encoding": "utf-8"})
-    except exceptions.ParseError as exc:
-        return _rejected(number, exc)
-    if not isinstance(data, dict):
-        return RejectedLine(number, "A line must be a JSON object.")
-    try:
-        # What is_valid() runs, without the state it keeps on the instance.
-        values = dict((validator or ImportLineIn()).run_validation(data))
-    except exceptions.ValidationError as exc:
-        return _rejected(number, exc)
-    values.pop("id", None)
-    derived = values.pop("engram", None)
-    versions = values.pop("versions", None) or []
-    return ImportLine(number=number, item=MemoryInput(**values), derived=derived, versions=versions)
-
-
-def import_lines(stream: BinaryIO) -> Iterator[ImportLine | RejectedLine]:
-    """The lines of ``stream`` (JSON Lines, UTF-8) from where it stands, blank lines skipped."""
-    validator = ImportLineIn()
-    number = 0
-    while raw := stream.readline(MAX_LINE_BYTES + 1):
-        number += 1
-        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-            while (rest := stream.readline(READ_BYTES)) and not rest.endswith(b"\n"):
-                pass  # the rest of the over-long line, read and dropped
-            yield RejectedLine(number, f"The line is longer than {MAX_LINE_BYTES} bytes.")
-        elif raw.strip():
-            yield parse_line(number, raw, validator)
 
 
 def held_to(lines: Iterator[ImportLine | RejectedLine], agents: AgentRestriction | None):

@@ -408,9 +408,9 @@ def test_skip_invalid_still_refuses_a_body_without_one_valid_line(api, bucket):
 
 
 def test_an_over_long_line_is_rejected_without_reading_it_whole(api, bucket, monkeypatch):
-    from memories.apis import transfer as transfer_apis
+    from memories import transfer_format
 
-    monkeypatch.setattr(transfer_apis, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(transfer_format, "MAX_LINE_BYTES", 100)
     body = lines(GOOD, {"content": "y" * 500}, {"content": "After it."})
     report = send(api, bucket, body, skip_invalid="true").json()
     assert report["rejected"] == [{"line": 2, "detail": "The line is longer than 100 bytes."}]

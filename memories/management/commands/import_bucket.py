@@ -18,10 +18,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.services import Actor
 from engram_site.progress import ProgressBar
-from memories.apis.transfer import import_lines
 from memories.management.commands.export_bucket import bucket_by_id
 from memories.services import memories_import
 from memories.services.transfer import ImportRejected
+from memories.transfer_format import import_lines
 
 
 class Command(BaseCommand):
