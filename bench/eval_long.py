@@ -463,23 +463,6 @@ def render_report(
     return "\n".join(lines)
 
 
-def report_header(records: list[dict], machine: dict[str, Any], command: str) -> str:
-    """The header block bench/results_table.py reads, so the report can sit in bench/results/."""
-    try:
-        import results_table
-    except ImportError:  # pragma: no cover - results_table.py is in bench/ beside this script
-        return ""
-    fields = {
-        "benchmark": "eval_long.py",
-        "date": machine["date"],
-        "machine": f"{machine['cpu']}, {machine['usable_cores']} usable cores, {machine['ram']}, {machine['os']}",
-        "commit": machine["commit"],
-        "command": command,
-        "headline": headline(records),
-    }
-    return results_table.format_header(fields) + "\n"
-
-
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
@@ -530,8 +513,8 @@ def main(argv: list[str] | None = None) -> int:
             description = target.describe()
     report = render_report(dataset, records, ingested, variants, bm25_impl, description, machine, command)
     out = args.out or DEFAULT_OUT_DIR / f"long-{machine['date'][:10]}.md"
-    common.publish_report(report_header(records, machine, command) + report, out=out, name="long",
-                          no_write=args.no_write)  # fmt: skip
+    header = common.report_header(__file__, headline(records), info=machine, command=command)
+    common.publish_report(report, out=out, name="long", no_write=args.no_write, header=header)
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": machine, "records": records}), encoding="utf-8")
     return 0
