@@ -205,7 +205,7 @@ def deliveries_send(*, now: datetime | None = None, limit: int = SEND_PER_RUN) -
     forward instead of waiting)."""
     now = now or timezone.now()
     report = SendReport()
-    with signing.http_client() as client:
+    with signing.Sender() as sender:
         sent = 0
         while sent < limit:
             ids = _claim(now, min(SEND_BATCH, limit - sent))
@@ -215,7 +215,7 @@ def deliveries_send(*, now: datetime | None = None, limit: int = SEND_PER_RUN) -
             deliveries = WebhookDelivery.objects.filter(pk__in=ids).select_related("subscription").order_by("event_id")
             events = feed.events_get(event_ids=[d.event_id for d in deliveries])
             for delivery in deliveries:
-                outcome = signing.post(client, delivery=delivery, event=events.get(delivery.event_id))
+                outcome = signing.post(sender, delivery=delivery, event=events.get(delivery.event_id))
                 status = _record(delivery, outcome, now)
                 setattr(report, status, getattr(report, status) + 1)
     return report
