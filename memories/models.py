@@ -513,13 +513,13 @@ class EventKind(models.TextChoices):
 
 class MemoryEvent(models.Model):
     """One change of a memory in a bucket's change feed (docs/API.md, "Change feed"): written by
-    the write gateway in the change's own transaction (memories/services/feed.py), so there is no
+    the write gateway in the change's own transaction (memories/services/feed_writer.py), so there is no
     event without its change and no change without its event.
 
     ``xid`` is the writing transaction's id. An identity value is taken at insert, not at commit,
     so a reader could see event 12 before event 11 commits and pass 11 by for good; the feed
     therefore serves an event only once every transaction older than its own has ended, in
-    (``xid``, ``id``) order (memories/feed.py). Kept ``ENGRAM_EVENTS_RETENTION_DAYS``.
+    (``xid``, ``id``) order (memories/feed_reader.py). Kept ``ENGRAM_EVENTS_RETENTION_DAYS``.
     """
 
     id = models.BigAutoField(primary_key=True)

@@ -1,6 +1,6 @@
 """Signals the apps above memories listen to (connected in their AppConfig.ready): notifications,
 sent after the transaction commits, that need no answer. A receiver's failure is logged and does
-not undo the committed write (memories.services.events.send_safely).
+not undo the committed write (memories.services.signalling.send_safely).
 
 What the apps above must do to their own rows *inside* an operation (a bucket merge, an erasure,
 a memory's delete or absorption) is not a signal: they are participants

@@ -17,7 +17,7 @@ class WebhookSubscription(models.Model):
     """A URL the worker POSTs the tenant's change-feed events to, signed with ``secret``.
 
     ``cursor_xid``/``cursor_id`` is how far through the tenant's feed the dispatcher has
-    turned events into deliveries (memories/feed.py's positions); a new subscription starts
+    turned events into deliveries (memories/feed_reader.py's positions); a new subscription starts
     at the feed's present, so it gets the events written after it was created.
     """
 

@@ -1,7 +1,7 @@
 """Webhook subscriptions (created, changed, deleted by the API and the console) and the worker's
 side: turning the tenant's change-feed events into deliveries, and sending them.
 
-A write does nothing for webhooks but record its event (memories/services/feed.py). The
+A write does nothing for webhooks but record its event (memories/services/feed_writer.py). The
 worker's periodic task (webhooks/tasks.py) reads each active subscription's events after its
 cursor, records one delivery per event (:func:`deliveries_dispatch`), and POSTs the deliveries
 that are due (:func:`deliveries_send`), each attempt recorded. So a receiver that is down, slow
@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from audit.services import Actor, audit_record
 from engram_site.exceptions import DomainError
-from memories import feed
+from memories import feed_reader
 from memories.models import EventKind
 from tenants.models import Tenant
 from webhooks import signing
@@ -66,7 +66,7 @@ def subscription_create(
     """A subscription of ``tenant`` to its change feed from now on (events written after it);
     its ``secret`` is generated here. Audited as ``webhook.create``."""
     url_check(url)
-    xid, event_id = feed.feed_position()
+    xid, event_id = feed_reader.feed_position()
     subscription = WebhookSubscription.objects.create(
         tenant=tenant, url=url, events=_kinds(events), description=description, secret=_new_secret(),
         cursor_xid=xid, cursor_id=event_id,
@@ -137,7 +137,7 @@ def _dispatch_one(subscription_id, now: datetime) -> int:
     subscription = WebhookSubscription.objects.select_for_update(skip_locked=True).filter(pk=subscription_id).first()
     if subscription is None or not subscription.is_active:
         return 0  # another run holds it, or it went
-    events = feed.events_after(
+    events = feed_reader.events_after(
         tenant_id=subscription.tenant_id, after=(subscription.cursor_xid, subscription.cursor_id), limit=DISPATCH_BATCH
     )
     if not events:
@@ -213,7 +213,7 @@ def deliveries_send(*, now: datetime | None = None, limit: int = SEND_PER_RUN) -
                 break
             sent += len(ids)
             deliveries = WebhookDelivery.objects.filter(pk__in=ids).select_related("subscription").order_by("event_id")
-            events = feed.events_get(event_ids=[d.event_id for d in deliveries])
+            events = feed_reader.events_get(event_ids=[d.event_id for d in deliveries])
             for delivery in deliveries:
                 outcome = signing.post(sender, delivery=delivery, event=events.get(delivery.event_id))
                 status = _record(delivery, outcome, now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from engram_site.jobs.runner import JobRecorder
-from memories.services.feed import events_expire, events_trim
+from memories.services.feed_writer import events_expire, events_trim
 
 
 def memory_events_maintain(*, recorder: JobRecorder, now: datetime | None = None) -> dict:

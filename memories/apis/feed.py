@@ -1,4 +1,4 @@
-"""GET /api/v1/buckets/{id}/events: the bucket's change feed (memories/feed.py), read with a cursor."""
+"""GET /api/v1/buckets/{id}/events: the bucket's change feed (memories/feed_reader.py), read with a cursor."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 
 from engram_site.fields import StrictSerializer, query_values
 from engram_site.openapi import errors
-from memories import feed
+from memories import feed_reader
 from memories.models import EventKind
 
 
@@ -43,8 +43,8 @@ class BucketEventsApi(APIView):
             help_text="a next_cursor from an earlier page; omitted: from the oldest event kept",
         )  # fmt: skip
         limit = serializers.IntegerField(
-            required=False, min_value=1, max_value=feed.MAX_LIMIT, default=feed.DEFAULT_LIMIT,
-            help_text=f"1–{feed.MAX_LIMIT} (default {feed.DEFAULT_LIMIT})",
+            required=False, min_value=1, max_value=feed_reader.MAX_LIMIT, default=feed_reader.DEFAULT_LIMIT,
+            help_text=f"1–{feed_reader.MAX_LIMIT} (default {feed_reader.DEFAULT_LIMIT})",
         )  # fmt: skip
 
     @extend_schema(
@@ -61,7 +61,7 @@ class BucketEventsApi(APIView):
     def get(self, request, bucket_id):
         params = self.Params(data=query_values(request.query_params))
         params.is_valid(raise_exception=True)
-        page = feed.events_feed(
+        page = feed_reader.events_feed(
             tenant=request.auth.tenant, bucket_id=bucket_id, principal=request.auth,
             after=params.validated_data.get("after"), limit=params.validated_data["limit"],
         )  # fmt: skip

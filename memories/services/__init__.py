@@ -6,7 +6,8 @@ One module per kind of change:
 - :mod:`~memories.services.ingest` — new memories (dedup, derived columns, sequence context);
 - :mod:`~memories.services.edits` — a memory's edit and delete, audited in the same transaction;
 - :mod:`~memories.services.history` — the version each change of a memory records;
-- :mod:`~memories.services.feed` — the change-feed event each change records (memories/feed.py reads them);
+- :mod:`~memories.services.feed_writer` — the change-feed event each change records, the expiry events and the
+  feed's retention (memories/feed_reader.py reads the feed);
 - :mod:`~memories.services.lifecycle` — deleted memories kept restorable, restoring, the purge job;
 - :mod:`~memories.services.enrichment` — derived columns a write could not compute;
 - :mod:`~memories.services.enrichment_failures` — rows a derived step keeps failing on (for

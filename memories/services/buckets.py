@@ -21,8 +21,8 @@ from audit.services import Actor, audit_record
 from engram_site.exceptions import DomainError, NotFound
 from memories.models import Memory
 from memories.participants import Participant, collect, run
-from memories.services.events import forget_stats
 from memories.services.merge import memories_absorb, memories_move_bucket
+from memories.services.stats_cache import forget_stats
 from tenants.models import ApiToken, Bucket, Tenant
 from tenants.services import bucket_insert, bucket_name_clean, bucket_name_taken
 

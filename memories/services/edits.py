@@ -16,12 +16,13 @@ from memories import signals
 from memories.links import RESERVED_PREFIX
 from memories.models import Memory, VersionKind
 from memories.services.enrichment_failures import failures_forget
-from memories.services.events import note_writes, send_safely
 from memories.services.history import version_record
 from memories.services.ingest.derived import count_tokens, embed_rows, lemmatize_rows
 from memories.services.ingest.locks import hold_bucket
 from memories.services.ingest.rows import MemoryInput, Row
 from memories.services.lifecycle import DeleteReason, memories_trash, memory_remove
+from memories.services.signalling import send_safely
+from memories.services.stats_cache import note_writes
 from memories.text import text_hash
 
 logger = logging.getLogger(__name__)

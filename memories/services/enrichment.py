@@ -20,10 +20,10 @@ from engram_site import activity
 from engram_site.providers import embedding, lemmatizer
 from memories.models import PENDING_ENRICHMENT, EnrichmentStage, Memory
 from memories.services.enrichment_failures import deferred, failures_clear, failures_record, isolate
-from memories.services.events import note_writes
 from memories.services.ingest.derived import embed_rows, lemmatize_rows
 from memories.services.ingest.locks import bucket_models_held
 from memories.services.ingest.rows import MemoryInput, Row
+from memories.services.stats_cache import note_writes
 from tenants.models import AgentRestriction, Bucket
 
 logger = logging.getLogger(__name__)

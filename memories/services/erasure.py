@@ -23,9 +23,9 @@ from audit.services import Actor, audit_record, audit_scrub
 from engram_site.exceptions import DomainError
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAccess, MemoryVersion
 from memories.participants import Participant, collect, run
-from memories.services.events import forget_stats
-from memories.services.feed import events_erase
+from memories.services.feed_writer import events_erase
 from memories.services.ingest.context import CONTEXT_PREDECESSORS
+from memories.services.stats_cache import forget_stats
 from tenants.models import Bucket, Tenant
 
 # What an erasure matches on: the columns that identify whose memory it is.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from audit.services import Actor
 from memories.models import MemoryVersion, VersionKind
-from memories.services.feed import events_from_versions
+from memories.services.feed_writer import events_from_versions
 
 # Who changed a memory when no request did.
 ENGRAM = Actor.system("engram")
@@ -39,7 +39,7 @@ def _actor_columns(actor: Actor | None) -> dict:
 
 
 def versions_record(*, kind: VersionKind | str, changes: Iterable[Change], actor: Actor | None = None) -> int:
-    """Record one version of ``kind`` per change, and its change-feed event (memories/services/feed.py),
+    """Record one version of ``kind`` per change, and its change-feed event (memories/services/feed_writer.py),
     in the caller's transaction; returns how many versions."""
     who = _actor_columns(actor)
     changes = list(changes)

@@ -29,9 +29,10 @@ from engram_site.exceptions import Conflict, NotFound
 from memories import signals
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
 from memories.participants import Participant, run
-from memories.services.events import note_writes, send_safely
 from memories.services.history import version_record
 from memories.services.ingest.locks import hold_bucket
+from memories.services.signalling import send_safely
+from memories.services.stats_cache import note_writes
 
 logger = logging.getLogger(__name__)
 

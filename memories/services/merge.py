@@ -22,10 +22,10 @@ from engram_site.exceptions import DomainError, NotFound
 from memories.links import LINKS_KEY, RESERVED_PREFIX
 from memories.models import Memory, VersionKind
 from memories.participants import Participant, run
-from memories.services.events import forget_stats
-from memories.services.feed import events_bucket_moved
+from memories.services.feed_writer import events_bucket_moved
 from memories.services.history import Change, versions_record
 from memories.services.lifecycle import DeleteReason, memories_trash
+from memories.services.stats_cache import forget_stats
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from audit.services import Actor
-from memories import feed
+from memories import feed_reader
 from memories.models import Memory, MemoryEvent
 from memories.services import MemoryInput, memories_erase, memories_ingest
 from memories.services.buckets import bucket_create
-from memories.services.feed import events_expire, events_trim
+from memories.services.feed_writer import events_expire, events_trim
 from memories.services.supersession import memory_supersede
 from tenants import services as tenant_services
 
@@ -174,7 +174,9 @@ def test_feed_resumes_without_gaps_or_repeats_under_concurrent_writes():
         try:
             while True:
                 finished = done.is_set()
-                page = feed.events_feed(tenant=tenant, bucket_id=bucket.pk, principal=None, after=cursor, limit=3)
+                page = feed_reader.events_feed(
+                    tenant=tenant, bucket_id=bucket.pk, principal=None, after=cursor, limit=3
+                )
                 read.extend(e.id for e in page.events)
                 positions.extend((e.xid, e.id) for e in page.events)
                 cursor = page.next_cursor

@@ -29,12 +29,13 @@ from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrenc
 from memories import hooks, signals
 from memories import quotas as memory_quotas
 from memories.models import EventKind
-from memories.services.events import note_writes, send_safely
-from memories.services.feed import events_record
+from memories.services.feed_writer import events_record
 from memories.services.ingest.context import assign_context
 from memories.services.ingest.derived import count_tokens, embed_rows, lemmatize_rows
 from memories.services.ingest.locks import hold_bucket
 from memories.services.ingest.rows import Carried, IngestResult, MemoryInput, Row
+from memories.services.signalling import send_safely
+from memories.services.stats_cache import note_writes
 from memories.text import hash_key
 from tenants import usage
 from tenants.models import AgentRestriction, Bucket
