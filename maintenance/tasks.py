@@ -25,7 +25,7 @@ from maintenance.services import (
     links,
     reindex,
 )
-from memories import access
+from memories.services.access import apply_pending
 from memories.services.lifecycle import memories_purge
 from tenants.models import Bucket
 
@@ -111,7 +111,7 @@ def reindex_hnsw() -> dict:
 
 @shared_task(name="maintenance.apply_access_times", **SCHEDULED)
 def apply_access_times() -> dict:
-    return runner.run_job("apply_access_times", access.apply_pending, keep_idle=False).as_dict()
+    return runner.run_job("apply_access_times", apply_pending, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.purge_memories", **SCHEDULED)

@@ -74,6 +74,22 @@ def test_health_shows_counts_waiting_rows_reviews_jobs_and_the_hnsw_index(admin_
     assert "idx_memories_embedding_hnsw" in page and "4.0\xa0KB → 2.0\xa0KB" in page and "model exploded" in page
 
 
+def test_health_does_not_say_no_job_ran_when_the_runs_were_idle_and_lists_every_schedule(admin_client, bucket):
+    """Issue 46, item 6: the page said "No job has run yet" while beat counted runs, because runs
+    that find nothing to do are not kept; and it left out two of beat's schedules."""
+    from engram_site.celery import app
+    from maintenance.schedules import DEFAULT_SCHEDULES
+
+    app.loader.import_default_modules()
+    assert app.tasks["maintenance.enrichment_sweep"]()["status"] == JobStatus.SUCCEEDED  # nothing to do
+    assert not JobRun.objects.exists()
+    page = admin_client.get("/admin/console/health/").content.decode()
+    assert "No job has run yet" not in page
+    assert "No job run is recorded." in page and "found nothing to do are not recorded" in page
+    for schedule in DEFAULT_SCHEDULES:
+        assert schedule.name in page
+
+
 def test_review_queue_shows_pairs_side_by_side_and_merges_only_after_confirmation(admin_client, bucket):
     coffee, again = write(bucket, COFFEE, COFFEE_AGAIN, hint_tags=["drinks"])
     pair = candidate(bucket, coffee, again)

@@ -1,7 +1,7 @@
 """Copy pending access times into memories.last_accessed_at (what the five-minute schedule runs)."""
 
 from engram_site.jobs.command import JobCommand
-from memories import access
+from memories.services.access import apply_pending
 
 
 class Command(JobCommand):
@@ -16,4 +16,4 @@ class Command(JobCommand):
         parser.add_argument("--batch-size", type=int, default=1000, help="rows per transaction")
 
     def job(self, **options):
-        return access.apply_pending, {"batch_size": options["batch_size"]}
+        return apply_pending, {"batch_size": options["batch_size"]}
