@@ -53,11 +53,11 @@ import common
 import eval_retrieval as er
 
 DEFAULT_DATASET = common.BENCH_DIR / "eval" / "long" / "sessions.json"
-DEFAULT_OUT_DIR = common.BENCH_DIR / "eval" / "long" / "results"
+DEFAULT_OUT_DIR = common.BENCH_DIR / "results"
 CATEGORIES = ("single", "multi", "instruction", "temporal", "update")
 MODES = ("hybrid", "keyword", "vector")
 BM25 = "bm25"
-MAX_CONTENT_CHARS = 20_000  # the API's per-memory limit (memories/apis.py)
+MAX_CONTENT_CHARS = 20_000  # the API's per-memory limit (memories/serializers.py)
 ROLE_PREFIX = {"user": "User: ", "assistant": "Assistant: "}
 SEARCH_LIMIT = 20
 
@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", help="comma-separated conversation ids (default: all)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON", help="ranking overrides")
     parser.add_argument("--ranking", help="JSON object of ranking overrides every variant extends")
-    parser.add_argument("--out", type=Path, help="report path (default bench/eval/long/results/long-<date>.md)")
+    parser.add_argument("--out", type=Path, help="report path (default bench/results/eval-long-<date>.md)")
     parser.add_argument("--no-write", action="store_true", help="print the report only")
     parser.add_argument("--json-out", type=Path, help="also write every per-question result here")
     parser.add_argument("--self-test", action="store_true", help="offline checks on an invented sample, then exit")
@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
                         client.delete_bucket(conv.bucket_id)
             description = target.describe()
     report = render_report(dataset, records, ingested, variants, bm25_impl, description, machine, command)
-    out = args.out or DEFAULT_OUT_DIR / f"long-{machine['date'][:10]}.md"
+    out = args.out or DEFAULT_OUT_DIR / f"eval-long-{machine['date'][:10]}.md"
     header = common.report_header(__file__, headline(records), info=machine, command=command)
     common.publish_report(report, out=out, name="long", no_write=args.no_write, header=header)
     if args.json_out:

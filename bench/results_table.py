@@ -54,6 +54,7 @@ BENCHMARKS = (
     "embedding_runtime.py",
     "eval_both.py",
     "eval_locomo.py",
+    "eval_long.py",
     "eval_retrieval.py",
     "graph_extraction.py",
     "hnsw_params.py",
