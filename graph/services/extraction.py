@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from django.db import connection, transaction
 
 from engram_site import activity
+from engram_site.exceptions import NotFound
 from engram_site.providers import nlp
 from graph import extract as extraction
 from graph.models import Edge, Entity, Mention
@@ -21,6 +22,7 @@ from graph.services.reports import GraphReport
 from graph.services.timelines import supersession_recompute, timeline_windows_recompute
 from memories.models import EnrichmentStage, Memory
 from memories.services.enrichment_failures import error_text, failures_clear, failures_record
+from memories.services.ingest.locks import hold_bucket
 from memories.services.supersession import supersessions_clear
 from tenants.models import Bucket, Tenant
 
@@ -230,8 +232,24 @@ def graph_extract_memories(*, memory_ids: Iterable[uuid.UUID]) -> GraphReport:
     return report
 
 
+def _bucket_held(bucket: Bucket) -> bool:
+    """Hold the bucket's row (FOR KEY SHARE, the lock the graph rows' foreign keys take) for the
+    rest of the transaction, before the graph lock: a delete or a merge of the bucket then waits
+    for this extraction, or has already removed it and its memories, and there is nothing to
+    extract. Without it, rows read before a delete committed were extracted into entities of a
+    bucket that no longer exists, and the insert failed its foreign key."""
+    try:
+        hold_bucket(bucket)
+    except NotFound:
+        logger.info("bucket %s was deleted or merged away; its memories are not extracted", bucket.pk)
+        return False
+    return True
+
+
 def _extract_in_bucket(bucket: Bucket, rows: list[Memory], report: GraphReport) -> None:
     with transaction.atomic():
+        if not _bucket_held(bucket):
+            return
         # One extractor at a time per bucket: entity creation and timelines stay consistent.
         bucket_lock(bucket)
         rules = bucket_rules(bucket=bucket)
@@ -253,6 +271,9 @@ def graph_rebuild(*, bucket: Bucket) -> GraphReport:
         report.skipped = "spaCy pipeline unavailable"
         return report
     with transaction.atomic():
+        if not _bucket_held(bucket):
+            report.skipped = "the bucket was deleted"
+            return report
         bucket_lock(bucket)
         # Undo what the graph wrote onto memories, then drop the graph.
         supersessions_clear(bucket=bucket)

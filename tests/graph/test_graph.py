@@ -335,3 +335,33 @@ class TestGraphApi:
         restricted = client_factory(tenant, bucket=bucket)
         assert restricted.get(f"/api/v1/entities/{entity.pk}").status_code == 404
         assert restricted.get(f"/api/v1/buckets/{other.pk}/entities").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)  # the extraction's transaction commits: its foreign keys are checked
+def test_a_bucket_deleted_during_extraction_is_passed_over_quietly(tenant, monkeypatch):
+    """Issue 46, item 8: the extractor read a bucket's memories, the bucket was deleted, and its
+    entities' insert failed the foreign key to the bucket (IntegrityError) for the whole task."""
+    from engram_site import activity
+    from graph.tasks import extract_memories
+    from memories.services.buckets import bucket_delete
+
+    doomed = bucket_create(tenant=tenant, name="doomed")
+    kept = bucket_create(tenant=tenant, name="kept")
+    ids = [
+        r.id
+        for b in (doomed, kept)
+        for r in memories_ingest(bucket=b, items=[MemoryInput(content="Ana works at Globex in Lisbon.")])
+    ]
+    real_turns = activity.turns
+
+    def turns(rows, *args, **kwargs):
+        # The memories are read; before the bucket's turn, another request deletes it.
+        if rows and rows[0].bucket_id == doomed.pk:
+            bucket_delete(bucket=doomed)
+        yield from real_turns(rows, *args, **kwargs)
+
+    monkeypatch.setattr(activity, "turns", turns)
+    counts = extract_memories([str(i) for i in ids])
+    assert counts["errors"] == 0 and counts["memories"] == 1
+    assert not Entity.objects.filter(bucket_id=doomed.pk).exists()
+    assert {e.name for e in Entity.objects.for_bucket(kept)} >= {"Ana", "Globex"}
