@@ -4,7 +4,8 @@ A list endpoint validates its ``limit``/``offset`` or ``cursor``/``page_size`` q
 in its own Params serializer (so a bad value is a 400 naming the parameter, never silently
 replaced by the default); the classes here hold the page sizes and answer a cursor the API
 did not write with a 400 instead of DRF's 404 (or a 500 for a well-formed cursor whose
-position is not a timestamp).
+position is not a timestamp). The view then filters its rows through a selector and answers
+with :func:`list_response`, the one place a page is cut, serialised and wrapped in its links.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from urllib import parse
 from django.core import signing
 from django.utils.dateparse import parse_datetime
 from rest_framework import pagination, serializers
+from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 MAX_PAGE_SIZE = 500
@@ -94,3 +96,24 @@ class DeletedCursorPagination(CreatedCursorPagination):
     """Most recently deleted first, by (deleted_at, id)."""
 
     ordering = ("-deleted_at", "-id")
+
+
+def list_response(
+    request,
+    view,
+    rows,
+    serializer: type[serializers.BaseSerializer],
+    *,
+    paginator: type[pagination.BasePagination] = LimitOffsetPagination,
+    context: dict | None = None,
+) -> Response:
+    """The answer of a list endpoint: one page of ``rows`` (a queryset, already filtered).
+
+    ``paginator`` takes the page size and the offset or cursor from the query string (the view
+    validated them in its Params serializer first, so a bad value is a 400 that names it), each
+    row of the page is rendered by ``serializer`` (with ``context``), and the envelope carries
+    the links to the next and previous pages, and the count of a limit/offset list.
+    """
+    pages = paginator()
+    page = pages.paginate_queryset(rows, request, view=view)
+    return pages.get_paginated_response(serializer(page, many=True, context=context or {}).data)

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from engram_site.fields import StrictCharField, StrictDateTimeField, StrictSerializer
 from engram_site.openapi import errors, limit_offset_page
-from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
+from engram_site.pagination import list_response, offset_field, page_size_field
 from graph import selectors
 from memories.apis.memories import MemoryOut
 from tenants.selectors import bucket_get
@@ -74,9 +74,7 @@ class EntityListApi(APIView):
             bucket=bucket, query=params.validated_data.get("q"), type=params.validated_data.get("type"),
             agents=request.auth.agents,
         )  # fmt: skip
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(entities, request, view=self)
-        return paginator.get_paginated_response(EntityOut(page, many=True).data)
+        return list_response(request, self, entities, EntityOut)
 
 
 class EntityDetailApi(APIView):
@@ -128,9 +126,7 @@ class EdgeListApi(APIView):
             bucket=bucket, valid_at=data.get("valid_at"), entity_id=data.get("entity"), predicate=data.get("predicate"),
             agents=request.auth.agents,
         )  # fmt: skip
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(edges, request, view=self)
-        return paginator.get_paginated_response(EdgeOut(page, many=True).data)
+        return list_response(request, self, edges, EdgeOut)
 
 
 class EdgeMemoriesApi(APIView):

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 from audit.services import request_actor
 from engram_site.fields import StrictCharField, StrictSerializer
 from engram_site.openapi import BODY, errors, limit_offset_page
-from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
+from engram_site.pagination import list_response, offset_field, page_size_field
 from maintenance import selectors
 from maintenance.models import ConflictStatus
 from maintenance.services import conflict_review
@@ -90,9 +90,7 @@ class ConflictListApi(APIView):
         pairs = selectors.conflict_list(
             bucket=bucket, status=params.validated_data.get("status", ConflictStatus.OPEN), agents=request.auth.agents
         )
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(pairs, request, view=self)
-        return paginator.get_paginated_response(ConflictOut(page, many=True).data)
+        return list_response(request, self, pairs, ConflictOut)
 
 
 class ConflictResolveApi(APIView):

@@ -16,7 +16,7 @@ from engram_site.fields import (
     StrictSerializer,
 )
 from engram_site.openapi import BODY, cursor_page, errors
-from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
+from engram_site.pagination import CreatedCursorPagination, cursor_field, list_response, page_size_field
 from memories.models import Attribution
 from memories.quotas import quota_check_memories
 from memories.serializers import MAX_ID_CHARS, MetadataField
@@ -283,9 +283,7 @@ class BucketSourcesApi(APIView):
             bucket=bucket, status=params.validated_data.get("status"), kind=params.validated_data.get("kind"),
             agents=request.auth.agents,
         )  # fmt: skip
-        paginator = CreatedCursorPagination()
-        page = paginator.paginate_queryset(sources, request, view=self)
-        return paginator.get_paginated_response(SourceOut(page, many=True).data)
+        return list_response(request, self, sources, SourceOut, paginator=CreatedCursorPagination)
 
 
 DeleteOut = inline_serializer(

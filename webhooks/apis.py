@@ -13,7 +13,7 @@ from audit.services import request_actor
 from engram_site.exceptions import Forbidden
 from engram_site.fields import StrictBooleanField, StrictCharField, StrictSerializer, query_values
 from engram_site.openapi import BODY, errors, limit_offset_page
-from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
+from engram_site.pagination import list_response, offset_field, page_size_field
 from memories.models import EventKind
 from tenants.models import Scope
 from webhooks import selectors, services
@@ -81,9 +81,7 @@ class WebhookListApi(APIView):
     def get(self, request):
         _whole_tenant(request)
         self.ListParams(data=query_values(request.query_params)).is_valid(raise_exception=True)
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(selectors.subscription_list(tenant=request.auth.tenant), request, self)
-        return paginator.get_paginated_response(WebhookOut(page, many=True).data)
+        return list_response(request, self, selectors.subscription_list(tenant=request.auth.tenant), WebhookOut)
 
     @extend_schema(
         operation_id="webhooks_create",
@@ -196,9 +194,7 @@ class WebhookDeliveriesApi(APIView):
         params = self.Params(data=query_values(request.query_params))
         params.is_valid(raise_exception=True)
         deliveries = selectors.delivery_list(subscription=subscription, status=params.validated_data.get("status"))
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(deliveries, request, self)
-        return paginator.get_paginated_response(DeliveryOut(page, many=True).data)
+        return list_response(request, self, deliveries, DeliveryOut)
 
 
 class WebhookDeliveryRetryApi(APIView):

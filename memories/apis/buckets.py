@@ -19,7 +19,7 @@ from engram_site.fields import (
     query_values,
 )
 from engram_site.openapi import BODY, errors, limit_offset_page
-from engram_site.pagination import LimitOffsetPagination, offset_field, page_size_field
+from engram_site.pagination import list_response, offset_field, page_size_field
 from memories import selectors
 from memories.services import buckets, pending_enrichment_count
 from memories.services.embedding_switch import embedding_switch_status
@@ -56,11 +56,8 @@ class BucketListApi(APIView):
     def get(self, request):
         # Validated here: the paginator would silently replace a bad limit with the default.
         self.ListParams(data=query_values(request.query_params)).is_valid(raise_exception=True)
-        paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(
-            tenant_selectors.bucket_list(tenant=request.auth.tenant, token=request.auth), request, view=self
-        )
-        return paginator.get_paginated_response(BucketOutput(page, many=True).data)
+        buckets = tenant_selectors.bucket_list(tenant=request.auth.tenant, token=request.auth)
+        return list_response(request, self, buckets, BucketOutput)
 
     @extend_schema(
         operation_id="buckets_create", request=CreateInput, responses={201: BucketOutput, **errors(409, *BODY)}

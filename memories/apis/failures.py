@@ -8,7 +8,7 @@ from rest_framework.views import APIView
 
 from engram_site.fields import StrictSerializer
 from engram_site.openapi import cursor_page, errors
-from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
+from engram_site.pagination import CreatedCursorPagination, cursor_field, list_response, page_size_field
 from memories import selectors
 from memories.models import EnrichmentStage
 from tenants.selectors import bucket_get
@@ -52,6 +52,4 @@ class EnrichmentFailuresApi(APIView):
         failures = selectors.enrichment_failure_list(
             bucket=bucket, stage=params.validated_data.get("stage"), agents=request.auth.agents
         )
-        paginator = FailureCursorPagination()
-        page = paginator.paginate_queryset(failures, request, view=self)
-        return paginator.get_paginated_response(EnrichmentFailureOut(page, many=True).data)
+        return list_response(request, self, failures, EnrichmentFailureOut, paginator=FailureCursorPagination)

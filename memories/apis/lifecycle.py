@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from audit.services import request_actor
 from engram_site.fields import StrictSerializer
 from engram_site.openapi import cursor_page, errors
-from engram_site.pagination import DeletedCursorPagination, cursor_field, page_size_field
+from engram_site.pagination import DeletedCursorPagination, cursor_field, list_response, page_size_field
 from memories import selectors, services
 from memories.apis.memories import MemoryDetailOut
 from tenants.agents import check_writable
@@ -131,8 +131,8 @@ class DeletedMemoriesApi(APIView):
     def get(self, request, bucket_id):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         self.Params(data=request.query_params.dict()).is_valid(raise_exception=True)
-        paginator = DeletedCursorPagination()
         deleted = selectors.deleted_memory_list(bucket=bucket, agents=request.auth.agents)
-        page = paginator.paginate_queryset(deleted, request, view=self)
         context = {"retention_days": bucket.retention_days}
-        return paginator.get_paginated_response(DeletedMemoryOut(page, many=True, context=context).data)
+        return list_response(
+            request, self, deleted, DeletedMemoryOut, paginator=DeletedCursorPagination, context=context
+        )

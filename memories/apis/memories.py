@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 from audit.services import request_actor
 from engram_site.fields import JSONObjectField, StrictBooleanField, StrictSerializer
 from engram_site.openapi import BODY, cursor_page, errors
-from engram_site.pagination import CreatedCursorPagination, cursor_field, page_size_field
+from engram_site.pagination import CreatedCursorPagination, cursor_field, list_response, page_size_field
 from memories import provenance, selectors, services
 from memories.filters import MemoryFilters
 from memories.links import link_kinds
@@ -169,9 +169,7 @@ class BucketMemoriesApi(APIView):
             values["hint_tags"] = [t.strip() for t in values["hint_tags"].split(",") if t.strip()]
         filters = MemoryFilters(**values, agents=request.auth.agents)
         memories = selectors.memory_list(bucket=bucket, filters=filters, pending=pending)
-        paginator = CreatedCursorPagination()
-        page = paginator.paginate_queryset(memories, request, view=self)
-        return paginator.get_paginated_response(MemoryOut(page, many=True).data)
+        return list_response(request, self, memories, MemoryOut, paginator=CreatedCursorPagination)
 
 
 class MemoryDetailOut(MemoryOut):
