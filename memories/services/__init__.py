@@ -22,6 +22,10 @@ One module per kind of change:
   :mod:`~memories.services.classification`, :mod:`~memories.services.supersession`,
   :mod:`~memories.services.access` — the columns other apps and jobs maintain.
 
+Two change no row and serve every change: :mod:`~memories.services.signalling` (the after-commit
+signals, sent so a receiver's failure never fails the write) and
+:mod:`~memories.services.stats_cache` (the search statistics told what was written or moved).
+
 Other apps never write the table themselves: they call these functions, learn about
 changes from :mod:`memories.signals` (and :mod:`memories.hooks` for background work), and
 change their own rows inside these functions' transactions as participants
