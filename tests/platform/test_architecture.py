@@ -171,10 +171,18 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _packages_of(module: str) -> set[str]:
+    """The packages Python loads before ``module``: ``a`` and ``a.b`` for ``a.b.c``."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
 def module_imports(source: str, module: str, *, is_package: bool, known: set[str]) -> set[str]:
     """The project modules ``source`` (the module ``module``) imports, anywhere in it. ``from a
     import b`` names the module ``a.b`` when there is one, else ``a``; relative imports are
-    resolved against ``module``."""
+    resolved against ``module``. Importing ``a.b.c`` runs ``a/b/__init__.py`` first, so the
+    packages a target sits in count as imported too, except those ``module`` sits in itself
+    (they were loading before it: a package's ``__init__`` importing its own modules is no cycle)."""
     found = set()
     package = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(source)):
@@ -194,6 +202,7 @@ def module_imports(source: str, module: str, *, is_package: bool, known: set[str
                 target = target.rpartition(".")[0]
             if target and target != module:
                 found.add(target)
+                found |= (_packages_of(target) & known) - _packages_of(module) - {module}
     return found
 
 
@@ -256,7 +265,8 @@ def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[s
 
 def test_the_import_scan_finds_cycles_and_upward_imports(tmp_path):
     # The scan below is only as good as this: a cycle through a function's import, a cycle
-    # of three, a relative import, an upward import and a peer's must all be seen.
+    # of three, a relative import, a cycle through a package's __init__ (loaded before any of
+    # its modules), an upward import and a peer's must all be seen.
     files = {
         "low/__init__.py": "",
         "low/a.py": "def f():\n    from low import b\n",
@@ -265,6 +275,12 @@ def test_the_import_scan_finds_cycles_and_upward_imports(tmp_path):
         "low/d.py": "from low.e import thing\n",
         "low/e.py": "from low import c\n",
         "low/clean.py": "import os\nfrom low import a\n",
+        # low.jobs imports a module of low.svc that imports nothing, but low.svc's __init__
+        # runs first, and it loads the module that imports low.jobs.
+        "low/svc/__init__.py": "from low.svc.ingest import write\n",
+        "low/svc/ingest.py": "from low.svc import enrich\nfrom low import jobs\n",
+        "low/svc/enrich.py": "",
+        "low/jobs.py": "from low.svc.enrich import run\n",
         "high/__init__.py": "",
         "high/x.py": "from low.clean import something\n",
         "high/y.py": "",
@@ -275,12 +291,21 @@ def test_the_import_scan_finds_cycles_and_upward_imports(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     graph = import_graph(tmp_path, ("low", "high", "peer"))
-    assert graph["low.clean"] == {"low.a"} and graph["high.x"] == {"low.clean"}
-    assert import_cycles(graph) == [["low.a", "low.b"], ["low.c", "low.d", "low.e"]]
+    assert graph["low.clean"] == {"low.a"} and graph["high.x"] == {"low.clean", "low"}
+    assert graph["low.jobs"] == {"low.svc.enrich", "low.svc"} and graph["low.svc.ingest"] == {
+        "low.svc.enrich",
+        "low.jobs",
+    }
+    assert import_cycles(graph) == [
+        ["low.a", "low.b"],
+        ["low.c", "low.d", "low.e"],
+        ["low.jobs", "low.svc", "low.svc.ingest"],
+    ]
     layers = {"low": 0, "high": 1, "peer": 1}
     graph["low.clean"].add("high.y")
     assert upward_imports(graph, layers) == [
         "low.clean imports high.y (a higher layer)",
+        "peer.z imports high (a peer)",
         "peer.z imports high.y (a peer)",
     ]
 
