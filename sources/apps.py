@@ -8,7 +8,7 @@ class SourcesConfig(AppConfig):
     def ready(self):
         # Imported here, not at the top: models can only load once apps are ready.
         from memories import participants, provenance
-        from sources import selectors, tasks  # noqa: F401  (tasks: registers the tasks)
+        from sources import receivers, selectors  # noqa: F401  (receivers: connects to sources.signals)
         from sources.participants import SourcesParticipant
 
         provenance.register_source_lookup(selectors.memory_source)

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from celery import signature
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.services import Actor, audit_record
 from engram_site.exceptions import NotFound
-from memories import hooks
 from memories.services import constraint_name, hold_bucket
+from memories.services.signalling import send_safely
+from sources import signals
 from sources.chunking import chunk_document
 from sources.models import Source, SourceChunk, SourceKind, SourceStatus
 from sources.services.inputs import held_options
@@ -48,21 +48,13 @@ def content_hash(kind: str, payload: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-PROCESS_TASK = "sources.process_source"
-
 # Declared by migration sources 0001 (ON DELETE CASCADE).
 _BUCKET_FOREIGN_KEYS = {"sources_bucket_id_fk", "sources_tenant_id_fk"}
 
 
-def enqueue(source_id: uuid.UUID) -> None:
-    """Ask a worker to process the source. Never raises and never waits long on a broker that
-    is down (memories.hooks backs off); the sweep picks the source up otherwise."""
-    try:
-        # Named, not imported: sources.tasks imports this module.
-        task = signature(PROCESS_TASK, args=(str(source_id),), immutable=True)
-        hooks.publish(lambda: task, what="source processing", count=1)
-    except Exception:  # a signature bug must not fail a committed request either
-        logger.exception("could not queue processing of source %s", source_id)
+def announce_pending(source_id: uuid.UUID) -> None:
+    """After the commit, ask for the source's processing (sources/receivers.py queues it)."""
+    transaction.on_commit(lambda: send_safely(signals.source_pending, source_id=source_id))
 
 
 def _submit(
@@ -110,7 +102,7 @@ def _submit(
                     status=SourceStatus.PENDING, attempts=0, heartbeat_at=timezone.now()
                 )
                 existing.refresh_from_db(fields=["status", "attempts", "heartbeat_at"])
-                transaction.on_commit(lambda: enqueue(existing.pk))
+                announce_pending(existing.pk)
             logger.info("source %s re-submitted (deduplicated) by %s", existing.pk, submitted_by or "?")
             _audit_submit(actor, existing, kind=kind, deduplicated=True)
             return SubmitResult(existing, deduplicated=True)
@@ -122,7 +114,7 @@ def _submit(
         source.save(update_fields=["chunks_total", "status", "finished_at"])
         source.refresh_from_db(fields=["created_at"])
         if rows:
-            transaction.on_commit(lambda: enqueue(source.pk))
+            announce_pending(source.pk)
         _audit_submit(actor, source, kind=kind, deduplicated=False)
     logger.info("source %s (%s, %d chunks) submitted by %s", source.pk, kind, len(rows), submitted_by or "?")
     return SubmitResult(source, deduplicated=False)

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from sources.models import Source, SourceStatus
 from sources.services.process import clock, source_process
-from sources.services.submit import enqueue
+from sources.services.submit import announce_pending
 
 # The sweep: a pending source is left to its hint this long; a processing source whose
 # heartbeat (written after every batch of chunks) is older than STALE_AFTER lost its worker; a failed
@@ -81,5 +81,5 @@ def sources_retry(*, source_ids: list) -> int:
             .update(status=SourceStatus.PENDING, attempts=0, heartbeat_at=timezone.now())
         )
         for source_id in source_ids:
-            transaction.on_commit(lambda source_id=source_id: enqueue(source_id))
+            announce_pending(source_id)
     return count
