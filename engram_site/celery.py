@@ -11,7 +11,8 @@ from engram_site import activity, embedded_pg, tracing, warmup
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-app = Celery("engram")
+# Every task runs in a tenant scope of its own (engram_site/scoping.py).
+app = Celery("engram", task_cls="engram_site.scoping:ScopedTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

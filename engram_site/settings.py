@@ -110,6 +110,9 @@ MIDDLEWARE = [
     # An over-long URL is a 414 in the API's error shape, before any other work.
     "engram_site.middleware.UrlLengthMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Every request starts with no tenant scope; the API's authentication and the console enter
+    # theirs, which then span the view and its answer (engram_site/scoping.py).
+    "engram_site.scoping.TenantScopeMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
