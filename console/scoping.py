@@ -8,6 +8,9 @@ tenant data at all. Everything in the console goes through this module:
   console pages (console/views/, console/selectors.py, console/forms.py);
 - :class:`TenantScopedAdmin`, the base of every model admin of tenant data: changelists,
   change / delete / history views, actions, autocomplete, FK dropdowns and list filters;
+- :func:`enter_operator_scope`, which every console view runs in (``ConsoleAdminSite.admin_view``):
+  the tenant scope of the operator's tenants, so that even a query that forgot to narrow
+  reads nothing else (engram_site/scoping.py);
 - :class:`SuperuserOnlyAdmin` for everything else. ``ConsoleAdminSite.register`` wraps
   any model admin that is not a ``TenantScopedAdmin`` in it, so an admin added later
   without thinking about tenants is closed to tenant operators rather than open to them.
@@ -28,6 +31,7 @@ from django.db.models import Model, QuerySet
 from django.http import Http404
 
 from console.changelist import SafeDateHierarchyChangeList
+from engram_site.scoping import enter_for_request, scope, scopes_disabled
 from tenants.models import Bucket, OperatorMembership, Tenant
 
 # Where the cached tenant ids of a user object live for the rest of its request.
@@ -52,9 +56,24 @@ def operator_tenant_ids(user) -> frozenset | None:
     if not (getattr(user, "is_active", False) and getattr(user, "is_staff", False) and getattr(user, "pk", None)):
         ids = frozenset()
     else:
-        ids = frozenset(OperatorMembership.objects.filter(user_id=user.pk).values_list("tenant_id", flat=True))
+        # Cross-tenant: which tenants the operator may see is what decides their scope.
+        with scopes_disabled():
+            ids = frozenset(OperatorMembership.objects.filter(user_id=user.pk).values_list("tenant_id", flat=True))
     setattr(user, _CACHE_ATTR, ids)
     return ids
+
+
+def enter_operator_scope(request) -> None:
+    """Run the rest of a console request in the tenant scope of its operator: the tenants
+    they operate, every tenant for a superuser (engram_site/scoping.py). The pages narrow
+    their querysets themselves as well (:func:`scope_queryset`); the scope is what holds
+    for code that forgot to."""
+    ids = operator_tenant_ids(request.user)
+    if ids is None:
+        # Cross-tenant: a superuser operates every tenant.
+        enter_for_request(request, scopes_disabled())
+    else:
+        enter_for_request(request, scope(tenant=sorted(ids, key=str)))
 
 
 def forget_operator_tenants(user) -> None:

@@ -13,11 +13,13 @@ Tenant scoping (console/scoping.py) cannot be forgotten by a new model admin:
 
 from __future__ import annotations
 
+import functools
+
 from django.contrib import admin
 from django.urls import path, reverse
 
 from console.login import ThrottledAuthenticationForm
-from console.scoping import superuser_only
+from console.scoping import enter_operator_scope, superuser_only
 from console.selectors import console_summary
 from console.views import bucket_merge, conflicts, duplicates, entities, health, home, playground, topics, usage
 
@@ -31,6 +33,17 @@ class ConsoleAdminSite(admin.AdminSite):
     @property
     def login_form(self):
         return ThrottledAuthenticationForm
+
+    def admin_view(self, view, cacheable=False):
+        # Every page of the console (model admins included) runs in its operator's tenant scope,
+        # entered inside the view so that a database outage is still the 503 page; it lasts
+        # until the answer is rendered (engram_site/scoping.py).
+        @functools.wraps(view)
+        def in_operator_scope(request, *args, **kwargs):
+            enter_operator_scope(request)
+            return view(request, *args, **kwargs)
+
+        return super().admin_view(in_operator_scope, cacheable)
 
     def register(self, model_or_iterable, admin_class=None, **options):
         # Data outside any tenant (users, schedules, job runs, ...) and any admin that does

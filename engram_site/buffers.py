@@ -25,6 +25,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from engram_site.scoping import scopes_disabled
+
 logger = logging.getLogger(__name__)
 
 
@@ -62,6 +64,7 @@ class Flusher:
         self._stopped = True
         self._wake.set()
 
+    @scopes_disabled()  # cross-tenant: one thread writes every tenant's buffered rows
     def _run(self) -> None:
         while not self._stopped:
             with self._lock:

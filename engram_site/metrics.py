@@ -36,6 +36,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
+from engram_site.scoping import scopes_disabled
+
 logger = logging.getLogger(__name__)
 
 # Seconds: a search on 100k memories takes ~30 ms on 2 cores; a slow one, seconds.
@@ -112,7 +114,8 @@ class _ScrapeTimeCollector:
     def collect(self):
         for name, (documentation, labels, read) in sorted(_gauges.items()):
             try:
-                values = read()
+                with scopes_disabled():  # cross-tenant: a gauge counts the whole service
+                    values = read()
             except Exception as exc:  # one unreadable figure must not fail the whole scrape
                 logger.warning("metric %s could not be read: %s", name, exc)
                 continue

@@ -13,10 +13,13 @@ from celery import shared_task
 
 from engram_site.jobs import runner
 from engram_site.jobs.presets import HINT, SCHEDULED
+from engram_site.scoping import scopes_disabled
 from graph.services import extraction
 from graph.services.reports import GraphReport
 from memories import hooks
+from memories.selectors import memories_tenant_ids
 from tenants.models import Bucket
+from tenants.selectors import bucket_tenant_ids
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +34,7 @@ def _as_counts(report: GraphReport) -> dict:
     }
 
 
-@shared_task(name="graph.extract_memories", **HINT)
+@shared_task(name="graph.extract_memories", tenant_scope=memories_tenant_ids, **HINT)
 def extract_memories(memory_ids: list[str]) -> dict:
     return _as_counts(extraction.graph_extract_memories(memory_ids=memory_ids))
 
@@ -55,11 +58,12 @@ def _extract_pending(*, recorder: runner.JobRecorder, limit: int = 1000) -> None
 
 
 @shared_task(name="graph.extract_pending", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: extracts the new memories of every bucket
 def extract_pending() -> dict:
     return runner.run_job("graph_extract_pending", _extract_pending, lock=True, keep_idle=False).as_dict()
 
 
-@shared_task(name="graph.rebuild_bucket", **SCHEDULED)
+@shared_task(name="graph.rebuild_bucket", tenant_scope=bucket_tenant_ids, **SCHEDULED)
 def rebuild_bucket(bucket_id: str) -> dict:
     def run(*, recorder: runner.JobRecorder) -> None:
         bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)

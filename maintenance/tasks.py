@@ -15,6 +15,7 @@ from django.conf import settings
 from engram_site.jobs import runner
 from engram_site.jobs.presets import HINT, SCHEDULED
 from engram_site.locks import LockHeld
+from engram_site.scoping import scopes_disabled
 from maintenance.services import (
     classification,
     conflicts,
@@ -25,29 +26,31 @@ from maintenance.services import (
     links,
     reindex,
 )
+from memories.selectors import memories_tenant_ids
 from memories.services.access import apply_pending
 from memories.services.lifecycle import memories_purge
 from tenants.models import Bucket
+from tenants.selectors import bucket_tenant_ids
 
 # --- hints: follow-up work for new memories (hooks.after_ingest / after_enrichment) ---------------
 
 
-@shared_task(name="maintenance.classify_memories", **HINT)
+@shared_task(name="maintenance.classify_memories", tenant_scope=memories_tenant_ids, **HINT)
 def classify_memories(memory_ids: list[str]) -> dict:
     return classification.memories_classify(memory_ids=memory_ids)
 
 
-@shared_task(name="maintenance.find_duplicates", **HINT)
+@shared_task(name="maintenance.find_duplicates", tenant_scope=memories_tenant_ids, **HINT)
 def find_duplicates(memory_ids: list[str]) -> dict:
     return duplicates.near_duplicates_find_for(memory_ids=memory_ids)
 
 
-@shared_task(name="maintenance.find_conflicts", **HINT)
+@shared_task(name="maintenance.find_conflicts", tenant_scope=memories_tenant_ids, **HINT)
 def find_conflicts(memory_ids: list[str]) -> dict:
     return conflicts.conflicts_find_for(memory_ids=memory_ids)
 
 
-@shared_task(name="maintenance.link_new_memories", **HINT)
+@shared_task(name="maintenance.link_new_memories", tenant_scope=memories_tenant_ids, **HINT)
 def link_new_memories(memory_ids: list[str]) -> dict:
     return links.links_find_for(memory_ids=memory_ids)
 
@@ -56,42 +59,49 @@ def link_new_memories(memory_ids: list[str]) -> dict:
 
 
 @shared_task(name="maintenance.enrichment_sweep", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: fills the missing columns of every bucket
 def enrichment_sweep() -> dict:
     # Every minute: runs that found nothing to do are not kept.
     return runner.run_job("enrichment_sweep", enrichment.enrichment_sweep, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.embed_missing", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: embeds the rows of every bucket
 def embed_missing() -> dict:
     return runner.run_job("embed_missing", enrichment.missing_fill, kind="embeddings").as_dict()
 
 
 @shared_task(name="maintenance.lemmatize_missing", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: lemmatizes the rows of every bucket
 def lemmatize_missing() -> dict:
     return runner.run_job("lemmatize_missing", enrichment.missing_fill, kind="lemmas").as_dict()
 
 
 @shared_task(name="maintenance.classify", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: classifies the rows of every bucket
 def classify() -> dict:
     return runner.run_job("classify", classification.memories_classify, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.scan_near_duplicates", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: scans every bucket
 def scan_near_duplicates() -> dict:
     return runner.run_job("scan_near_duplicates", duplicates.near_duplicates_scan, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.scan_conflicts", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: scans every bucket
 def scan_conflicts() -> dict:
     return runner.run_job("scan_conflicts", conflicts.conflicts_scan, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.link_memories", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: links within every bucket
 def link_memories() -> dict:
     return runner.run_job("link_memories", links.links_pass, lock=True, keep_idle=False).as_dict()
 
 
-@shared_task(name="maintenance.switch_embedding_model", **HINT)
+@shared_task(name="maintenance.switch_embedding_model", tenant_scope=bucket_tenant_ids, **HINT)
 def switch_embedding_model(bucket_id: str) -> dict:
     # A worker lost mid-run hands the task to another (acks_late), which goes on from the
     # staged rows; a run that finds another one at work is skipped.
@@ -105,21 +115,25 @@ def switch_embedding_model(bucket_id: str) -> dict:
 
 
 @shared_task(name="maintenance.reindex_hnsw", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: rebuilds the indexes over every tenant's rows
 def reindex_hnsw() -> dict:
     return runner.run_job("reindex_hnsw", reindex.hnsw_reindex, lock=True).as_dict()
 
 
 @shared_task(name="maintenance.apply_access_times", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: applies the access times of every tenant
 def apply_access_times() -> dict:
     return runner.run_job("apply_access_times", apply_pending, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.purge_memories", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: purges what every bucket's retention let go
 def purge_memories() -> dict:
     return runner.run_job("purge_memories", memories_purge, lock=True).as_dict()
 
 
 @shared_task(name="maintenance.memory_events", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: trims every bucket's change feed
 def memory_events() -> dict:
     return runner.run_job("memory_events", feed.memory_events_maintain, lock=True, keep_idle=False).as_dict()
 

@@ -24,6 +24,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from engram_site.buffers import WriteBehindBuffer
+from engram_site.scoping import scopes_disabled
 from memories.models import MemoryAccess
 
 FLUSH_SECONDS = 2.0
@@ -85,6 +86,9 @@ discard = BUFFER.discard
 
 def with_pending(queryset):
     """Annotate memories with ``last_accessed_at`` including access times not applied yet."""
-    pending = MemoryAccess.objects.filter(memory_id=OuterRef("pk")).values("accessed_at")[:1]
+    # Unscoped: correlated to the outer (scoped) memory by its key, it reads that memory's row
+    # only, and the scope's join through memories would cost a lookup per listed memory.
+    with scopes_disabled():
+        pending = MemoryAccess.objects.filter(memory_id=OuterRef("pk")).values("accessed_at")[:1]
     # GREATEST ignores NULLs: either time alone, or the newer of both.
     return queryset.annotate(last_accessed_seen=Greatest(F("last_accessed_at"), Subquery(pending)))

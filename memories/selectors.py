@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from engram_site.exceptions import NotFound
+from engram_site.scoping import scopes_disabled
 from memories import access
 from memories.filters import MemoryFilters
 from memories.models import PENDING_ENRICHMENT, DeletedMemory, EnrichmentFailure, Memory, MemoryVersion
@@ -77,6 +78,14 @@ def memory_history(*, tenant: Tenant, memory_id, token: ApiToken | None = None) 
     if state is None:
         raise NotFound("Memory not found.")
     return state, MemoryVersion.objects.filter(memory_id=pk, tenant_id=tenant.pk).order_by("id")
+
+
+def memories_tenant_ids(memory_ids: list[str]) -> list:
+    """The tenants of the memories ``memory_ids``: the scope a task on them runs in (its
+    ``tenant_scope``, engram_site/scoping.py). None for memories that are gone."""
+    # Cross-tenant: a task finds out whose rows it was handed before it enters their scope.
+    with scopes_disabled():
+        return list(Memory.objects.filter(pk__in=memory_ids).values_list("tenant_id", flat=True).distinct())
 
 
 def enrichment_backlog() -> dict[tuple, float]:

@@ -12,6 +12,7 @@ from django.conf import settings
 
 from engram_site.jobs.presets import HINT, RETRYABLE
 from memories import services
+from memories.selectors import memories_tenant_ids
 
 
 class EnrichmentIncomplete(RuntimeError):
@@ -19,7 +20,11 @@ class EnrichmentIncomplete(RuntimeError):
 
 
 # A hint, retried also when a model was down for some rows.
-@shared_task(name="memories.enrich_memories", **{**HINT, "autoretry_for": (EnrichmentIncomplete, *RETRYABLE)})
+@shared_task(
+    name="memories.enrich_memories",
+    tenant_scope=memories_tenant_ids,
+    **{**HINT, "autoretry_for": (EnrichmentIncomplete, *RETRYABLE)},
+)
 def enrich_memories(memory_ids: list[str]) -> dict:
     """Fill the derived columns of these memories (those still missing; idempotent)."""
     report = services.memories_enrich_all_pending(memory_ids=memory_ids, batch_size=settings.ENGRAM_ENRICH_BATCH_SIZE)

@@ -9,10 +9,19 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 
 from engram_site.exceptions import NotFound
+from engram_site.scoping import scopes_disabled
 from memories.models import Memory
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
+
+
+def source_tenant_ids(source_id: str) -> list:
+    """The tenant of the source ``source_id`` (none if it is gone): the scope a task on the
+    source runs in (its ``tenant_scope``, engram_site/scoping.py)."""
+    # Cross-tenant: a task finds out whose source it was handed before it enters its scope.
+    with scopes_disabled():
+        return list(Source.objects.filter(pk=source_id).values_list("tenant_id", flat=True))
 
 
 def source_get(*, tenant: Tenant, source_id, token: ApiToken | None = None) -> Source:

@@ -18,19 +18,22 @@ from celery import shared_task
 
 from engram_site.jobs import runner
 from engram_site.jobs.presets import HINT, SCHEDULED
+from engram_site.scoping import scopes_disabled
 from memories import hooks
+from sources.selectors import source_tenant_ids
 from sources.services.process import source_process
 from sources.services.sweep import sources_sweep
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="sources.process_source", **HINT)
+@shared_task(name="sources.process_source", tenant_scope=source_tenant_ids, **HINT)
 def process_source(source_id: str) -> dict:
     return source_process(source_id=source_id).as_dict()
 
 
 @shared_task(name="sources.sweep", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: finishes the unfinished sources of every bucket
 def sweep() -> dict:
     return runner.run_job("sources_sweep", sources_sweep, lock=True, keep_idle=False).as_dict()
 

@@ -8,6 +8,7 @@ import uuid
 from django.db.models import QuerySet
 
 from engram_site.exceptions import NotFound
+from engram_site.scoping import scopes_disabled
 from tenants.models import ApiToken, Bucket, Tenant
 
 # The one written form of an id (docs/API.md): lowercase, hyphenated, 36 characters.
@@ -23,6 +24,14 @@ def parse_uuid(value) -> uuid.UUID | None:
     if not isinstance(value, str) or not _CANONICAL_UUID.fullmatch(value):
         return None
     return uuid.UUID(value)
+
+
+def bucket_tenant_ids(bucket_id: str) -> list:
+    """The tenant of the bucket ``bucket_id`` (none if it is gone): the scope a task on the
+    bucket runs in (its ``tenant_scope``, engram_site/scoping.py)."""
+    # Cross-tenant: a task finds out whose bucket it was handed before it enters its scope.
+    with scopes_disabled():
+        return list(Bucket.objects.filter(pk=bucket_id).values_list("tenant_id", flat=True))
 
 
 def token_scoped(queryset: QuerySet, *, tenant: Tenant, token: ApiToken | None) -> QuerySet:

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from engram_site.jobs.runner import run_job
 from engram_site.models import JobTrigger
 from engram_site.progress import ProgressBar
+from engram_site.scoping import scopes_disabled
 
 
 class JobCommand(BaseCommand):
@@ -24,6 +25,7 @@ class JobCommand(BaseCommand):
         """Return (service function, keyword arguments)."""
         raise NotImplementedError
 
+    @scopes_disabled()  # cross-tenant: an operator's job over every bucket (or the one it names)
     def handle(self, *args, **options):
         fn, kwargs = self.job(**options)
         bar = None if options["no_progress"] else ProgressBar(self.job_name, stream=self.stderr._out)

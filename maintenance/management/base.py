@@ -7,6 +7,7 @@ import uuid
 from django.core.management.base import CommandError
 
 from engram_site.jobs.command import JobCommand
+from engram_site.scoping import scopes_disabled
 from tenants.models import Bucket
 
 
@@ -20,6 +21,8 @@ class BucketJobCommand(JobCommand):
         if not value:
             return None
         try:
-            return Bucket.objects.select_related("tenant").get(pk=uuid.UUID(value))
+            # Cross-tenant: the operator names a bucket by id, whoever's it is.
+            with scopes_disabled():
+                return Bucket.objects.select_related("tenant").get(pk=uuid.UUID(value))
         except (ValueError, Bucket.DoesNotExist):
             raise CommandError(f"no bucket with id {value!r}") from None

@@ -10,6 +10,7 @@ import uuid
 from django.conf import settings
 from django.db import connection
 
+from engram_site.scoping import in_this_context
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,8 @@ class _BucketStats:
                 with self._lock:
                     self._refreshing.discard(bucket.pk)
 
-        threading.Thread(target=refresh, name="engram-bucket-stats", daemon=True).start()
+        # In the searching request's context: its tenant scope follows the count into the thread.
+        threading.Thread(target=in_this_context(refresh), name="engram-bucket-stats", daemon=True).start()
         return True
 
     def size(self, bucket: Bucket) -> dict:

@@ -8,6 +8,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from engram_site.scoping import scopes_disabled
 from graph.services import extraction
 from tenants.models import Bucket, Tenant
 from tenants.selectors import parse_uuid
@@ -23,6 +24,7 @@ class Command(BaseCommand):
         target.add_argument("--all", action="store_true", help="every bucket of every tenant")
         target.add_argument("--pending", action="store_true", help="only memories not yet extracted")
 
+    @scopes_disabled()  # cross-tenant: an operator's rebuild of the buckets named, or of all
     def handle(self, *args, bucket, tenant, all, pending, **options):
         if pending:
             total = 0

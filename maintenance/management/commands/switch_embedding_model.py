@@ -13,6 +13,7 @@ from engram_site.locks import LockHeld
 from engram_site.models import JobTrigger
 from engram_site.progress import ProgressBar
 from engram_site.providers import embedding
+from engram_site.scoping import scopes_disabled
 from maintenance import tasks
 from maintenance.management.base import BucketJobCommand
 from maintenance.services.embedding_switch import embedding_switch
@@ -40,6 +41,7 @@ class Command(BucketJobCommand):
         )
         parser.add_argument("--stop-after", type=int, default=None, help="stop after re-embedding this many rows")
 
+    @scopes_disabled()  # cross-tenant: an operator's command on the bucket they name, whoever's
     def handle(self, *args, **options):
         bucket = self.bucket(options)
         if bucket is None:

@@ -9,6 +9,7 @@ only --dry-run runs, which counts and changes nothing.
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.services import Actor
+from engram_site import scoping
 from memories.models import Attribution
 from memories.services import memories_erase
 from tenants.models import Bucket, Tenant
@@ -39,10 +40,11 @@ class Command(BaseCommand):
         if not (dry_run or yes):
             raise CommandError("Erasing cannot be undone: add --yes to erase, or --dry-run to count first.")
         owner = _tenant(tenant)
-        where = _bucket(owner, bucket) if bucket else None
-        report = memories_erase(
-            tenant=owner, fields=fields, bucket=where, dry_run=dry_run, actor=Actor.system("manage.py erase")
-        )
+        with scoping.scope(tenant=owner.pk):
+            where = _bucket(owner, bucket) if bucket else None
+            report = memories_erase(
+                tenant=owner, fields=fields, bucket=where, dry_run=dry_run, actor=Actor.system("manage.py erase")
+            )
         scope = f"bucket {where.name}" if where else "every bucket"
         verb = "Would erase" if dry_run else "Erased"
         self.stdout.write(f"{verb}, in tenant {owner.name} ({scope}):")

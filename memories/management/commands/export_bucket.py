@@ -13,6 +13,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from engram_site.progress import ProgressBar
+from engram_site.scoping import scope, scopes_disabled
 from memories import selectors
 from memories.services import memories_export
 from tenants.models import Bucket
@@ -20,7 +21,9 @@ from tenants.models import Bucket
 
 def bucket_by_id(value: str) -> Bucket:
     try:
-        return Bucket.objects.select_related("tenant").get(pk=uuid.UUID(value))
+        # Cross-tenant: the operator names a bucket by id, whoever's it is.
+        with scopes_disabled():
+            return Bucket.objects.select_related("tenant").get(pk=uuid.UUID(value))
     except (ValueError, Bucket.DoesNotExist):
         raise CommandError(f"no bucket with id {value!r}") from None
 
@@ -35,8 +38,12 @@ class Command(BaseCommand):
         parser.add_argument("--embeddings", action="store_true", help="include the vectors (an import reuses them)")
         parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
 
-    def handle(self, *args, bucket_id, out, versions, embeddings, no_progress, **options):
+    def handle(self, *args, bucket_id, **options):
         bucket = bucket_by_id(bucket_id)
+        with scope(tenant=bucket.tenant_id):
+            self._export_to(bucket, **options)
+
+    def _export_to(self, bucket, *, out, versions, embeddings, no_progress, **options):
         progress = ProgressBar(
             f"export {bucket.name}",
             total=selectors.memory_count(bucket=bucket),

@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.services import Actor
 from engram_site.progress import ProgressBar
+from engram_site.scoping import scope
 from memories.management.commands.export_bucket import bucket_by_id
 from memories.services import memories_import
 from memories.services.transfer import ImportRejected
@@ -35,7 +36,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, bucket_id, file, skip_invalid, no_progress, **options):
         bucket = bucket_by_id(bucket_id)
-        with self._open(file) as handle:
+        with scope(tenant=bucket.tenant_id), self._open(file) as handle:
             size = os.fstat(handle.fileno()).st_size
             stream = io.StringIO() if no_progress else self.stderr._out
             passes = [] if skip_invalid else ["check"]

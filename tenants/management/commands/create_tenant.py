@@ -10,6 +10,7 @@ from django.db import transaction
 
 from audit.services import Actor
 from engram_site.exceptions import DomainError
+from engram_site.scoping import scope
 from tenants import services
 
 
@@ -31,11 +32,12 @@ class Command(BaseCommand):
             with transaction.atomic():
                 actor = Actor.system("manage.py create_tenant")
                 tenant = services.tenant_create(name=name, first_bucket=bucket or None, actor=actor)
-                created_bucket = tenant.buckets.get() if bucket else None
-                issued = services.token_issue(
-                    tenant=tenant, name=token_name, scopes=services.parse_scopes(scopes), actor=actor,
-                    agent_ids=agents, include_shared=include_shared,
-                )  # fmt: skip
+                with scope(tenant=tenant.pk):
+                    created_bucket = tenant.buckets.get() if bucket else None
+                    issued = services.token_issue(
+                        tenant=tenant, name=token_name, scopes=services.parse_scopes(scopes), actor=actor,
+                        agent_ids=agents, include_shared=include_shared,
+                    )  # fmt: skip
         except DomainError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"Tenant: {tenant.name} (slug {tenant.slug}, id {tenant.pk})")

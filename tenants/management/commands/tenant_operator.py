@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from audit.services import Actor
+from engram_site.scoping import scopes_disabled
 from tenants import services
 from tenants.models import OperatorMembership, Tenant
 
@@ -27,6 +28,7 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", action="append", required=True, help="tenant slug (repeatable)")
         parser.add_argument("--remove", action="store_true", help="remove the memberships instead")
 
+    @scopes_disabled()  # cross-tenant: a user's memberships in any tenants
     def handle(self, *args, username, tenant, remove, **options):
         tenants = list(Tenant.objects.filter(slug__in=tenant))
         missing = sorted(set(tenant) - {t.slug for t in tenants})
