@@ -2,7 +2,9 @@
 
 A tenant-owned row carries a ``tenant_id`` column, and a bucket-owned one ``bucket_id`` as
 well. Reads reach such a table through :meth:`TenantScopedQuerySet.for_tenant` or
-:meth:`BucketScopedQuerySet.for_bucket`, written once here rather than in every app.
+:meth:`BucketScopedQuerySet.for_bucket`, written once here rather than in every app, or
+inside a tenant scope: ``as_manager()`` of these querysets is the tenant-scoped manager,
+which refuses a query that names no tenant outside a scope (engram_site/scoping.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from typing import Any, Protocol, Self
 
 from django.db import models
+
+from engram_site.scoping import TenantScopedManager, scoped_manager
 
 
 class _Tenant(Protocol):
@@ -27,6 +31,13 @@ class _Restriction(Protocol):
 
 class TenantScopedQuerySet(models.QuerySet):
     """A queryset over a table with a ``tenant_id`` column."""
+
+    @classmethod
+    def as_manager(cls) -> TenantScopedManager:  # type: ignore[override]
+        # The model's default manager: narrowed to the tenant scope, refused without one.
+        return scoped_manager(cls)
+
+    as_manager.__func__.queryset_only = True  # type: ignore[attr-defined]
 
     def for_tenant(self, tenant: _Tenant) -> Self:
         return self.filter(tenant_id=tenant.pk)

@@ -11,10 +11,12 @@ to a row that has one; ``tenant_owned_models()`` lists them and a test checks th
   only A's rows, also in code that forgot to filter.
 - Outside any scope a query raises :class:`ScopeError` — except one that names its tenant
   itself: ``Model.objects.for_tenant(t)`` and ``.for_bucket(b)`` start a queryset filtered
-  by that tenant, and so count as a scope. Everything else (``filter``, ``get``, ``all``,
-  the models' own queryset methods, related managers, ``prefetch_related``) refuses, with
-  a message that says so. Creating rows (``create``, ``bulk_create``) and ``none()`` need
-  no scope. ``scope(tenant=None)`` is no scope: it never means every tenant.
+  by that tenant, and so count as a scope. Everything else (``filter``, ``get``, ``count``,
+  the models' own queryset methods, related managers, ``prefetch_related``, a subquery)
+  refuses with a message that says so; ``all()`` gives a copy that refuses when read (forms
+  copy their querysets with it when a class is defined). Creating rows (``create``,
+  ``bulk_create``) and ``none()`` need no scope. ``scope(tenant=None)`` is no scope: it never
+  means every tenant.
 - ``scopes_disabled()`` lifts the rule, for work that is about every tenant (a sweep, the
   lookup of a token before its tenant is known, metrics). Each use says why in a comment;
   ``git grep scopes_disabled`` lists them all.
@@ -52,6 +54,7 @@ __all__ = [
     "scoped_manager",
     "scopes_disabled",
     "tenant_owned_models",
+    "tenant_scope",
 ]
 
 # The queryset methods that name a tenant themselves (engram_site/querysets.py): allowed
@@ -155,9 +158,11 @@ def scoped_manager(
 ) -> TenantScopedManager:
     """A :class:`TenantScopedManager` with ``queryset_class``'s methods, reaching the tenant
     by the lookup ``tenant``. ``TenantScopedQuerySet.as_manager()`` is this with ``tenant_id``."""
-    manager = TenantScopedManager.from_queryset(queryset_class)()
-    manager.tenant_lookup = tenant
-    return manager
+    manager_class = TenantScopedManager.from_queryset(queryset_class)
+    # On the class, not the instance: a related manager (``source.chunks``) is an instance of a
+    # subclass of the default manager's class.
+    manager_class.tenant_lookup = tenant
+    return manager_class()
 
 
 def tenant_owned_models() -> list[type[models.Model]]:

@@ -16,6 +16,7 @@ from django.db.models import Exists, F, Func, OuterRef, Q, Value
 
 from engram_site.db import TransactionNow
 from engram_site.querysets import BucketScopedQuerySet
+from engram_site.scoping import scoped_manager
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
 
@@ -95,6 +96,8 @@ class Mention(models.Model):
     entity = models.ForeignKey(
         Entity, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="mentions"
     )
+
+    objects = BucketScopedQuerySet.as_manager()
 
     class Meta:
         db_table = "graph_mentions"
@@ -186,6 +189,8 @@ class Processed(models.Model):
     )
     extractor_version = models.IntegerField()
     processed_at = models.DateTimeField()
+
+    objects = scoped_manager(tenant="memory__tenant_id")
 
     class Meta:
         db_table = "graph_processed"

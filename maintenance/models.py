@@ -141,6 +141,8 @@ class ScanCursor(models.Model):
     position_id = models.UUIDField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = BucketScopedQuerySet.as_manager()
+
     class Meta:
         db_table = "maintenance_scan_cursors"
         constraints = [

@@ -14,6 +14,7 @@ from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 from engram_site.db import CurrentTransactionId, TransactionNow
 from engram_site.querysets import BucketScopedQuerySet
+from engram_site.scoping import scoped_manager
 from tenants.models import Bucket, Tenant
 
 EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2
@@ -316,6 +317,8 @@ class MemoryAccess(models.Model):
     )
     accessed_at = models.DateTimeField()
 
+    objects = scoped_manager(tenant="memory__tenant_id")
+
     class Meta:
         db_table = "memory_access"
 
@@ -341,6 +344,8 @@ class NextEmbedding(models.Model):
     embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
     context_embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
     source_hash = models.CharField(max_length=32)
+
+    objects = scoped_manager(tenant="bucket__tenant_id")
 
     class Meta:
         db_table = "memory_embeddings_next"
@@ -384,6 +389,8 @@ class MemoryVersion(models.Model):
     actor_id = models.CharField(max_length=64, blank=True, default="")
     actor_label = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(db_default=TransactionNow())
+
+    objects = BucketScopedQuerySet.as_manager()
 
     class Meta:
         db_table = "memory_versions"
@@ -539,6 +546,8 @@ class MemoryEvent(models.Model):
     at = models.DateTimeField(db_default=TransactionNow())
     xid = models.BigIntegerField(db_default=CurrentTransactionId())
 
+    objects = BucketScopedQuerySet.as_manager()
+
     class Meta:
         db_table = "memory_events"
         indexes = [
@@ -565,6 +574,8 @@ class MemoryEventTrim(models.Model):
     )
     xid = models.BigIntegerField()
     event_id = models.BigIntegerField()
+
+    objects = scoped_manager(tenant="bucket__tenant_id")
 
     class Meta:
         db_table = "memory_event_trims"

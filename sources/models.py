@@ -14,6 +14,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from engram_site.db import TransactionNow
 from engram_site.querysets import BucketScopedQuerySet
+from engram_site.scoping import scoped_manager
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
 
@@ -149,6 +150,8 @@ class SourceChunk(models.Model):
     dropped = models.IntegerField(default=0)
     processed_at = models.DateTimeField(null=True, blank=True)
 
+    objects = scoped_manager(tenant="source__tenant_id")
+
     class Meta:
         db_table = "source_chunks"
         constraints = [
@@ -177,6 +180,8 @@ class SourceChunkMemory(models.Model):
     created = models.BooleanField()
     # Order of the statement within its chunk.
     position = models.IntegerField(default=0)
+
+    objects = scoped_manager(tenant="source__tenant_id")
 
     class Meta:
         db_table = "source_chunk_memories"

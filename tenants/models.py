@@ -326,6 +326,8 @@ class TenantUsage(models.Model):
     refused_batch = models.BigIntegerField(default=0, db_default=0)
     refused_document_bytes = models.BigIntegerField(default=0, db_default=0)
 
+    objects = TenantScopedQuerySet.as_manager()
+
     class Meta:
         db_table = "tenant_usage"
         ordering = ["tenant_id", "day"]

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
+from engram_site.scoping import scopes_disabled
 from memories.services.buckets import bucket_create
 from tenants import services
 from tenants.models import Bucket, OperatorMembership, Tenant
@@ -34,6 +35,19 @@ def _private_broker(tmp_path_factory):
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def _tenant_scopes_lifted():
+    """Test bodies set up and inspect the rows of several tenants directly, so they run with
+    tenant scopes lifted (engram_site/scoping.py). What a test calls into scopes itself again:
+    each request starts with no scope and enters its token's or its operator's, each task the
+    scope of the rows it works on (tests/platform/test_scoping.py checks that this fixture does not
+    leak into them). A test of scoping itself enters ``scope(...)`` explicitly. A thread starts
+    with no scope, as in production: a test's thread that runs test code gets the test's with
+    ``Thread(target=in_this_context(fn))``."""
+    with scopes_disabled():
+        yield
 
 
 @pytest.fixture

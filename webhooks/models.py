@@ -10,6 +10,7 @@ from django.db.models import Q
 
 from engram_site.db import TransactionNow
 from engram_site.querysets import TenantScopedQuerySet
+from engram_site.scoping import scoped_manager
 from tenants.models import Tenant
 
 
@@ -111,6 +112,8 @@ class WebhookAttempt(models.Model):
     status_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     duration_ms = models.IntegerField()
+
+    objects = scoped_manager(tenant="delivery__tenant_id")
 
     class Meta:
         db_table = "webhook_attempts"

@@ -16,6 +16,7 @@ from engram_site import locks
 from engram_site.jobs import runner
 from engram_site.models import JobRun, JobStatus
 from engram_site.providers import embedding
+from engram_site.scoping import in_this_context
 from maintenance import tasks
 from maintenance.services import reindex
 from memories.models import Memory
@@ -102,8 +103,8 @@ def test_reindex_runs_while_searches_and_writes_keep_working(bucket):
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=searcher) for _ in range(2)] + [
-        threading.Thread(target=writer, args=(n,)) for n in range(2)
+    threads = [threading.Thread(target=in_this_context(searcher)) for _ in range(2)] + [
+        threading.Thread(target=in_this_context(writer), args=(n,)) for n in range(2)
     ]
     for thread in threads:
         thread.start()

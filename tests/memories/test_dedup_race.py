@@ -11,6 +11,7 @@ import time
 import pytest
 from django.db import connection
 
+from engram_site.scoping import in_this_context
 from memories.models import Memory
 from tests.support import ROOT, base_env, test_database_url
 
@@ -99,7 +100,7 @@ def test_batches_sharing_texts_in_opposite_orders_wait_for_each_other_instead_of
             return cur.fetchone()[0]
 
     before = deadlocks()
-    threads = [threading.Thread(target=holder), threading.Thread(target=batch)]
+    threads = [threading.Thread(target=in_this_context(holder)), threading.Thread(target=in_this_context(batch))]
     threads[0].start()
     assert holding.wait(60)
     threads[1].start()

@@ -15,6 +15,7 @@ from audit.services import Actor
 from engram_site.jobs import runner
 from engram_site.models import JobRun
 from engram_site.providers import embedding
+from engram_site.scoping import in_this_context
 from maintenance.services.embedding_switch import embedding_switch
 from memories.models import Memory, NextEmbedding
 from memories.retrieval.search import memories_search
@@ -87,7 +88,7 @@ def test_a_switch_with_searches_running_answers_each_search_from_one_models_vect
             connection.close()
 
     embedding_switch_start(bucket=bucket, model=NEW)
-    searcher = threading.Thread(target=search_until_switched)
+    searcher = threading.Thread(target=in_this_context(search_until_switched))
     searcher.start()
     written: list = []
 

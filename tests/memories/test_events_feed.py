@@ -14,6 +14,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from audit.services import Actor
+from engram_site.scoping import in_this_context
 from memories import feed_reader
 from memories.models import Memory, MemoryEvent
 from memories.services import MemoryInput, memories_erase, memories_ingest
@@ -189,8 +190,8 @@ def test_feed_resumes_without_gaps_or_repeats_under_concurrent_writes():
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(WRITERS)]
-    polling = threading.Thread(target=reader)
+    threads = [threading.Thread(target=in_this_context(writer), args=(n,)) for n in range(WRITERS)]
+    polling = threading.Thread(target=in_this_context(reader))
     polling.start()
     for thread in threads:
         thread.start()

@@ -11,6 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from engram_site.providers import embedding
+from engram_site.scoping import in_this_context
 from graph.services.extraction import graph_extract_memories
 from memories import access
 from memories.models import Memory, MemoryAccess
@@ -270,7 +271,7 @@ def test_applying_access_times_skips_rows_another_transaction_holds_instead_of_w
             release.wait(30)
         connection.close()
 
-    holder = threading.Thread(target=hold_first_row)
+    holder = threading.Thread(target=in_this_context(hold_first_row))
     holder.start()
     try:
         assert locked.wait(30)

@@ -16,18 +16,22 @@ import django
 
 django.setup()
 
+from engram_site.scoping import scope, scopes_disabled  # noqa: E402
 from memories.services import MemoryInput, memories_ingest  # noqa: E402
 from tenants.models import Bucket  # noqa: E402
 
 
 def main() -> None:
     bucket_id, start_at, *contents = sys.argv[1:]
-    bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
+    with scopes_disabled():  # cross-tenant: whose bucket this is, is what the lookup finds out
+        bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
     delay = float(start_at) - time.time()
     if delay > 0:
         time.sleep(delay)
     for content in contents:
-        [result] = memories_ingest(bucket=bucket, items=[MemoryInput(content=content)])
+        # Each write as a request of the bucket's tenant makes it.
+        with scope(tenant=bucket.tenant_id):
+            [result] = memories_ingest(bucket=bucket, items=[MemoryInput(content=content)])
         print(json.dumps({"content": content, "id": str(result.id), "deduplicated": result.deduplicated}), flush=True)
 
 

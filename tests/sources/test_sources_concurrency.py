@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 
 from audit.services import Actor
+from engram_site.scoping import in_this_context
 from memories.models import Memory
 from memories.services import buckets as memory_buckets
 from sources import tasks
@@ -55,7 +56,7 @@ def in_threads(*fns) -> list:
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    threads = [threading.Thread(target=in_this_context(run), args=(i,)) for i in range(len(fns))]
     for thread in threads:
         thread.start()
     for thread in threads:
