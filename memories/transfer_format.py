@@ -31,7 +31,7 @@ from memories.links import RESERVED_PREFIX
 from memories.models import Scope, VersionKind
 from memories.serializers import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField, TagsField
 from memories.services import CONTEXT_PREDECESSORS, MemoryInput
-from memories.services.transfer import ImportLine, RejectedLine, decode_vector
+from memories.services.transfer import MAX_LINE_VERSIONS, ImportLine, RejectedLine, decode_vector
 from tenants.selectors import parse_uuid
 
 # The longest line an import reads; a longer one is rejected without being held in memory.
@@ -161,7 +161,7 @@ class ImportLineIn(MemoryIn):
     hint_tags = TagsField(required=False, allow_null=True, max_length=MAX_IMPORT_TAGS)
     metadata = ImportedMetadataField(required=False, allow_null=True)
     engram = DerivedIn(required=False, allow_null=True)
-    versions = VersionIn(many=True, required=False)
+    versions = VersionIn(many=True, required=False, max_length=MAX_LINE_VERSIONS)
 
 
 def _rejected(number: int, exc: exceptions.APIException) -> RejectedLine:

@@ -24,7 +24,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 
 from audit.services import Actor
 from engram_site.exceptions import DomainError
@@ -49,6 +50,10 @@ CLIENT_FIELDS = (
     "metadata", "importance", "expires_at",
 )  # fmt: skip
 VERSION_FIELDS = ("kind", "previous", "details", "actor_kind", "actor_id", "actor_label", "created_at")
+# The newest versions of a memory a line carries: an export writes at most these, an import
+# refuses a line with more (history rows count towards no quota), and a history answer shows
+# as many (memories/apis/lifecycle.py).
+MAX_LINE_VERSIONS = 1_000
 # A vector in a line: its float32 values, little-endian, base64-encoded (exact, and about half
 # the size of the same numbers in decimal).
 VECTOR_BYTES = EMBEDDING_DIMENSIONS * 4
@@ -156,10 +161,14 @@ def _export_line(bucket: Bucket, row: dict, *, embeddings: bool, history: list[d
 
 
 def _histories(bucket: Bucket, memory_ids: list) -> dict:
-    """The versions of these memories, oldest first (idx_versions_memory)."""
+    """The newest :data:`MAX_LINE_VERSIONS` versions of each of these memories, oldest first
+    (idx_versions_memory)."""
     found: dict = {memory_id: [] for memory_id in memory_ids}
+    newest_first = Window(RowNumber(), partition_by=[F("memory_id")], order_by=F("id").desc())
     versions = (
         MemoryVersion.objects.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id__in=memory_ids)
+        .annotate(newness=newest_first)
+        .filter(newness__lte=MAX_LINE_VERSIONS)
         .order_by("memory_id", "id")
         .values("memory_id", *VERSION_FIELDS)
     )

@@ -343,6 +343,39 @@ def test_an_import_keeps_history_and_runs_continue(api, bucket, tenant):
     assert following.sequence_index == 2
 
 
+def _version(n: int) -> dict:
+    return {"kind": "edited", "previous": {"content": f"Draft {n}."}, "actor_kind": "token",
+            "created_at": (BASE_TIME + timedelta(minutes=n)).isoformat()}  # fmt: skip
+
+
+def test_a_line_carrying_more_history_than_a_memory_keeps_is_refused(api, bucket):
+    """Issue 46, item 9: one line carried 20,000 versions, all written, counted by no quota."""
+    response = send(api, bucket, lines({"content": "Edited a lot.", "versions": [_version(n) for n in range(1_001)]}))
+    assert response.status_code == 400, response.content
+    assert "versions: Ensure this field has no more than 1000 elements." in response.json()["detail"]
+    assert not Memory.objects.for_bucket(bucket).exists()
+    assert not MemoryVersion.objects.filter(bucket_id=bucket.pk).exists()
+
+    body = lines({"content": "Edited a lot.", "versions": [_version(n) for n in range(1_000)]})
+    assert send(api, bucket, body).json()["imported"] == 1
+    assert MemoryVersion.objects.filter(bucket_id=bucket.pk).count() == 1_000
+
+
+def test_an_export_carries_the_newest_versions_an_import_takes(api, bucket, tenant):
+    [result] = memories_ingest(bucket=bucket, items=[MemoryInput(content="Edited very often.")])
+    MemoryVersion.objects.bulk_create(
+        MemoryVersion(memory_id=result.id, tenant_id=tenant.pk, bucket_id=bucket.pk, kind="edited",
+                      previous={"content": f"Draft {n}."}, actor_kind="token")
+        for n in range(1_005)
+    )  # fmt: skip
+    [line] = parsed(export(api, bucket, versions="true"))
+    assert len(line["versions"]) == 1_000
+    assert line["versions"][0]["previous"] == {"content": "Draft 5."}  # the oldest five left out
+    assert line["versions"][-1]["previous"] == {"content": "Draft 1004."}
+    other = bucket_create(tenant=tenant, name="copy")
+    assert send(api, other, lines(line)).json()["imported"] == 1
+
+
 def test_vectors_of_another_model_are_left_to_the_enrichment(api, bucket):
     vector_text = base64.b64encode(np.full(384, 384**-0.5, dtype="<f4").tobytes()).decode()
     body = lines({"content": "Made elsewhere.", "engram": {"model": "another-model", "embedding": vector_text}})
