@@ -178,8 +178,8 @@ def task_ingest_split(request: dict) -> dict:
     from django.db import connections
 
     import graph.receivers
+    import memories.receivers
     from engram_site.providers import embedding, lemmatizer
-    from memories import hooks
     from memories.services.ingest import derived
     from memories.services.ingest import insert as services
     from tenants.models import Bucket
@@ -215,7 +215,7 @@ def task_ingest_split(request: dict) -> dict:
     embedding.count_tokens = clock.wrap("tokenizer", embedding.count_tokens)
     lemmatizer.lemmatize_many = clock.wrap("lemmatizing", counting_lemmatize)
     derived.join_context = counting_join
-    hooks.after_ingest = clock.wrap("queue hints", hooks.after_ingest)
+    memories.receivers.enqueue_enrichment = clock.wrap("queue hints", memories.receivers.enqueue_enrichment)
     graph.receivers.enqueue_extraction = clock.wrap("queue hints", graph.receivers.enqueue_extraction)
     conn = connections["default"]
     conn.commit = clock.wrap("database", conn.commit)

@@ -32,7 +32,7 @@ from memories.services.lifecycle import memories_purge
 from tenants.models import Bucket
 from tenants.selectors import bucket_tenant_ids
 
-# --- hints: follow-up work for new memories (hooks.after_ingest / after_enrichment) ---------------
+# --- hints: follow-up work for new memories (memories.tasks.enqueue_enrichment, hooks.after_enrichment)
 
 
 @shared_task(name="maintenance.classify_memories", tenant_scope=memories_tenant_ids, **HINT)

@@ -8,7 +8,7 @@ class MemoriesConfig(AppConfig):
     def ready(self):
         # Imported here, not at the top: app modules load once the app registry is ready.
         from engram_site import metrics
-        from memories import selectors, tasks  # noqa: F401  (tasks: registers the task hooks queue by name)
+        from memories import receivers, selectors  # noqa: F401  (receivers: queue enrichment after writes)
 
         metrics.register_gauge(
             "engram_enrichment_backlog",

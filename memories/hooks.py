@@ -1,11 +1,14 @@
-"""What happens after memories are committed: asynchronous enrichment.
+"""Background work after memories are committed: publishing hints, and what the apps above
+register to be queued with them.
 
-Called from ``transaction.on_commit`` by the write services, so nothing is
-queued for a write that rolled back. What is queued is a *hint*: the database is
-the queue of record (rows with NULL derived columns, scan cursors), and the
-periodic sweeps redo anything a lost hint would have done. So these functions
-never raise, and when the broker is down they stop trying for a while instead
-of making every write wait for a connection timeout.
+What is queued is a *hint*: the database is the queue of record (rows with NULL derived
+columns, scan cursors), and the periodic sweeps redo anything a lost hint would have done. So
+:func:`publish` never raises, and when the broker is down it stops trying for a while instead
+of making every write wait for a connection timeout. Every app's hints go through it.
+
+The memories app's own task is queued beside it, in memories/tasks.py (``enqueue_enrichment``,
+``enqueue_retry``), from memories/receivers.py after a write's signal. This module imports no
+task, so every app's tasks module can use it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from celery import Signature, chain, signature
+from celery import Signature, chain
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +38,6 @@ def _ids(memory_ids: Iterable) -> list[str]:
     return [str(i) for i in memory_ids]
 
 
-# The memories app's own task, named rather than imported (memories.tasks imports the write
-# services, which import this module).
-ENRICH_TASK = "memories.enrich_memories"
-
 # Work that needs a memory's embedding (classification, near-duplicates, links), queued
 # after enrichment in the same chain. The apps that do it register a factory of task
 # signatures in their AppConfig.ready (maintenance/receivers.py): memories sits below them
@@ -52,7 +51,8 @@ def register_follow_up(factory: Callable[[list[str]], list[Signature]]) -> None:
         _follow_ups.append(factory)
 
 
-def _follow_up(ids: list[str]) -> list[Signature]:
+def follow_up_work(ids: list[str]) -> list[Signature]:
+    """The registered follow-up signatures for these memories, in registration order."""
     return [sig for factory in _follow_ups for sig in factory(ids)]
 
 
@@ -75,33 +75,20 @@ def publish(signature_factory, *, what: str, count: int) -> bool:
         return False
 
 
-def after_ingest(*, bucket_id: uuid.UUID, memory_ids: list[uuid.UUID]) -> None:
-    """Queue the background work new memories need: fill any derived column that
-    is still NULL, then classify, look for near-duplicates and record links. One
-    message per write (a chain). Never raises: a broker outage must not turn a
-    committed write into an error."""
-    try:
-        ids = _ids(memory_ids)
-        enrich = signature(ENRICH_TASK, args=(ids,), immutable=True)
-        publish(lambda: chain(enrich, *_follow_up(ids)), what="enrichment", count=len(ids))
-    except Exception:  # a signature bug must not fail a committed write either
-        logger.exception("after_ingest failed for %d memories in bucket %s", len(memory_ids), bucket_id)
-
-
 def after_enrichment(*, memory_ids: Iterable[uuid.UUID]) -> None:
     """Queue the follow-up work for rows the enrichment sweep has just embedded
     (their write-time hint may have been lost). Never raises."""
     try:
         ids = _ids(memory_ids)
         if ids:
-            publish(lambda: chain(*_follow_up(ids)), what="follow-up work", count=len(ids))
+            publish(lambda: chain(*follow_up_work(ids)), what="follow-up work", count=len(ids))
     except Exception:
         logger.exception("after_enrichment failed for some memories")
 
 
 # Who redoes a stage for an operator's retry (memories/services/enrichment_failures.py):
-# enrichment is the memories app's own task; the graph and maintenance apps register theirs
-# (graph extraction, classification) in their AppConfig.ready.
+# enrichment is the memories app's own task (memories.tasks.enqueue_retry); the graph and
+# maintenance apps register theirs (graph extraction, classification) in their AppConfig.ready.
 _retries: dict[str, Callable[[list[str]], list[Signature]]] = {}
 
 
@@ -110,21 +97,9 @@ def register_retry(stage: str, factory: Callable[[list[str]], list[Signature]]) 
     _retries[stage] = factory
 
 
-def after_retry(*, stage: str, memory_ids: Iterable[uuid.UUID]) -> None:
-    """Queue the work of ``stage`` for memories an operator retries. Never raises: the
-    sweeps take them anyway, their retry time being now."""
-    try:
-        ids = _ids(memory_ids)
-        if stage in ("embedding", "lemmas"):
-            # Once embedded, the memory gets the follow-up work a new one gets.
-            follow = _follow_up(ids) if stage == "embedding" else []
-            signatures = [signature(ENRICH_TASK, args=(ids,), immutable=True), *follow]
-        else:
-            signatures = _retries[stage](ids) if stage in _retries else []
-        if ids and signatures:
-            publish(lambda: chain(*signatures), what=f"{stage} retry", count=len(ids))
-    except Exception:
-        logger.exception("after_retry failed for some memories")
+def retry_work(stage: str, ids: list[str]) -> list[Signature]:
+    """The signatures an app registered for an operator's retry of ``stage`` (none if no app did)."""
+    return _retries[stage](ids) if stage in _retries else []
 
 
 def reset_backoff() -> None:

@@ -1,18 +1,30 @@
-"""Celery tasks of the memories app: thin wrappers around memories.services.
+"""Celery tasks of the memories app: thin wrappers around memories.services, and the functions
+that queue them.
 
 Hints only: the database is the queue of record. If one of these is lost (broker
 down, worker killed), the rows it would have filled still have NULL columns and
 the enrichment sweep (maintenance.enrichment_sweep, every minute) fills them.
+
+This module imports the write gateway (its task runs the enrichment), so the gateway cannot
+import it: a write announces itself with a signal after its commit (``memories_created``,
+``enrichment_retried``), and memories/receivers.py calls the functions below.
 """
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+import uuid
+from collections.abc import Iterable
+
+from celery import chain, shared_task
 from django.conf import settings
 
 from engram_site.jobs.presets import HINT, RETRYABLE
-from memories import services
+from memories import hooks
 from memories.selectors import memories_tenant_ids
+from memories.services.enrichment import memories_enrich_all_pending
+
+logger = logging.getLogger(__name__)
 
 
 class EnrichmentIncomplete(RuntimeError):
@@ -27,7 +39,41 @@ class EnrichmentIncomplete(RuntimeError):
 )
 def enrich_memories(memory_ids: list[str]) -> dict:
     """Fill the derived columns of these memories (those still missing; idempotent)."""
-    report = services.memories_enrich_all_pending(memory_ids=memory_ids, batch_size=settings.ENGRAM_ENRICH_BATCH_SIZE)
+    report = memories_enrich_all_pending(memory_ids=memory_ids, batch_size=settings.ENGRAM_ENRICH_BATCH_SIZE)
     if report.failed:
         raise EnrichmentIncomplete("; ".join(report.errors))
     return report.counts()
+
+
+def _ids(memory_ids: Iterable) -> list[str]:
+    return [str(i) for i in memory_ids]
+
+
+def enqueue_enrichment(*, bucket_id: uuid.UUID, memory_ids: list[uuid.UUID]) -> None:
+    """Queue the background work new memories need: fill any derived column that is still
+    NULL, then the follow-up work the apps above registered (classify, look for
+    near-duplicates, record links). One message per write (a chain). Never raises: a broker
+    outage must not turn a committed write into an error."""
+    try:
+        ids = _ids(memory_ids)
+        enrich = enrich_memories.si(ids)
+        hooks.publish(lambda: chain(enrich, *hooks.follow_up_work(ids)), what="enrichment", count=len(ids))
+    except Exception:  # a signature bug must not fail a committed write either
+        logger.exception("enqueue_enrichment failed for %d memories in bucket %s", len(memory_ids), bucket_id)
+
+
+def enqueue_retry(*, stage: str, memory_ids: Iterable[uuid.UUID]) -> None:
+    """Queue the work of ``stage`` for memories an operator retries. Never raises: the
+    sweeps take them anyway, their retry time being now."""
+    try:
+        ids = _ids(memory_ids)
+        if stage in ("embedding", "lemmas"):
+            # Once embedded, the memory gets the follow-up work a new one gets.
+            follow = hooks.follow_up_work(ids) if stage == "embedding" else []
+            signatures = [enrich_memories.si(ids), *follow]
+        else:
+            signatures = hooks.retry_work(stage, ids)
+        if ids and signatures:
+            hooks.publish(lambda: chain(*signatures), what=f"{stage} retry", count=len(ids))
+    except Exception:
+        logger.exception("enqueue_retry failed for some memories")

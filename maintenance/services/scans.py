@@ -87,7 +87,7 @@ def incremental_scan(
     embedding (that row is visited once the sweep has embedded it). ``full``
     starts from the beginning. Memories written later with an older
     ``created_at`` (imports) are visited by the per-write hint instead
-    (``hooks.after_ingest``), or by a ``--full`` run.
+    (``memories.tasks.enqueue_enrichment``), or by a ``--full`` run.
     """
     plan = []
     for tenant_id, bucket_id in _buckets(bucket):

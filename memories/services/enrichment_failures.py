@@ -31,8 +31,9 @@ from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
 from audit.services import Actor, audit_record
-from memories import hooks
+from memories import signals
 from memories.models import EnrichmentFailure, EnrichmentStage
+from memories.services.signalling import send_safely
 
 logger = logging.getLogger(__name__)
 
@@ -219,5 +220,7 @@ def enrichment_failures_retry(*, failures: Iterable[EnrichmentFailure], actor: A
         for row in rows:
             by_stage.setdefault(row.stage, []).append(row.memory_id)
         for stage, memory_ids in by_stage.items():
-            transaction.on_commit(lambda s=stage, ids=memory_ids: hooks.after_retry(stage=s, memory_ids=ids))
+            transaction.on_commit(
+                lambda s=stage, ids=memory_ids: send_safely(signals.enrichment_retried, stage=s, memory_ids=ids)
+            )
     return len(rows)

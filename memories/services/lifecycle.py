@@ -126,7 +126,9 @@ def memory_restore(*, deleted: DeletedMemory, actor: Actor | None = None) -> Mem
         )  # fmt: skip
     bucket_id = memory.bucket_id
     note_writes(bucket_id, 1)
-    transaction.on_commit(lambda: send_safely(signals.memories_created, bucket_id=bucket_id, memory_ids=[memory_id]))
+    transaction.on_commit(
+        lambda: send_safely(signals.memories_created, bucket_id=bucket_id, memory_ids=[memory_id], restored=True)
+    )
     return memory
 
 

@@ -20,6 +20,7 @@ from maintenance.schedules import DEFAULT_SCHEDULES, ensure_default_schedules
 from memories import hooks
 from memories.models import PENDING_ENRICHMENT, Memory
 from memories.services import MemoryInput, memories_ingest
+from memories.tasks import enqueue_enrichment
 
 pytestmark = pytest.mark.django_db
 
@@ -260,7 +261,7 @@ def test_the_hook_swallows_unexpected_errors(monkeypatch, caplog):
 
     monkeypatch.setattr(canvas._chain, "apply_async", explode)
     hooks.reset_backoff()
-    hooks.after_ingest(bucket_id="b", memory_ids=["00000000-0000-0000-0000-000000000001"])
+    enqueue_enrichment(bucket_id="b", memory_ids=["00000000-0000-0000-0000-000000000001"])
     hooks.after_enrichment(memory_ids=["00000000-0000-0000-0000-000000000001"])
     assert any("surprise" in r.getMessage() for r in caplog.records)
     hooks.reset_backoff()

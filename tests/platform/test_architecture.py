@@ -135,15 +135,6 @@ def test_no_project_import_is_hidden_inside_a_function():
     assert hidden == [], "imports of project modules inside functions:\n" + "\n".join(hidden)
 
 
-def test_tasks_queued_by_name_are_registered():
-    # memories.hooks names its own app's task instead of importing it (the task module imports
-    # the write services, which import hooks): a renamed task must fail here, not in production.
-    from engram_site.celery import app
-    from memories import hooks
-
-    assert hooks.ENRICH_TASK in app.tasks
-
-
 # --- every module's imports: no cycle, nothing from a higher layer -----------------------------
 # import-linter (./engram lint) checks the layers between apps and cycles between the siblings
 # of a package, for imports at module level. This scan reads every module of every app,

@@ -26,8 +26,8 @@ from audit.services import Actor, audit_record
 from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
-from memories import hooks, signals
 from memories import quotas as memory_quotas
+from memories import signals
 from memories.models import EventKind
 from memories.services.feed_writer import events_record
 from memories.services.ingest.context import assign_context
@@ -338,6 +338,6 @@ def memories_ingest(
         tenant_id = bucket.tenant_id
         transaction.on_commit(lambda: usage.record_writes(tenant_id=tenant_id, count=len(new_ids)))
         transaction.on_commit(lambda: memory_quotas.note_written(tenant_id=tenant_id, count=len(new_ids)))
-        transaction.on_commit(lambda: hooks.after_ingest(bucket_id=bucket.pk, memory_ids=new_ids))
+        # Its receivers queue the enrichment (memories/receivers.py) and the graph's extraction.
         transaction.on_commit(lambda: send_safely(signals.memories_created, bucket_id=bucket.pk, memory_ids=new_ids))
     return results
