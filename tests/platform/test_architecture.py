@@ -1,6 +1,7 @@
 """The shape of the code (docs/ARCHITECTURE.md): one write gateway for memories, no imports
-hidden in functions, and an import scan of every module: no cycle, no import of a higher layer
-or of a peer. import-linter (`./engram lint`) checks the same layers between apps."""
+hidden in functions, no task queued by its name, and an import scan of every module: no cycle,
+no import of a higher layer or of a peer. import-linter (`./engram lint`) checks the same
+layers between apps."""
 
 from __future__ import annotations
 
@@ -133,6 +134,130 @@ def test_no_project_import_is_hidden_inside_a_function():
             continue
         hidden += [f"{relative}:{line}: {name}" for line, name in _function_imports(path)]
     assert hidden == [], "imports of project modules inside functions:\n" + "\n".join(hidden)
+
+
+# --- tasks are queued through their objects, never by name -------------------------------------
+# A task queued by its name hides the import it stands for (STYLE.md, Layers): the import scan
+# below cannot see the dependency, nor a cycle it closes, and a renamed task fails only in
+# production. So app code names a task only where it declares it (``name=`` of the task's
+# decorator) and in beat's default schedules (``DefaultSchedule(task=...)``: rows the scheduler
+# reads from the database, by name, and queues itself).
+
+# Celery's ways to build or send a task from a name.
+BY_NAME = {"signature", "Signature", "subtask", "send_task"}
+
+
+def _called_name(node: ast.AST) -> str | None:
+    func = node.func if isinstance(node, ast.Call) else node
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else None
+
+
+def _keyword(call: ast.AST, name: str) -> ast.AST | None:
+    if isinstance(call, ast.Call):
+        return next((k.value for k in call.keywords if k.arg == name), None)
+    return None
+
+
+def task_names(root: Path, apps: tuple[str, ...]) -> set[str]:
+    """The names of the tasks declared under ``root``: the ``name=`` of each ``@shared_task`` or
+    ``@app.task``, else Celery's default, ``module.function``."""
+    names = set()
+    for app in apps:
+        for path in sorted((root / app).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                for decorator in node.decorator_list:
+                    if _called_name(decorator) in ("shared_task", "task"):
+                        named = _keyword(decorator, "name")
+                        default = f"{_module_name(path, root)}.{node.name}"
+                        names.add(named.value if isinstance(named, ast.Constant) else default)
+    return names
+
+
+def tasks_queued_by_name(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """Places in ``source`` that reach a task through its name: Celery's ``send_task`` and
+    ``signature`` (imported from celery, or called on anything with a string), a lookup in an
+    app's task registry (``app.tasks[...]``), and a task's name written anywhere but where the
+    task is declared or scheduled."""
+    tree = ast.parse(source)
+    from_celery = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "celery"
+        for alias in node.names
+        if alias.name in BY_NAME
+    }
+    allowed = set()  # the string nodes that declare or schedule a task
+    for node in ast.walk(tree):
+        if _called_name(node) in ("shared_task", "task"):
+            allowed.add(id(_keyword(node, "name")))
+        elif _called_name(node) == "DefaultSchedule":
+            allowed.add(id(_keyword(node, "task")))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = _called_name(node)
+            first = node.args[0] if node.args else None
+            named = isinstance(first, ast.Constant) and isinstance(first.value, str)
+            if called == "send_task":
+                found.append((node.lineno, "send_task(...)"))
+            elif isinstance(node.func, ast.Name) and called in from_celery:
+                found.append((node.lineno, f"celery's {called}(...)"))
+            elif isinstance(node.func, ast.Attribute) and called in BY_NAME and named:
+                found.append((node.lineno, f"{called}({first.value!r})"))
+            elif called == "get" and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "tasks":
+                found.append((node.lineno, "tasks.get(...)"))
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "tasks":
+            found.append((node.lineno, "tasks[...]"))
+        elif isinstance(node, ast.Constant) and node.value in names and id(node) not in allowed:
+            found.append((node.lineno, f"the task name {node.value!r}"))
+    return sorted(found)
+
+
+def test_the_task_name_check_finds_a_task_queued_by_name():
+    # The check below is only as good as this: every way of reaching a task by name must be seen.
+    names = {"memories.enrich_memories"}
+    queued_by_name = [
+        "from celery import signature\nsignature(ENRICH, args=(ids,), immutable=True)",
+        'from celery import Signature as S\nS("memories.enrich_memories")',
+        'import celery\ncelery.signature("memories.enrich_memories", args=(ids,))',
+        'app.send_task("memories.enrich_memories", args=[ids])',
+        "current_app.send_task(ENRICH)",
+        'current_app.tasks["memories.enrich_memories"].delay(ids)',
+        "app.tasks.get(ENRICH).delay(ids)",
+        # The name kept in a constant, whatever later sends it.
+        'ENRICH_TASK = "memories.enrich_memories"',
+    ]
+    for sample in queued_by_name:
+        assert tasks_queued_by_name(sample, names), sample
+    harmless = [
+        '@shared_task(name="memories.enrich_memories", acks_late=True)\ndef enrich(ids):\n    pass',
+        '@app.task(name="memories.enrich_memories")\ndef enrich(ids):\n    pass',
+        "from memories.tasks import enrich_memories\nenrich_memories.si(ids).apply_async()",
+        "enrich_memories.signature((ids,), immutable=True)",
+        # A function of the project's that happens to be called signature (webhooks/signing.py).
+        "def signature(secret, body, timestamp):\n    pass\nsignature(secret, body, 0)",
+        'DefaultSchedule(name="engram: enrich", task="memories.enrich_memories", every_seconds=60)',
+        'logger.info("memories.enrich_memories failed for %d rows", n)',
+    ]
+    for sample in harmless:
+        assert not tasks_queued_by_name(sample, names), sample
+    assert task_names(ROOT, APPS) >= {"memories.enrich_memories", "sources.process_source", "webhooks.deliver"}
+
+
+def test_no_task_is_queued_by_name():
+    names = task_names(ROOT, APPS)
+    # Guards the check against reading no declaration (a renamed decorator, a moved root).
+    assert len(names) >= 20
+    found = []
+    for path in _project_files():
+        found += [
+            f"{path.relative_to(ROOT)}:{line}: {what}" for line, what in tasks_queued_by_name(path.read_text(), names)
+        ]
+    assert found == [], "tasks reached by name (import the task and queue .si(...)):\n" + "\n".join(found)
 
 
 # --- every module's imports: no cycle, nothing from a higher layer -----------------------------
