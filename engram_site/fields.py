@@ -99,6 +99,20 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class QueryIntegerField(serializers.IntegerField):
+    """An IntegerField for query parameters: ASCII digits (a leading minus allowed, for the
+    range check to answer), nothing around them. Python's int() also takes other scripts'
+    digits (``١``, ``３``), surrounding spaces and a plus sign: one page would answer to many
+    URLs, and a typo would pass unseen."""
+
+    _DIGITS = re.compile(r"-?[0-9]+")
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and not self._DIGITS.fullmatch(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StrictFloatField(serializers.FloatField):
     """A FloatField for JSON bodies: a JSON number (1 or 0.5), not "0.5", true or NaN."""
 

@@ -20,17 +20,19 @@ from rest_framework import pagination, serializers
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from engram_site.fields import QueryIntegerField
+
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
 
 
 def offset_field() -> serializers.IntegerField:
-    return serializers.IntegerField(required=False, min_value=0, help_text="0 or more (default 0)")
+    return QueryIntegerField(required=False, min_value=0, help_text="0 or more (default 0)")
 
 
 def page_size_field() -> serializers.IntegerField:
     """The size of a page: ``limit`` of a limit/offset list, ``page_size`` of a cursor list."""
-    return serializers.IntegerField(
+    return QueryIntegerField(
         required=False,
         min_value=1,
         max_value=MAX_PAGE_SIZE,

@@ -6,6 +6,7 @@ from engram_site.exceptions import NotFound
 from maintenance.models import ConflictCandidate
 from maintenance.review import CONFLICTS
 from tenants.models import Bucket
+from tenants.selectors import parse_row_id
 
 
 def conflict_list(*, bucket: Bucket, status: str | None = None, agents=None):
@@ -19,11 +20,8 @@ def conflict_list(*, bucket: Bucket, status: str | None = None, agents=None):
 
 def conflict_get(*, bucket: Bucket, candidate_id, agents=None) -> ConflictCandidate:
     """One pair of ``bucket``, or NotFound (another bucket's or tenant's pair looks missing)."""
-    try:
-        pk = int(str(candidate_id))
-    except ValueError:
-        raise NotFound("Conflict not found.") from None
-    if not 0 < pk < 2**63:  # beyond bigint: no such row (and no database error)
+    pk = parse_row_id(candidate_id)  # beyond bigint or not in its one form: no such row
+    if pk is None:
         raise NotFound("Conflict not found.")
     candidate = ConflictCandidate.objects.for_bucket(bucket).visible_to(agents).filter(pk=pk).first()
     if candidate is None:

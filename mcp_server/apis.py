@@ -7,7 +7,9 @@ the MCP server (mcp_server/server.py), whose answer goes back as it is.
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+import json
+
+from django.http import HttpResponse, JsonResponse
 from django.http.request import split_domain_port
 from drf_spectacular.utils import extend_schema
 from rest_framework.negotiation import BaseContentNegotiation
@@ -49,12 +51,33 @@ class McpApi(APIView):
 
     @extend_schema(exclude=True)  # JSON-RPC, described in docs/API.md rather than the OpenAPI schema
     def post(self, request):
+        refused = _id_refused(request.body)
+        if refused is not None:
+            return refused
         reply = host.call(_scope(request), request.body)
         response = HttpResponse(reply.body, status=reply.status)
         for name, value in reply.headers:
             if name.lower() not in ("content-length", "transfer-encoding"):
                 response[name] = value
         return response
+
+
+def _id_refused(body: bytes) -> HttpResponse | None:
+    """The answer to a message whose ``id`` is neither a string nor an integer (MCP: "a string
+    or integer", never null), or None. The SDK reads such a message (an object, a float, null or
+    a boolean as its id) as a notification and answers 202 without a body, so the caller would
+    wait for an answer that never comes; it is an invalid request."""
+    try:
+        message = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None  # not JSON: the SDK answers the parse error
+    if not isinstance(message, dict) or "id" not in message:
+        return None
+    request_id = message["id"]
+    if isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool)):
+        return None
+    error = {"code": -32600, "message": "Invalid request: the id must be a string or an integer."}
+    return JsonResponse({"jsonrpc": "2.0", "id": None, "error": error}, status=400)
 
 
 def _scope(request) -> dict:

@@ -30,7 +30,8 @@ from tenants.selectors import bucket_get
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
-_CURSOR = re.compile(r"(\d{1,19})\.(\d{1,19})")
+# ASCII digits only: \d would take any script's digits, and one position many spellings.
+_CURSOR = re.compile(r"([0-9]{1,19})\.([0-9]{1,19})")
 START = (0, 0)
 
 # What a reader may see of the feed: transactions older than every running one (see above),

@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 from audit.services import request_actor
 from engram_site.fields import (
     JSONObjectField,
+    QueryIntegerField,
     StoredDateTimeField,
     StrictBooleanField,
     StrictCharField,
@@ -298,8 +299,8 @@ DeleteOut = inline_serializer(
 
 class SourceDetailApi(APIView):
     class Params(StrictSerializer):
-        chunk_offset = serializers.IntegerField(required=False, min_value=0, max_value=MAX_CHUNK_OFFSET, default=0)
-        chunk_limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_CHUNK_PAGE, default=100)
+        chunk_offset = QueryIntegerField(required=False, min_value=0, max_value=MAX_CHUNK_OFFSET, default=0)
+        chunk_limit = QueryIntegerField(required=False, min_value=1, max_value=MAX_CHUNK_PAGE, default=100)
 
     def _source(self, request, source_id):
         return selectors.source_get(tenant=request.auth.tenant, source_id=source_id, token=request.auth)

@@ -34,6 +34,23 @@ def bucket_tenant_ids(bucket_id: str) -> list:
         return list(Bucket.objects.filter(pk=bucket_id).values_list("tenant_id", flat=True))
 
 
+_CANONICAL_ROW_ID = re.compile(r"[1-9][0-9]{0,18}")
+
+
+def parse_row_id(value) -> int | None:
+    """``value`` as a row's integer id when it is one written in its one form (ASCII digits, no
+    sign, space or leading zero) and fits PostgreSQL's bigint; else None. Python's int() also
+    takes ``" 3"``, ``"+3"``, ``"03"`` and other scripts' digits (``"٣"``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 < value < 2**63 else None
+    if not isinstance(value, str) or not _CANONICAL_ROW_ID.fullmatch(value):
+        return None
+    number = int(value)
+    return number if number < 2**63 else None
+
+
 def token_scoped(queryset: QuerySet, *, tenant: Tenant, token: ApiToken | None) -> QuerySet:
     """``queryset`` (of a model with tenant and bucket) narrowed to ``tenant`` and, for a
     bucket-restricted token, to that bucket, and for an agent-limited one to the rows its

@@ -6,7 +6,7 @@ from django.db.models import Prefetch, QuerySet
 
 from engram_site.exceptions import NotFound
 from tenants.models import ApiToken, Tenant
-from tenants.selectors import parse_uuid
+from tenants.selectors import parse_row_id, parse_uuid
 from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookSubscription
 
 
@@ -40,12 +40,9 @@ def delivery_list(*, subscription: WebhookSubscription, status: str | None = Non
 
 
 def delivery_get(*, tenant: Tenant, delivery_id, token: ApiToken | None = None) -> WebhookDelivery:
-    try:
-        pk = int(delivery_id)
-    except (TypeError, ValueError):
-        pk = None
+    pk = parse_row_id(delivery_id)
     delivery = None
-    if pk is not None and 0 < pk < 2**63 and _reaches_webhooks(token):
+    if pk is not None and _reaches_webhooks(token):
         delivery = WebhookDelivery.objects.for_tenant(tenant).filter(pk=pk).select_related("subscription").first()
     if delivery is None:
         raise NotFound("Delivery not found.")

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from engram_site.fields import StrictSerializer, query_values
+from engram_site.fields import QueryIntegerField, StrictSerializer, query_values
 from engram_site.openapi import errors
 from memories import feed_reader
 from memories.models import EventKind
@@ -39,10 +39,10 @@ class FeedPageOut(serializers.Serializer):
 class BucketEventsApi(APIView):
     class Params(StrictSerializer):
         after = serializers.CharField(
-            required=False, allow_blank=True, max_length=64,
+            required=False, allow_blank=True, max_length=64, trim_whitespace=False,
             help_text="a next_cursor from an earlier page; omitted: from the oldest event kept",
         )  # fmt: skip
-        limit = serializers.IntegerField(
+        limit = QueryIntegerField(
             required=False, min_value=1, max_value=feed_reader.MAX_LIMIT, default=feed_reader.DEFAULT_LIMIT,
             help_text=f"1–{feed_reader.MAX_LIMIT} (default {feed_reader.DEFAULT_LIMIT})",
         )  # fmt: skip
