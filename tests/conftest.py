@@ -37,10 +37,11 @@ def _private_broker(tmp_path_factory):
             os.environ[name] = value
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="session")
 def _tenant_scopes_lifted():
-    """Test bodies set up and inspect the rows of several tenants directly, so they run with
-    tenant scopes lifted (engram_site/scoping.py). What a test calls into scopes itself again:
+    """Test bodies and fixtures set up and inspect the rows of several tenants directly, so they
+    run with tenant scopes lifted (engram_site/scoping.py): for the whole session, so that module
+    fixtures are lifted as well. What a test calls into scopes itself again:
     each request starts with no scope and enters its token's or its operator's, each task the
     scope of the rows it works on (tests/platform/test_scoping.py checks that this fixture does not
     leak into them). A test of scoping itself enters ``scope(...)`` explicitly. A thread starts
