@@ -182,11 +182,12 @@ class ConversationsApi(APIView):
     @extend_schema(
         operation_id="conversations_create",
         request=Input,
-        responses={202: SubmitOut, **errors(404, *BODY)},
+        responses={202: SubmitOut, **errors(403, 404, *BODY)},
         description=(
             "Submit a conversation (messages with role user|assistant). Each message is distilled into memories in "
             "the background, attributed to its role, at its timestamp: follow GET /api/v1/sources/{id}. An identical "
-            "conversation already in the bucket returns that source with deduplicated=true."
+            "conversation already in the bucket returns that source with deduplicated=true. The messages' text "
+            "counts towards the tenant's max_document_bytes as a document's does."
         ),
     )
     def post(self, request, bucket_id):
@@ -194,8 +195,12 @@ class ConversationsApi(APIView):
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
         values = _held_to_agents(request, dict(data.validated_data))
+        tenant = request.auth.tenant
+        # The messages' text is distilled as a document's is: the same limit on its size.
+        size = sum(len(m["content"].encode("utf-8")) for m in values["messages"])
+        quota_check_size(tenant=tenant, name="max_document_bytes", asked=size, refusal="document_bytes")
         # Becomes memories later, in the worker: refuse it while the tenant is at its limit.
-        quota_check_memories(tenant=request.auth.tenant, incoming=1)
+        quota_check_memories(tenant=tenant, incoming=1)
         messages = [MessageInput(**m) for m in values.pop("messages")]
         result = source_submit_conversation(
             bucket=bucket,

@@ -7,7 +7,8 @@ or empty one means no limit:
 - ``reads_per_minute`` / ``writes_per_minute``: API requests per minute, by the scope the
   request needs (a search is a read);
 - ``max_batch``: memories in one write request;
-- ``max_document_bytes``: UTF-8 size of one submitted document's text.
+- ``max_document_bytes``: UTF-8 size of one submitted document's text (or of a conversation's
+  messages together).
 
 Over a rate the API answers 429 with ``Retry-After``; over a size 403. Both are raised
 before the view does anything, so nothing is written, and both are counted in the tenant's
@@ -33,7 +34,7 @@ LIMITS = {
     "reads_per_minute": "read requests per minute",
     "writes_per_minute": "write requests per minute",
     "max_batch": "memories in one write request",
-    "max_document_bytes": "bytes of text in one document",
+    "max_document_bytes": "bytes of text in one document or conversation",
 }
 
 

@@ -15,6 +15,7 @@ from engram_site.openapi import cursor_page, errors
 from engram_site.pagination import DeletedCursorPagination, cursor_field, list_response, page_size_field
 from memories import selectors, services
 from memories.apis.memories import MemoryDetailOut
+from memories.quotas import quota_check_memories
 from tenants.agents import check_writable
 from tenants.models import Scope as TokenScope
 from tenants.selectors import bucket_get
@@ -86,16 +87,19 @@ class MemoryRestoreApi(APIView):
     @extend_schema(
         operation_id="memories_restore",
         request=None,
-        responses={200: MemoryDetailOut, **errors(404, 409)},
+        responses={200: MemoryDetailOut, **errors(403, 404, 409)},
         description=(
             "Put a deleted memory back, with the same id and every field it had, while its bucket's retention_days "
             "have not passed. 409 duplicate_content (with existing_id) when a memory of the same text was written "
-            'since. A token without the read scope gets only {"id": ...}.'
+            "since; 403 quota_memories when the tenant holds its max_memories. "
+            'A token without the read scope gets only {"id": ...}.'
         ),
     )
     def post(self, request, memory_id):
         deleted = selectors.deleted_memory_get(tenant=request.auth.tenant, memory_id=memory_id, token=request.auth)
         check_writable(request.auth.agents, (deleted.row or {}).get("agent_id"))
+        # A restored memory is a live one again: over max_memories it is refused like a write.
+        quota_check_memories(tenant=request.auth.tenant, incoming=1)
         memory = services.memory_restore(deleted=deleted, actor=request_actor(request))
         if not request.auth.has_scope(TokenScope.READ):
             return Response({"id": str(memory.pk)})

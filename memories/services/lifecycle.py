@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from audit.services import Actor, audit_record
 from engram_site.exceptions import Conflict, NotFound
+from memories import quotas as memory_quotas
 from memories import signals
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
 from memories.participants import Participant, run
@@ -124,8 +125,10 @@ def memory_restore(*, deleted: DeletedMemory, actor: Actor | None = None) -> Mem
             actor=actor, action="memory.restore", tenant=memory.bucket.tenant, object_type="memory",
             object_ids=[memory.pk], details={"bucket_id": str(memory.bucket_id)},
         )  # fmt: skip
-    bucket_id = memory.bucket_id
+    bucket_id, tenant_id = memory.bucket_id, memory.tenant_id
     note_writes(bucket_id, 1)
+    # A live memory again: counted towards max_memories like a new one.
+    transaction.on_commit(lambda: memory_quotas.note_written(tenant_id=tenant_id, count=1))
     transaction.on_commit(
         lambda: send_safely(signals.memories_created, bucket_id=bucket_id, memory_ids=[memory_id], restored=True)
     )

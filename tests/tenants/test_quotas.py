@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.core.cache import cache
 
-from memories.models import Memory
+from memories.models import DeletedMemory, Memory
 from sources.models import Source
 from tenants import usage
 from tenants.models import TenantUsage
@@ -85,6 +86,36 @@ def test_writes_past_max_memories_are_refused_with_403_and_write_nothing(
     assert refused(tenant)["memories"] == 2
 
 
+def test_restoring_past_max_memories_is_refused_with_403_and_restores_nothing(
+    api, tenant, bucket, django_capture_on_commit_callbacks
+):
+    """Issue 46, item 3: at the limit, delete some, write as many new ones, restore the deleted:
+    the tenant held more live memories than its max_memories, and could repeat it without end."""
+    set_quotas(tenant, max_memories=3)
+
+    def call(method, path, body=None):
+        with django_capture_on_commit_callbacks(execute=True):  # the cached count follows commits
+            return getattr(api, method)(path, body, format="json")
+
+    ids = [r["id"] for r in call("post", memories_url(bucket), batch("one fact", "two fact", "three fact")).json()[
+        "results"]]  # fmt: skip
+    assert call("delete", f"/api/v1/memories/{ids[0]}").status_code == 204
+    cache.clear()  # the cached count expires (deletes are seen then)
+    assert call("post", memories_url(bucket), {"content": "four fact"}).status_code == 201  # at the limit again
+    response = call("post", f"/api/v1/memories/{ids[0]}/restore")
+    assert response.status_code == 403 and response.json()["code"] == "quota_memories"
+    assert Memory.objects.filter(bucket=bucket).count() == 3
+    assert DeletedMemory.objects.filter(pk=ids[0]).exists()
+    assert refused(tenant)["memories"] == 1
+
+    # Under the limit a restore is allowed, and counts: the next write is refused at once.
+    assert call("delete", f"/api/v1/memories/{ids[1]}").status_code == 204
+    cache.clear()
+    assert call("post", f"/api/v1/memories/{ids[0]}/restore").status_code == 200
+    assert call("post", memories_url(bucket), {"content": "five fact"}).status_code == 403
+    assert Memory.objects.filter(bucket=bucket).count() == 3
+
+
 def test_a_document_over_max_document_bytes_is_refused_with_403_and_stores_no_source(api, tenant, bucket):
     set_quotas(tenant, max_document_bytes=100)
     text = "é" * 60  # 60 characters, 120 bytes
@@ -93,6 +124,20 @@ def test_a_document_over_max_document_bytes_is_refused_with_403_and_stores_no_so
     assert "max_document_bytes" in response.json()["detail"]
     assert not Source.objects.filter(bucket=bucket).exists()
     assert refused(tenant)["document_bytes"] == 1
+
+
+def test_a_conversation_over_max_document_bytes_is_refused_with_403_and_stores_no_source(api, tenant, bucket):
+    """Issue 46, item 4: a text refused as a document went through as a conversation."""
+    set_quotas(tenant, max_document_bytes=100)
+    url = f"/api/v1/buckets/{bucket.pk}/conversations"
+    # 2 × 30 characters of two bytes each: 120 bytes in all, no message over the limit alone.
+    messages = [{"role": "user", "content": "é" * 30}, {"role": "assistant", "content": "ü" * 30}]
+    response = api.post(url, {"messages": messages}, format="json")
+    assert response.status_code == 403 and response.json()["code"] == "quota_document_bytes"
+    assert "max_document_bytes" in response.json()["detail"] and "needs 120" in response.json()["detail"]
+    assert not Source.objects.filter(bucket=bucket).exists()
+    assert refused(tenant)["document_bytes"] == 1
+    assert api.post(url, {"messages": messages[:1]}, format="json").status_code == 202
 
 
 def test_conversations_and_imports_are_refused_while_the_tenant_is_at_max_memories(api, tenant, bucket):
