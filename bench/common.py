@@ -3,7 +3,7 @@
 Benchmarks talk to Engram over HTTP only. Either they start a private server
 (:class:`PrivateServer`: a temporary ``ENGRAM_HOME`` with its own embedded PostgreSQL,
 ``manage.py migrate``, a tenant token from ``create_tenant``, gunicorn on a free port, all
-through the test suite's harness in tests/support.py) or they use an existing one given by
+through the test suite's harness in tests/support/) or they use an existing one given by
 ``--base-url`` and ``--token`` (:func:`add_server_args` and :func:`server_from_args` wire both
 into a script's argument parser). They reach it with :class:`BenchClient`: the project's
 client (clients/python, ``engram_client.Engram``) for setting up, and raw requests that are
@@ -156,7 +156,7 @@ class BenchClient:
 
 
 # --------------------------------------------------------------------------------------------
-# A private server: the test suite's harness (tests/support.py)
+# A private server: the test suite's harness (tests/support/)
 # --------------------------------------------------------------------------------------------
 
 

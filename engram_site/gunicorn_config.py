@@ -1,5 +1,5 @@
 """gunicorn settings every Engram web server shares: ``./engram serve`` (engram_site/serve.py),
-the tests' servers (tests/support.py) and the benchmarks' (bench/common.py) load this module
+the tests' servers (tests/support/processes.py) and the benchmarks' (bench/common.py) load this module
 with ``--config python:engram_site.gunicorn_config``; their command lines add the rest.
 """
 

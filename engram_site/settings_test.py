@@ -4,7 +4,7 @@ The production settings with five defaults turned off, so that a test process lo
 model it does not use, starts no background threads and runs every search on its one
 connection, inside the test's transaction. Each can still be set in the environment.
 Processes that tests start (web servers, workers) run ``engram_site.settings``
-(tests/support.py's ``base_env``), as a deployment would.
+(tests/support/processes.py's ``base_env``), as a deployment would.
 """
 
 import os

@@ -1,4 +1,5 @@
-"""Shared fixtures: tenants, buckets, tokens and authenticated API clients.
+"""Shared fixtures: tenants, buckets, tokens and authenticated API clients (made by
+tests/factories.py), and the rules every test runs under.
 
 Every test runs against real PostgreSQL + pgvector: the embedded server (or
 DATABASE_URL), in the ``test_engram`` database that pytest-django migrates.
@@ -7,15 +8,19 @@ DATABASE_URL), in the ``test_engram`` database that pytest-django migrates.
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 from django.contrib.auth.models import User
+from django.test.signals import setting_changed
 from rest_framework.test import APIClient
 
 from engram_site.scoping import scopes_disabled
 from memories.services.buckets import bucket_create
 from tenants import services
-from tenants.models import Bucket, OperatorMembership, Tenant
+from tenants.models import Bucket, Tenant
+from tests.factories import make_client
+from tests.support.browser import PASSWORD, Console, chromium
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -49,6 +54,50 @@ def _tenant_scopes_lifted():
     ``Thread(target=in_this_context(fn))``."""
     with scopes_disabled():
         yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quick_password_hashing():
+    """Passwords hashed in one round instead of PBKDF2's many: the console and throttle tests log
+    in hundreds of times, and what they check is who may do what, not the hash. (Processes a
+    test starts keep the production hashers; no test shares a password with one.)"""
+    from django.conf import settings
+
+    def use(hashers, enter: bool) -> None:
+        settings.PASSWORD_HASHERS = hashers
+        # What override_settings sends, so that Django forgets the hashers it cached (not
+        # override_settings itself: the settings module would no longer be settings_test's).
+        setting_changed.send(sender=settings.__class__, setting="PASSWORD_HASHERS", value=hashers, enter=enter)
+
+    production = settings.PASSWORD_HASHERS
+    use(["django.contrib.auth.hashers.MD5PasswordHasher"], enter=True)
+    yield
+    use(production, enter=False)
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_slow_tests(request):
+    """The fast tier (``./engram test --fast``: ``-m "not slow"``) stays fast only if every test
+    that starts a process (a server, a worker, a browser, a second PostgreSQL, a script) is marked
+    ``slow``: an unmarked one fails here, naming what it started, instead of slowing the tier.
+    (A module-scoped fixture's processes start before this looks; its tests are marked by hand.)"""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    started: list[str] = []
+    original = subprocess.Popen._execute_child
+
+    def recorded(popen, args, *rest, **kwargs):
+        started.append(" ".join(map(str, args)) if isinstance(args, list | tuple) else str(args))
+        return original(popen, args, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = recorded
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = original
+    if started:
+        pytest.fail(f"{request.node.nodeid} starts processes but is not marked slow: {started}", pytrace=False)
 
 
 @pytest.fixture
@@ -105,15 +154,6 @@ def other_bucket(other_tenant) -> Bucket:
     return bucket_create(tenant=other_tenant, name="main")
 
 
-def make_client(tenant: Tenant, scopes=("read", "write"), **kwargs) -> APIClient:
-    issued = services.token_issue(tenant=tenant, name="test", scopes=list(scopes), **kwargs)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.secret}")
-    client.token = issued.token
-    client.secret = issued.secret
-    return client
-
-
 @pytest.fixture
 def client_factory(db):
     return make_client
@@ -155,11 +195,30 @@ def pg_home():
     shutil.rmtree(home, ignore_errors=True)
 
 
-def make_operator(username: str, *tenants, group: bool = True):
-    """A staff user who operates ``tenants`` (with the operators' permissions unless ``group`` is False)."""
-    user = User.objects.create_user(username, password=None, is_staff=True)
-    if group:
-        user.groups.add(services.operator_group_ensure())
-    for tenant in tenants:
-        OperatorMembership.objects.create(user=user, tenant=tenant)
-    return user
+# --- the console in a real browser (tests/support/browser.py) --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def console(browser, live_server, request) -> Console:
+    """The console's pages in the browser, against the live server, with a screenshot folder
+    for this test; a Content-Security-Policy violation on any page shown fails the test."""
+    browser.get_log("browser")  # what earlier tests left
+    page = Console(browser, live_server.url, request.node.name)
+    yield page
+    page.report()
+    page.assert_no_csp_violation()  # on the last page
+
+
+@pytest.fixture
+def superuser(transactional_db) -> User:
+    """The operator who logs in to the console in the browser (``console.login(superuser)``)."""
+    return User.objects.create_superuser("operator", email="", password=PASSWORD)

@@ -94,6 +94,7 @@ def client(live, token: str | None = None, **options) -> Engram:
 # --- the synchronous client ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_memory_is_written_found_edited_deleted_and_restored(live):
     with client(live) as engram:
         written = engram.add_memory(
@@ -141,6 +142,7 @@ def test_a_memory_is_written_found_edited_deleted_and_restored(live):
         assert [v.kind for v in engram.get_memory_history(written.id).versions] == ["edited", "deleted", "restored"]
 
 
+@pytest.mark.slow
 def test_a_batch_and_the_list_iterate_every_page(live):
     with client(live) as engram:
         bucket = engram.create_bucket(f"pages-{uuid.uuid4().hex[:8]}", description="listing")
@@ -156,6 +158,7 @@ def test_a_batch_and_the_list_iterate_every_page(live):
         assert engram.get_bucket(bucket.id).memory_count == 7
 
 
+@pytest.mark.slow
 def test_buckets_are_created_listed_updated_merged_and_deleted(live):
     with client(live, live.tokens.admin) as engram:
         names = [f"b-{uuid.uuid4().hex[:8]}" for _ in range(2)]
@@ -178,6 +181,7 @@ def test_buckets_are_created_listed_updated_merged_and_deleted(live):
         assert target.id not in {b.id for b in engram.list_buckets()}
 
 
+@pytest.mark.slow
 def test_export_lines_import_into_another_bucket(live, tmp_path):
     with client(live) as engram:
         source = engram.create_bucket(f"export-{uuid.uuid4().hex[:8]}")
@@ -205,6 +209,7 @@ def test_export_lines_import_into_another_bucket(live, tmp_path):
         assert engram.get_bucket(copy.id).memory_count == 4
 
 
+@pytest.mark.slow
 def test_documents_conversations_and_the_graph(live):
     with client(live) as engram:
         bucket = engram.create_bucket(f"sources-{uuid.uuid4().hex[:8]}")
@@ -237,6 +242,7 @@ def test_documents_conversations_and_the_graph(live):
         assert [m.content for m in stating.results] == ["Alice lives in Boston."]
 
 
+@pytest.mark.slow
 def test_erasure_deletes_the_memories_of_an_identifier(live):
     with client(live, live.tokens.admin) as engram:
         engram.add_memory(live.spare, "Erase me: I like tea.", agent_id="agent-to-erase")
@@ -253,6 +259,7 @@ def test_erasure_deletes_the_memories_of_an_identifier(live):
 # --- errors --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_errors_carry_the_api_code_message_status_and_body(live):
     with client(live) as engram:
         first = engram.add_memory(live.main, "Bob drives a red Toyota.")
@@ -300,6 +307,7 @@ def test_errors_carry_the_api_code_message_status_and_body(live):
     assert isinstance(unknown_token.value, EngramError)
 
 
+@pytest.mark.slow
 def test_one_search_reads_several_buckets_and_names_each_hits_bucket(live):
     with client(live) as engram:
         first = engram.add_memory(live.main, "Quillon's team ships the kayak app on Thursdays.")
@@ -321,6 +329,7 @@ def test_one_search_reads_several_buckets_and_names_each_hits_bucket(live):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_the_environment_gives_the_defaults(live, monkeypatch):
     monkeypatch.setenv("ENGRAM_URL", live.base + "/api/v1/")
     monkeypatch.setenv("ENGRAM_TOKEN", live.tokens.rw)
@@ -337,6 +346,7 @@ def test_the_environment_gives_the_defaults(live, monkeypatch):
 # --- the asynchronous client ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_async_client_does_the_same(live):
     async def scenario():
         async with AsyncEngram(live.base, live.tokens.rw) as engram:
@@ -510,6 +520,7 @@ print(engram_client.__file__)
 """
 
 
+@pytest.mark.slow
 def test_the_package_installs_into_a_fresh_virtualenv_and_works(live, tmp_path):
     # A new virtualenv; its dependencies (httpx, mcp) and the build backend come from the
     # project's environment through a path file, as the test may not download anything. The

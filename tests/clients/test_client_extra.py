@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tomllib
 
+import pytest
+
 from tests.support import ROOT
 
 CLIENT_DIR = ROOT / "clients" / "python"
@@ -63,6 +65,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_the_client_imports_and_works_without_mcp_and_pydantic():
     run = subprocess.run(
         [sys.executable, "-c", WITHOUT_THE_EXTRA], env=os.environ, capture_output=True, text=True, timeout=60

@@ -22,10 +22,12 @@ def build():
     return module
 
 
+@pytest.mark.slow
 def test_the_committed_sync_client_is_what_the_async_one_generates(build):
     assert build.check() is None
 
 
+@pytest.mark.slow
 def test_a_hand_edit_of_the_sync_client_fails_the_check(build, tmp_path):
     edited = tmp_path / "_sync.py"
     edited.write_text(build.SYNC.read_text().replace("def get_memory(", "def fetch_memory("))
@@ -36,6 +38,7 @@ def test_a_hand_edit_of_the_sync_client_fails_the_check(build, tmp_path):
     assert "-    def fetch_memory(" in problem and "+    def get_memory(" in problem
 
 
+@pytest.mark.slow
 def test_a_missing_sync_client_fails_the_check(build, tmp_path):
     assert "is stale" in build.check(tmp_path / "_sync.py")
 

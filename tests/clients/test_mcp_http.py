@@ -24,7 +24,7 @@ from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
 from tests.support import base_env, test_database_url, web_server
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 TOOLS = {"add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets"}
 # Both eras of the protocol the SDK serves: "auto" negotiates the current per-request one

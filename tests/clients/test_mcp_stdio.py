@@ -26,7 +26,8 @@ from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
 from tests.support import base_env, test_database_url, web_server
 
-pytestmark = pytest.mark.django_db  # the test database is set up for marked modules only
+# The test database is set up for marked modules only.
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 ENGRAM_MCP = Path(sys.executable).parent / "engram-mcp"
 TOOLS = {"add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets"}

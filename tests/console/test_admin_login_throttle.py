@@ -92,6 +92,7 @@ def test_the_log_names_the_address_never_the_username_or_the_password(client, op
         assert secret_guess not in message and "operator" not in message, message
 
 
+@pytest.mark.slow
 def test_the_api_token_failure_counter_is_shared_with_other_processes(client, settings):
     """Failures recorded by another process (another gunicorn worker) count here."""
     settings.REST_FRAMEWORK = {

@@ -9,16 +9,10 @@ downloads a browser or a driver: both paths are given, and Selenium Manager is k
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
 import urllib.request
-from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.contrib.auth.models import User
-from django.contrib.sessions.models import Session
 
 from audit.models import AuditEvent
 from graph.models import Correction, Entity
@@ -27,27 +21,13 @@ from maintenance.models import DuplicateCandidate
 from maintenance.services.duplicates import near_duplicates_find_for
 from memories import access
 from memories.models import DeletedMemory, Memory, MemoryAccess
-from memories.services import MemoryInput, memories_ingest, memory_update
 from memories.services import buckets as memory_buckets
+from memories.services import memory_update
 from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket, Tenant
-
-CHROMIUM = os.environ.get("ENGRAM_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("ENGRAM_CHROMEDRIVER", "/usr/bin/chromedriver")
-CHROMIUM_FLAGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1100",
-]  # fmt: skip
-PASSWORD = "console-test-pw-91"
-
-try:
-    import selenium  # noqa: F401
-
-    _missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (Path(p).exists() and os.access(p, os.X_OK))]
-    SKIP_REASON = f"{', '.join(_missing)} not installed (apt-get install chromium chromium-driver)" if _missing else ""
-except ImportError:
-    SKIP_REASON = "selenium is not installed (pip install -r requirements-dev.txt)"
+from tests.factories import write
+from tests.support.browser import SKIP_REASON
 
 pytestmark = [
     pytest.mark.slow,
@@ -59,135 +39,8 @@ COFFEE = "I prefer dark roast coffee in the morning."
 COFFEE_AGAIN = "In the morning I prefer a dark roast coffee."
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never fetch anything
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    # The browser's console log: Chromium reports each Content-Security-Policy violation there.
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(90)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-class Console:
-    """The browser, the live server and a screenshot folder for one test."""
-
-    def __init__(self, driver, base_url: str, name: str):
-        self.driver = driver
-        self.base = base_url
-        self.shots = Path(settings.ENGRAM_HOME) / "screenshots" / "console" / name
-        shutil.rmtree(self.shots, ignore_errors=True)
-        self.shots.mkdir(parents=True)
-        self.count = 0
-        driver.delete_all_cookies()
-
-    def open(self, path: str) -> None:
-        self.assert_no_csp_violation()
-        self.driver.get(self.base + path)
-
-    def assert_no_csp_violation(self) -> None:
-        """Nothing on the pages shown since the last call was refused by the
-        Content-Security-Policy (a script, style or image that would not load or run)."""
-        refused = [e["message"] for e in self.driver.get_log("browser") if "Content Security Policy" in e["message"]]
-        assert refused == [], "\n".join(refused)
-
-    def find(self, css: str):
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions as ec
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        return WebDriverWait(self.driver, 30).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
-
-    def all(self, css: str) -> list:
-        from selenium.webdriver.common.by import By
-
-        return self.driver.find_elements(By.CSS_SELECTOR, css)
-
-    def click(self, css: str) -> None:
-        """Click and wait until the next page has loaded (a mark left on the old page's
-        window is gone, and the new document is complete)."""
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        self.assert_no_csp_violation()
-        self.driver.execute_script("window.__engramOldPage = true;")
-        self.find(css).click()
-        WebDriverWait(self.driver, 60).until(
-            lambda d: d.execute_script("return !window.__engramOldPage && document.readyState === 'complete';")
-        )
-        self.find("body")
-
-    def wait_for_url(self, part: str) -> None:
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        WebDriverWait(self.driver, 30).until(lambda d: part in d.current_url)
-        self.find("body")
-
-    def type(self, css: str, text: str) -> None:
-        element = self.find(css)
-        element.clear()
-        element.send_keys(text)
-
-    def select(self, css: str, value: str) -> None:
-        from selenium.webdriver.support.ui import Select
-
-        Select(self.find(css)).select_by_value(value)
-
-    def text(self, css: str = "body") -> str:
-        return self.find(css).text
-
-    def shot(self, label: str) -> Path:
-        self.count += 1
-        path = self.shots / f"{self.count:02d}-{label}.png"
-        self.driver.save_screenshot(str(path))
-        return path
-
-    def login(self, user: User) -> None:
-        self.open("/admin/login/?next=/admin/")
-        self.type("#id_username", user.username)
-        self.type("#id_password", PASSWORD)
-        self.shot("login")
-        self.click("input[type=submit]")
-        assert "operator console" in self.text("#console-panel").lower()
-        # The database holds the operator's session.
-        sessions = [s.get_decoded() for s in Session.objects.all()]
-        assert any(s.get("_auth_user_id") == str(user.pk) for s in sessions)
-
-    def report(self) -> None:
-        print(f"\nscreenshots: {self.shots} ({self.count} files)")
-
-
-@pytest.fixture
-def console(browser, live_server, request):
-    browser.get_log("browser")  # what earlier tests left
-    page = Console(browser, live_server.url, request.node.name)
-    yield page
-    page.report()
-    page.assert_no_csp_violation()  # on the last page
-
-
-@pytest.fixture
-def operator(transactional_db) -> User:
-    return User.objects.create_superuser("operator", email="", password=PASSWORD)
-
-
-def write(bucket, *contents) -> list:
-    items = [MemoryInput(content=c) for c in contents]
-    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
-
-
-def test_log_in_create_a_tenant_and_a_token_see_the_secret_once_and_revoke_it(console, operator):
-    console.login(operator)
+def test_log_in_create_a_tenant_and_a_token_see_the_secret_once_and_revoke_it(console, superuser):
+    console.login(superuser)
     console.shot("index")
     assert console.text("#pending-review-count") == "0"
 
@@ -242,16 +95,18 @@ def test_log_in_create_a_tenant_and_a_token_see_the_secret_once_and_revoke_it(co
     assert AuditEvent.objects.filter(action="token.revoke", object_ids=[str(token.pk)]).exists()
 
 
-def test_review_queue_merge_a_pair(console, operator):
+def test_review_queue_merge_a_pair(console, superuser):
     tenant = tenant_services.tenant_create(name="Acme")
     bucket = bucket_create(tenant=tenant, name="main")
-    coffee, again, other = write(bucket, COFFEE, COFFEE_AGAIN, "My sister Anna works as a nurse in Boston.")
+    coffee, again, other = write(
+        bucket, COFFEE, COFFEE_AGAIN, "My sister Anna works as a nurse in Boston.", sequence=False
+    )
     Memory.objects.filter(pk=again).update(hint_tags=["morning"])
     near_duplicates_find_for(memory_ids=[again])
     pair = DuplicateCandidate.objects.get()
     assert {pair.memory_a_id, pair.memory_b_id} == {coffee, again}
 
-    console.login(operator)
+    console.login(superuser)
     assert console.text("#pending-review-count") == "1"
     console.shot("index-one-pending")
     console.click("#console-panel a[href$='/console/review/']")
@@ -274,15 +129,15 @@ def test_review_queue_merge_a_pair(console, operator):
     assert (event.actor_kind, event.actor_label, event.details["removed_id"]) == ("operator", "operator", str(again))
 
 
-def test_bucket_merge_preview_and_confirm(console, operator):
+def test_bucket_merge_preview_and_confirm(console, superuser):
     tenant = tenant_services.tenant_create(name="Acme")
     inbox = bucket_create(tenant=tenant, name="inbox")
     archive = bucket_create(tenant=tenant, name="archive")
     inbox_id = inbox.pk
-    write(inbox, COFFEE, "I live in Lisbon.", "My cat is called Miso.")
-    [kept] = write(archive, COFFEE)
+    write(inbox, COFFEE, "I live in Lisbon.", "My cat is called Miso.", sequence=False)
+    [kept] = write(archive, COFFEE, sequence=False)
 
-    console.login(operator)
+    console.login(superuser)
     console.open("/admin/console/bucket-merge/")
     console.select("#id_source", str(inbox.pk))
     console.select("#id_target", str(archive.pk))
@@ -301,12 +156,14 @@ def test_bucket_merge_preview_and_confirm(console, operator):
     assert event.details["deduplicated"] == 1 and event.actor_label == "operator"
 
 
-def test_playground_query_with_explain(console, operator):
+def test_playground_query_with_explain(console, superuser):
     tenant = tenant_services.tenant_create(name="Acme")
     bucket = bucket_create(tenant=tenant, name="main")
-    coffee, *_ = write(bucket, COFFEE, "I live in Lisbon.", "My cat is called Miso.", "I run 5k on Saturdays.")
+    coffee, *_ = write(
+        bucket, COFFEE, "I live in Lisbon.", "My cat is called Miso.", "I run 5k on Saturdays.", sequence=False
+    )
 
-    console.login(operator)
+    console.login(superuser)
     console.open("/admin/console/playground/")
     console.select("#id_bucket", str(bucket.pk))
     console.type("#id_query", "what coffee do I like in the morning?")
@@ -323,14 +180,16 @@ def test_playground_query_with_explain(console, operator):
     assert not Memory.objects.filter(pk=coffee, last_accessed_at__isnull=False).exists()
 
 
-def test_topics_and_health_pages(console, operator):
+def test_topics_and_health_pages(console, superuser):
     tenant = tenant_services.tenant_create(name="Acme")
     bucket = bucket_create(tenant=tenant, name="main")
-    ids = write(bucket, "I like ramen.", "We had lasagna.", "Our cat Miso is twelve.", "The car needs tyres.")
+    ids = write(
+        bucket, "I like ramen.", "We had lasagna.", "Our cat Miso is twelve.", "The car needs tyres.", sequence=False
+    )
     Memory.objects.filter(pk__in=ids[:2]).update(classified_topic="food")
     Memory.objects.filter(pk=ids[2]).update(classified_topic="pets")
 
-    console.login(operator)
+    console.login(superuser)
     console.open(f"/admin/console/topics/{bucket.pk}/")
     console.shot("topics")
     assert "(unlabelled)" in console.text("#topic-groups")
@@ -350,17 +209,19 @@ def test_topics_and_health_pages(console, operator):
     assert "idx_memories_embedding_hnsw" in console.text("#health-indexes")
 
 
-def test_a_memorys_history_pin_delete_and_restore(console, operator):
+def test_a_memorys_history_pin_delete_and_restore(console, superuser):
     tenant = tenant_services.tenant_create(name="Acme")
     bucket = bucket_create(tenant=tenant, name="main")
-    [memory_id] = write(bucket, "<script>window.__engramXss = 1;</script> The spare key is under the mat.")
+    [memory_id] = write(
+        bucket, "<script>window.__engramXss = 1;</script> The spare key is under the mat.", sequence=False
+    )
     memory_update(memory=Memory.objects.get(pk=memory_id), content="The spare key is under the mat.")
 
     def unharmed():
         # Stored markup is shown as text, never run.
         assert console.driver.execute_script("return window.__engramXss === undefined;")
 
-    console.login(operator)
+    console.login(superuser)
     console.open(f"/admin/memories/memory/{memory_id}/change/")
     console.shot("memory-page")
     unharmed()
@@ -391,10 +252,10 @@ def test_a_memorys_history_pin_delete_and_restore(console, operator):
     assert AuditEvent.objects.filter(action="memory.restore", actor_label="operator").exists()
 
 
-def test_the_browser_enforces_the_policy_and_the_check_sees_what_it_refuses(console, operator):
+def test_the_browser_enforces_the_policy_and_the_check_sees_what_it_refuses(console, superuser):
     """The pages' Content-Security-Policy is on, Chromium enforces it, and what it refuses
     reaches the log that every step of these tests reads."""
-    console.login(operator)
+    console.login(superuser)
     policy = urllib.request.urlopen(console.base + "/admin/login/", timeout=30).headers["Content-Security-Policy"]
     assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
     console.driver.execute_script(
@@ -407,13 +268,13 @@ def test_the_browser_enforces_the_policy_and_the_check_sees_what_it_refuses(cons
         console.assert_no_csp_violation()
 
 
-def test_a_schedules_form_translates_its_crontab(console, operator):
+def test_a_schedules_form_translates_its_crontab(console, superuser):
     from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
     nightly = CrontabSchedule.objects.create(minute="0", hour="3", timezone="UTC")
     task = PeriodicTask.objects.create(name="nightly job", task="maintenance.tasks.purge_memories", crontab=nightly)
     other = CrontabSchedule.objects.create(minute="30", hour="4", timezone="UTC")
-    console.login(operator)
+    console.login(superuser)
     console.open(f"/admin/django_celery_beat/periodictask/{task.pk}/change/")
     console.shot("schedule-form")
     assert not console.find(".field-crontab_translation").is_displayed()  # hidden by the page's script
@@ -432,13 +293,15 @@ def test_the_api_docs_render_under_the_policy(console):
     assert len(console.all(".swagger-ui .opblock")) >= 20
 
 
-def test_entity_pages_merge_and_list_the_correction(console, operator):
+def test_entity_pages_merge_and_list_the_correction(console, superuser):
     tenant = tenant_services.tenant_create(name="Acme")
     bucket = bucket_create(tenant=tenant, name="main")
-    graph_extract_memories(memory_ids=write(bucket, "Robert Smith works at Initech.", "Smitty moved to Austin."))
+    graph_extract_memories(
+        memory_ids=write(bucket, "Robert Smith works at Initech.", "Smitty moved to Austin.", sequence=False)
+    )
     smitty = Entity.objects.get(normalized_name="smitty")
 
-    console.login(operator)
+    console.login(superuser)
     console.open(f"/admin/console/entities/{bucket.pk}/")
     console.shot("entities")
     assert "Smitty" in console.text("#entities")
@@ -452,4 +315,4 @@ def test_entity_pages_merge_and_list_the_correction(console, operator):
     console.shot("merged")
     assert not Entity.objects.filter(pk=smitty.pk).exists()
     assert "merged into" in console.text("#corrections")
-    assert Correction.objects.get().actor_label == operator.get_username()
+    assert Correction.objects.get().actor_label == superuser.get_username()

@@ -14,14 +14,13 @@ from graph.services.extraction import graph_extract_memories
 from maintenance.models import DuplicateCandidate, DuplicateStatus, ScanCursor
 from memories.links import LINKS_KEY
 from memories.models import Memory
-from memories.services import MemoryInput, memories_ingest
 from memories.services import buckets as memory_buckets
 from memories.services.buckets import bucket_create
 from memories.services.links import links_add
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket
-from tests.conftest import make_client
+from tests.factories import make_client, write
 
 pytestmark = pytest.mark.django_db
 
@@ -30,11 +29,6 @@ SYSTEM = Actor.system("test")
 
 def at(year, month=1, day=1):
     return datetime(year, month, day, tzinfo=UTC)
-
-
-def write(bucket, *contents, tags=None, created_at=None) -> list:
-    items = [MemoryInput(content=c, hint_tags=tags, created_at=created_at) for c in contents]
-    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
 
 
 def entity(bucket, name, type="PERSON", aliases=()):
@@ -67,8 +61,8 @@ def second(tenant) -> Bucket:
 
 
 def test_preview_counts_what_will_move_dedup_and_merge_and_changes_nothing(bucket, second):
-    write(bucket, "I live in Lisbon.", "My cat is called Miso.", "I prefer tea.")
-    write(second, "I prefer tea.", "I work at Acme.")
+    write(bucket, "I live in Lisbon.", "My cat is called Miso.", "I prefer tea.", sequence=False)
+    write(second, "I prefer tea.", "I work at Acme.", sequence=False)
     entity(bucket, "Miso", "ANIMAL")
     entity(bucket, "Acme", "ORG")
     entity(second, "Acme", "ORG")
@@ -81,7 +75,7 @@ def test_preview_counts_what_will_move_dedup_and_merge_and_changes_nothing(bucke
 
 def test_merge_moves_every_row_and_removes_the_source(bucket, second):
     source_id = bucket.pk
-    ids = write(bucket, "I live in Lisbon.", "My cat is called Miso.")
+    ids = write(bucket, "I live in Lisbon.", "My cat is called Miso.", sequence=False)
     miso = entity(bucket, "Miso", "ANIMAL")
     mention(ids[1], miso)
     token = tenant_services.token_issue(tenant=bucket.tenant, name="agent", scopes=["read"], bucket=bucket).token
@@ -100,7 +94,7 @@ def test_merge_moves_every_row_and_removes_the_source(bucket, second):
 
 def test_merge_can_leave_the_source_empty(bucket, second):
     source_id = bucket.pk
-    write(bucket, "I live in Lisbon.")
+    write(bucket, "I live in Lisbon.", sequence=False)
     memory_buckets.bucket_merge(source=bucket, target=second, remove_source=False, actor=SYSTEM)
     assert Bucket.objects.filter(pk=bucket.pk).exists()
     assert Memory.objects.for_bucket(bucket).count() == 0 and Memory.objects.for_bucket(second).count() == 1
@@ -110,8 +104,10 @@ def test_merge_can_leave_the_source_empty(bucket, second):
 def test_a_hash_collision_dedups_onto_the_target_row_with_tags_links_and_graph(bucket, second):
     source_id = bucket.pk
     # Source: "tea" (collides with the target's), a memory citing it, and graph rows on it.
-    tea_src, citing = write(bucket, "I prefer TEA!", 'As I said: "I prefer tea", always.', tags=["drinks", "src"])
-    [tea_tgt] = write(second, "I prefer tea.", tags=["drinks", "tgt"])
+    tea_src, citing = write(
+        bucket, "I prefer TEA!", 'As I said: "I prefer tea", always.', hint_tags=["drinks", "src"], sequence=False
+    )
+    [tea_tgt] = write(second, "I prefer tea.", hint_tags=["drinks", "tgt"], sequence=False)
     links_add(memory_id=citing, links=[(tea_src, "cites")])
     user_src, user_tgt = entity(bucket, "user", "SPEAKER"), entity(second, "user", "SPEAKER")
     tea = entity(bucket, "tea", "THING")
@@ -146,8 +142,8 @@ def test_a_hash_collision_dedups_onto_the_target_row_with_tags_links_and_graph(b
 
 
 def test_entities_merge_and_timelines_are_recomputed_across_the_merged_buckets(bucket, second):
-    [boston] = write(bucket, "Alice lives in Boston.", created_at=at(2021, 3))
-    [seattle] = write(second, "Alice moved to Seattle.", created_at=at(2024, 2))
+    [boston] = write(bucket, "Alice lives in Boston.", created_at=at(2021, 3), sequence=False)
+    [seattle] = write(second, "Alice moved to Seattle.", created_at=at(2024, 2), sequence=False)
     graph_extract_memories(memory_ids=[boston, seattle])
     assert Memory.objects.get(pk=boston).superseded_at is None  # different buckets: no timeline yet
     memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
@@ -159,8 +155,13 @@ def test_entities_merge_and_timelines_are_recomputed_across_the_merged_buckets(b
 
 
 def test_review_candidates_follow_and_the_scans_revisit_the_moved_memories(bucket, second):
-    a, b = write(bucket, "I prefer dark roast coffee in the morning.", "In the morning I prefer a dark roast coffee.")
-    write(second, "I work at Acme.")
+    a, b = write(
+        bucket,
+        "I prefer dark roast coffee in the morning.",
+        "In the morning I prefer a dark roast coffee.",
+        sequence=False,
+    )
+    write(second, "I work at Acme.", sequence=False)
     first, other = sorted([a, b])
     DuplicateCandidate.objects.create(
         tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_a_id=first, memory_b_id=other, similarity=0.98
@@ -177,7 +178,7 @@ def test_review_candidates_follow_and_the_scans_revisit_the_moved_memories(bucke
 
 
 def test_a_merge_is_audited(bucket, second):
-    write(bucket, "I live in Lisbon.")
+    write(bucket, "I live in Lisbon.", sequence=False)
     source_id = str(bucket.pk)
     memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
     event = AuditEvent.objects.get(action="bucket.merge")
@@ -188,7 +189,7 @@ def test_a_merge_is_audited(bucket, second):
 
 
 def test_buckets_of_two_tenants_are_never_merged(bucket, other_bucket):
-    write(bucket, "I live in Lisbon.")
+    write(bucket, "I live in Lisbon.", sequence=False)
     with pytest.raises(DomainError):
         memory_buckets.bucket_merge_preview(source=bucket, target=other_bucket)
     with pytest.raises(DomainError):
@@ -220,8 +221,8 @@ def _state():
     ],
 )
 def test_a_failure_midway_rolls_everything_back(bucket, second, monkeypatch, step):
-    tea_src, citing = write(bucket, "I prefer TEA!", "My cat is called Miso.", tags=["src"])
-    [tea_tgt] = write(second, "I prefer tea.", tags=["tgt"])
+    tea_src, citing = write(bucket, "I prefer TEA!", "My cat is called Miso.", hint_tags=["src"], sequence=False)
+    [tea_tgt] = write(second, "I prefer tea.", hint_tags=["tgt"], sequence=False)
     links_add(memory_id=citing, links=[(tea_src, "cites")])
     user_src = entity(bucket, "user", "SPEAKER")
     entity(second, "user", "SPEAKER")  # merged with the source's "user"
@@ -242,7 +243,7 @@ def test_a_failure_midway_rolls_everything_back(bucket, second, monkeypatch, ste
 
 
 def test_rows_the_merge_does_not_know_how_to_move_abort_it(bucket, second, monkeypatch):
-    write(bucket, "I live in Lisbon.")
+    write(bucket, "I live in Lisbon.", sequence=False)
     monkeypatch.setattr(memory_buckets, "_rows_left_in", lambda bucket: ["some_new_table"])
     with pytest.raises(DomainError, match="some_new_table"):
         memory_buckets.bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
@@ -257,8 +258,8 @@ def merge_url(bucket) -> str:
 
 
 def test_api_dry_run_previews_and_changes_nothing(admin_api, bucket, second):
-    write(bucket, "I prefer tea.", "I live in Lisbon.")
-    write(second, "I prefer tea.")
+    write(bucket, "I prefer tea.", "I live in Lisbon.", sequence=False)
+    write(second, "I prefer tea.", sequence=False)
     response = admin_api.post(merge_url(bucket), {"target_bucket_id": str(second.pk), "dry_run": True}, format="json")
     assert response.status_code == 200, response.json()
     body = response.json()
@@ -268,8 +269,8 @@ def test_api_dry_run_previews_and_changes_nothing(admin_api, bucket, second):
 
 
 def test_api_merge_moves_dedups_and_is_audited_as_the_token(admin_api, bucket, second):
-    write(bucket, "I prefer tea.", "I live in Lisbon.")
-    write(second, "I prefer tea.")
+    write(bucket, "I prefer tea.", "I live in Lisbon.", sequence=False)
+    write(second, "I prefer tea.", sequence=False)
     response = admin_api.post(
         merge_url(bucket), {"target_bucket_id": str(second.pk), "remove_source": True}, format="json"
     )
@@ -283,21 +284,21 @@ def test_api_merge_moves_dedups_and_is_audited_as_the_token(admin_api, bucket, s
 
 
 def test_api_merge_keeps_the_source_by_default(admin_api, bucket, second):
-    write(bucket, "I live in Lisbon.")
+    write(bucket, "I live in Lisbon.", sequence=False)
     response = admin_api.post(merge_url(bucket), {"target_bucket_id": str(second.pk)}, format="json")
     assert response.status_code == 200 and response.json()["source_removed"] is False
     assert Bucket.objects.filter(pk=bucket.pk).exists() and Memory.objects.for_bucket(bucket).count() == 0
 
 
 def test_api_merge_into_another_tenants_bucket_is_404_and_changes_nothing(admin_api, bucket, other_bucket):
-    write(bucket, "I live in Lisbon.")
+    write(bucket, "I live in Lisbon.", sequence=False)
     response = admin_api.post(merge_url(bucket), {"target_bucket_id": str(other_bucket.pk)}, format="json")
     assert response.status_code == 404
     assert Memory.objects.for_bucket(bucket).count() == 1 and Memory.objects.for_bucket(other_bucket).count() == 0
 
 
 def test_api_the_outsider_cannot_merge_our_bucket(outsider_api, bucket, other_bucket):
-    write(bucket, "I live in Lisbon.")
+    write(bucket, "I live in Lisbon.", sequence=False)
     for source, target in [(bucket, other_bucket), (other_bucket, bucket)]:
         response = outsider_api.post(merge_url(source), {"target_bucket_id": str(target.pk)}, format="json")
         assert response.status_code == 404
@@ -305,7 +306,7 @@ def test_api_the_outsider_cannot_merge_our_bucket(outsider_api, bucket, other_bu
 
 
 def test_api_merge_needs_the_admin_scope(tenant, bucket, second):
-    [lisbon] = write(bucket, "I live in Lisbon.")
+    [lisbon] = write(bucket, "I live in Lisbon.", sequence=False)
     writer = make_client(tenant, scopes=("read", "write"))
     for body in ({"dry_run": True}, {"remove_source": True}):
         response = writer.post(merge_url(bucket), {"target_bucket_id": str(second.pk), **body}, format="json")
@@ -322,7 +323,7 @@ def test_api_a_bucket_restricted_token_cannot_reach_another_bucket(tenant, bucke
 
 
 def test_api_merge_into_itself_or_nowhere_is_refused(admin_api, bucket):
-    [lisbon] = write(bucket, "I live in Lisbon.")
+    [lisbon] = write(bucket, "I live in Lisbon.", sequence=False)
     same = admin_api.post(merge_url(bucket), {"target_bucket_id": str(bucket.pk)}, format="json")
     assert same.status_code == 400 and same.json()["code"] == "same_bucket"
     missing = admin_api.post(merge_url(bucket), {}, format="json")
@@ -335,8 +336,8 @@ def test_api_merge_into_itself_or_nowhere_is_refused(admin_api, bucket):
 def test_documents_follow_and_their_provenance_points_at_the_survivor(bucket, second):
     """The sources app's rows move with the memories; an identical document already in the
     target is kept once; chunk links of an absorbed memory name its survivor."""
-    tea_src, lisbon = write(bucket, "I prefer TEA!", "I live in Lisbon.")
-    [tea_tgt] = write(second, "I prefer tea.")
+    tea_src, lisbon = write(bucket, "I prefer TEA!", "I live in Lisbon.", sequence=False)
+    [tea_tgt] = write(second, "I prefer tea.", sequence=False)
 
     def document(b, digest):
         return Source.objects.create(tenant_id=b.tenant_id, bucket_id=b.pk, kind="document", content_hash=digest)

@@ -16,8 +16,9 @@ from maintenance.models import DuplicateCandidate, DuplicateStatus
 from maintenance.services import duplicate_review, duplicates
 from memories.links import LINKS_KEY
 from memories.models import Memory
-from memories.services import MemoryInput, memories_ingest, memory_update
+from memories.services import memory_update
 from memories.services.links import links_add
+from tests.factories import make_duplicate_candidate, write
 
 pytestmark = pytest.mark.django_db
 
@@ -28,23 +29,10 @@ NURSE_AGAIN = "My sister Anna is a nurse in Boston."
 ACTOR = Actor.system("test")
 
 
-def write(bucket, *contents, tags=None) -> list:
-    items = [MemoryInput(content=c, hint_tags=tags) for c in contents]
-    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
-
-
 def scan(*args) -> dict:
     out = io.StringIO()
     call_command("scan_near_duplicates", *args, stdout=out, stderr=io.StringIO())
     return json.loads(out.getvalue())["counts"]
-
-
-def pair(x, y, bucket, similarity=0.95, status=DuplicateStatus.PENDING) -> DuplicateCandidate:
-    a, b = sorted([x, y])
-    return DuplicateCandidate.objects.create(
-        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_a_id=a, memory_b_id=b, similarity=similarity,
-        status=status,
-    )  # fmt: skip
 
 
 def side(candidate, memory_id) -> str:
@@ -52,7 +40,7 @@ def side(candidate, memory_id) -> str:
 
 
 def test_merge_keeps_one_row_and_unites_tags_links_and_graph(bucket):
-    coffee, again, other = write(bucket, COFFEE, COFFEE_AGAIN, NURSE)
+    coffee, again, other = write(bucket, COFFEE, COFFEE_AGAIN, NURSE, sequence=False)
     memory_update(memory=Memory.objects.get(pk=coffee), hint_tags=["drinks"], metadata={"source": "chat"})
     memory_update(memory=Memory.objects.get(pk=again), hint_tags=["morning", "drinks"], agent_id="agent-7")
     links_add(memory_id=again, links=[(other, "refines")])
@@ -70,7 +58,7 @@ def test_merge_keeps_one_row_and_unites_tags_links_and_graph(bucket):
         tenant_id=bucket.tenant_id, bucket_id=bucket.pk, subject=user, predicate="prefers", object_entity=coffee_entity,
         valid_from=Memory.objects.get(pk=again).created_at, source_memory_id=again,
     )  # fmt: skip
-    candidate = pair(coffee, again, bucket)
+    candidate = make_duplicate_candidate(bucket, coffee, again, similarity=0.95)
 
     result = duplicate_review.duplicate_merge(candidate=candidate, keep=side(candidate, coffee), actor=ACTOR)
 
@@ -100,8 +88,8 @@ def test_merge_keeps_one_row_and_unites_tags_links_and_graph(bucket):
 
 
 def test_merge_keeping_b_removes_a(bucket):
-    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN)
-    candidate = pair(coffee, again, bucket)
+    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN, sequence=False)
+    candidate = make_duplicate_candidate(bucket, coffee, again, similarity=0.95)
     keep = "b"
     survivor = candidate.memory_b_id
     duplicate_review.duplicate_merge(candidate=candidate, keep=keep, actor=ACTOR)
@@ -109,11 +97,11 @@ def test_merge_keeping_b_removes_a(bucket):
 
 
 def test_supersession_and_other_candidates_follow_the_survivor(bucket):
-    coffee, again, nurse, nurse_again = write(bucket, COFFEE, COFFEE_AGAIN, NURSE, NURSE_AGAIN)
+    coffee, again, nurse, nurse_again = write(bucket, COFFEE, COFFEE_AGAIN, NURSE, NURSE_AGAIN, sequence=False)
     Memory.objects.filter(pk=nurse).update(superseded_by=again, superseded_at=Memory.objects.get(pk=again).created_at)
-    decided = pair(again, nurse_again, bucket, status=DuplicateStatus.KEPT_BOTH)
-    open_pair = pair(again, nurse, bucket)
-    candidate = pair(coffee, again, bucket)
+    decided = make_duplicate_candidate(bucket, again, nurse_again, status=DuplicateStatus.KEPT_BOTH, similarity=0.95)
+    open_pair = make_duplicate_candidate(bucket, again, nurse, similarity=0.95)
+    candidate = make_duplicate_candidate(bucket, coffee, again, similarity=0.95)
     duplicate_review.duplicate_merge(candidate=candidate, keep=side(candidate, coffee), actor=ACTOR)
     assert Memory.objects.get(pk=nurse).superseded_by == coffee
     decided.refresh_from_db()
@@ -125,8 +113,8 @@ def test_supersession_and_other_candidates_follow_the_survivor(bucket):
 
 
 def test_a_reviewed_or_vanished_pair_is_not_merged_again(bucket):
-    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN)
-    candidate = pair(coffee, again, bucket)
+    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN, sequence=False)
+    candidate = make_duplicate_candidate(bucket, coffee, again, similarity=0.95)
     duplicate_review.duplicate_keep_both(candidate=candidate, actor=ACTOR)
     with pytest.raises(Conflict):
         duplicate_review.duplicate_merge(candidate=candidate, keep="a", actor=ACTOR)
@@ -137,7 +125,7 @@ def test_a_reviewed_or_vanished_pair_is_not_merged_again(bucket):
 
 
 def test_keep_both_is_never_suggested_again(bucket):
-    write(bucket, COFFEE, COFFEE_AGAIN)
+    write(bucket, COFFEE, COFFEE_AGAIN, sequence=False)
     scan()
     candidate = DuplicateCandidate.objects.get()
     assert duplicate_review.duplicate_keep_both(candidate=candidate, actor=ACTOR)
@@ -151,9 +139,9 @@ def test_keep_both_is_never_suggested_again(bucket):
 
 
 def test_bulk_merge_keeps_the_older_memory_of_each_pair(bucket):
-    coffee, again, nurse, nurse_again = write(bucket, COFFEE, COFFEE_AGAIN, NURSE, NURSE_AGAIN)
-    pair(coffee, again, bucket)
-    pair(nurse, nurse_again, bucket)
+    coffee, again, nurse, nurse_again = write(bucket, COFFEE, COFFEE_AGAIN, NURSE, NURSE_AGAIN, sequence=False)
+    make_duplicate_candidate(bucket, coffee, again, similarity=0.95)
+    make_duplicate_candidate(bucket, nurse, nurse_again, similarity=0.95)
     result = duplicate_review.duplicates_merge(candidates=DuplicateCandidate.objects.all(), keep="older", actor=ACTOR)
     assert (result.done, result.skipped) == (2, 0)
     assert set(Memory.objects.for_bucket(bucket).values_list("id", flat=True)) == {coffee, nurse}
@@ -161,10 +149,10 @@ def test_bulk_merge_keeps_the_older_memory_of_each_pair(bucket):
 
 
 def test_bulk_merge_skips_pairs_an_earlier_merge_resolved(bucket):
-    coffee, again, nurse = write(bucket, COFFEE, COFFEE_AGAIN, NURSE)
-    pair(coffee, again, bucket, similarity=0.99)
-    pair(again, nurse, bucket, similarity=0.91)
-    pair(coffee, nurse, bucket, similarity=0.90)
+    coffee, again, nurse = write(bucket, COFFEE, COFFEE_AGAIN, NURSE, sequence=False)
+    make_duplicate_candidate(bucket, coffee, again, similarity=0.99)
+    make_duplicate_candidate(bucket, again, nurse, similarity=0.91)
+    make_duplicate_candidate(bucket, coffee, nurse, similarity=0.90)
     result = duplicate_review.duplicates_merge(candidates=DuplicateCandidate.objects.all(), keep="newer", actor=ACTOR)
     # The first merge makes the other two pairs the same pair: one is dropped, the other merged.
     assert result.done + result.skipped == 3
@@ -173,10 +161,10 @@ def test_bulk_merge_skips_pairs_an_earlier_merge_resolved(bucket):
 
 
 def test_bulk_keep_both_is_one_event_per_tenant(bucket, other_bucket):
-    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN)
-    x, y = write(other_bucket, NURSE, NURSE_AGAIN)
-    pair(coffee, again, bucket)
-    pair(x, y, other_bucket)
+    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN, sequence=False)
+    x, y = write(other_bucket, NURSE, NURSE_AGAIN, sequence=False)
+    make_duplicate_candidate(bucket, coffee, again, similarity=0.95)
+    make_duplicate_candidate(other_bucket, x, y, similarity=0.95)
     result = duplicate_review.duplicates_keep_both(candidates=DuplicateCandidate.objects.all(), actor=ACTOR)
     assert result.done == 2
     assert sorted(AuditEvent.objects.values_list("tenant_id", flat=True)) == sorted(

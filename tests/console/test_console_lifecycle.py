@@ -14,22 +14,17 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from audit.services import Actor
 from memories.models import DeletedMemory, Memory, MemoryVersion
-from memories.services import MemoryInput, memories_ingest, memory_delete, memory_update
+from memories.services import memory_delete, memory_update
 from memories.services.buckets import bucket_update
 from memories.services.merge import memories_absorb
 from tenants.models import Bucket
-from tests.conftest import make_client, make_operator
+from tests.factories import make_client, make_operator, write
 
 pytestmark = pytest.mark.django_db
 
 SCRIPT = "<script>window.__engram_xss = 1;</script>"
 MEMORIES = "/admin/memories/memory/"
 DELETED = "/admin/memories/deletedmemory/"
-
-
-def write(bucket, *contents) -> list:
-    items = [MemoryInput(content=c) for c in contents]
-    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
 
 
 @pytest.fixture
@@ -67,7 +62,7 @@ def messages_of(response) -> list[str]:
 
 
 def test_history_shows_edits_delete_and_restore_newest_first_with_who_made_them(operator, bucket, tenant):
-    [memory_id] = write(bucket, "I drive a red Toyota.")
+    [memory_id] = write(bucket, "I drive a red Toyota.", sequence=False)
     api = make_client(tenant)
     edit = api.patch(f"/api/v1/memories/{memory_id}", {"content": "I drive a blue Tesla."}, format="json")
     assert edit.status_code == 200
@@ -95,7 +90,7 @@ def test_history_shows_edits_delete_and_restore_newest_first_with_who_made_them(
 
 def test_history_links_a_merge_both_ways_and_shortens_long_values(operator, bucket):
     long_text = "The lighthouse keeper's log, " + "wind and tide; " * 20
-    kept, gone = write(bucket, long_text, "The keeper keeps a log.")
+    kept, gone = write(bucket, long_text, "The keeper keeps a log.", sequence=False)
     memory_update(memory=Memory.objects.get(pk=gone), hint_tags=["log"])  # for the survivor to take
     memory_update(memory=Memory.objects.get(pk=kept), content="The keeper's log, in short.")
     memories_absorb(mapping={gone: kept}, actor=Actor.system("test"))
@@ -114,7 +109,7 @@ def test_history_links_a_merge_both_ways_and_shortens_long_values(operator, buck
 
 
 def test_pin_and_unpin_from_the_page_and_the_list_are_recorded(operator, bucket):
-    first, second = write(bucket, "I like green tea.", "I run on Saturdays.")
+    first, second = write(bucket, "I like green tea.", "I run on Saturdays.", sequence=False)
     page = operator.get(f"{MEMORIES}{first}/change/").content.decode()
     assert 'id="pin-memory"' in page and "not pinned" in page
     response = operator.post(f"{MEMORIES}{first}/pin/", {"action": "pin"})
@@ -136,7 +131,9 @@ def test_pin_and_unpin_from_the_page_and_the_list_are_recorded(operator, bucket)
 
 
 def test_importance_and_expiry_are_edited_shown_and_filtered(operator, bucket):
-    expired, later, never = write(bucket, "The old wifi password.", "The parking permit.", "My name is Ana.")
+    expired, later, never = write(
+        bucket, "The old wifi password.", "The parking permit.", "My name is Ana.", sequence=False
+    )
     soon = timezone.now() + timedelta(days=3)
     memory_update(memory=Memory.objects.get(pk=expired), expires_at=timezone.now() - timedelta(hours=1))
     data = change_form_data(operator, later, importance="0.7", expires_at=soon)
@@ -197,9 +194,9 @@ def test_deleted_memories_are_listed_searched_and_restored_in_bulk(operator, buc
 
 
 def test_a_restore_that_would_duplicate_a_live_memory_names_it(operator, bucket):
-    [old] = write(bucket, "The spare key is under the mat.")
+    [old] = write(bucket, "The spare key is under the mat.", sequence=False)
     memory_delete(memory=Memory.objects.get(pk=old))
-    [new] = write(bucket, "The spare key is under the mat.")
+    [new] = write(bucket, "The spare key is under the mat.", sequence=False)
     response = operator.post(f"{DELETED}{old}/restore/", follow=True)
     assert response.status_code == 200 and response.redirect_chain[0][0] == f"{DELETED}{old}/change/"
     [message] = messages_of(response)
@@ -214,18 +211,21 @@ def test_restoring_takes_the_permission_to_delete_memories(client, tenant, bucke
     viewer = make_operator("viewer", tenant, group=False)
     viewer.user_permissions.add(Permission.objects.get(codename="view_memory"))
     client.force_login(viewer)
-    [memory_id] = write(bucket, "I keep bees.")
+    [memory_id] = write(bucket, "I keep bees.", sequence=False)
     memory_delete(memory=Memory.objects.get(pk=memory_id))
     assert [d.pk for d in client.get(DELETED).context["cl"].result_list] == [memory_id]
     view = client.get(f"{DELETED}{memory_id}/change/").content.decode()
     assert 'id="restore-memory"' not in view
     assert client.post(f"{DELETED}{memory_id}/restore/").status_code == 403
-    assert 'id="pin-memory"' not in client.get(f"{MEMORIES}{write(bucket, 'Bees!')[0]}/change/").content.decode()
+    assert (
+        'id="pin-memory"'
+        not in client.get(f"{MEMORIES}{write(bucket, 'Bees!', sequence=False)[0]}/change/").content.decode()
+    )
     assert DeletedMemory.objects.filter(pk=memory_id).exists()
 
 
 def test_an_operator_of_another_tenant_cannot_see_or_restore(client, bucket, other_tenant):
-    [memory_id] = write(bucket, "Acme's secret recipe.")
+    [memory_id] = write(bucket, "Acme's secret recipe.", sequence=False)
     memory_update(memory=Memory.objects.get(pk=memory_id), importance=0.5)
     memory_delete(memory=Memory.objects.get(pk=memory_id))
     client.force_login(make_operator("outsider", other_tenant))
@@ -246,13 +246,13 @@ def test_an_operator_of_another_tenant_cannot_see_or_restore(client, bucket, oth
 def test_stored_markup_is_escaped_on_every_lifecycle_page(operator, bucket):
     hostile = f"{SCRIPT} <b>bold</b> & friends"
     long_hostile = f"{SCRIPT} " + "a long note " * 20
-    first, second = write(bucket, hostile, long_hostile)
+    first, second = write(bucket, hostile, long_hostile, sequence=False)
     memory_update(memory=Memory.objects.get(pk=first), content="Now harmless.", hint_tags=[SCRIPT],
                   actor=Actor(kind="operator", id="1", label=SCRIPT))  # fmt: skip
     memory_update(memory=Memory.objects.get(pk=second), content="Also harmless.")
     pages = [f"{MEMORIES}{first}/change/", f"{MEMORIES}{second}/change/", MEMORIES]
     memory_delete(memory=Memory.objects.get(pk=first))
-    write(bucket, "Now harmless.")  # restoring the first one now conflicts, with a message
+    write(bucket, "Now harmless.", sequence=False)  # restoring the first one now conflicts, with a message
     pages += [DELETED, f"{DELETED}{first}/change/", (f"{DELETED}{first}/restore/", "post")]
     for page in pages:
         url, method = page if isinstance(page, tuple) else (page, "get")

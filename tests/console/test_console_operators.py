@@ -18,16 +18,11 @@ from console.scoping import SuperuserOnlyAdmin, TenantScopedAdmin, operator_tena
 from console.sites import ConsoleAdminSite
 from engram_site.models import JobRun
 from maintenance.models import DuplicateCandidate, DuplicateStatus
-from memories.services import MemoryInput, memories_ingest
 from tenants import services
 from tenants.models import ApiToken, Bucket, OperatorMembership
-from tests.conftest import make_operator
+from tests.factories import make_operator, write
 
 pytestmark = pytest.mark.django_db
-
-
-def write(bucket, *contents) -> list:
-    return [r.id for r in memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in contents])]
 
 
 @pytest.fixture

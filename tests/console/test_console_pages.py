@@ -10,11 +10,10 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from engram_site.models import JobRun, JobStatus
-from maintenance.models import DuplicateCandidate
 from memories.models import Memory, MemoryAccess
-from memories.services import MemoryInput, memories_ingest
 from memories.services.buckets import bucket_create
 from tenants.models import Bucket
+from tests.factories import make_duplicate_candidate, write
 
 pytestmark = pytest.mark.django_db
 
@@ -22,20 +21,8 @@ COFFEE = "I prefer dark roast coffee in the morning."
 COFFEE_AGAIN = "In the morning I prefer a dark roast coffee."
 
 
-def write(bucket, *contents, **fields) -> list:
-    items = [MemoryInput(content=c, **fields) for c in contents]
-    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
-
-
-def candidate(bucket, x, y, similarity=0.97) -> DuplicateCandidate:
-    a, b = sorted([x, y])
-    return DuplicateCandidate.objects.create(
-        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_a_id=a, memory_b_id=b, similarity=similarity
-    )
-
-
 def test_the_index_shows_pending_reviews_and_the_console_pages(admin_client, bucket):
-    candidate(bucket, *write(bucket, COFFEE, COFFEE_AGAIN))
+    make_duplicate_candidate(bucket, *write(bucket, COFFEE, COFFEE_AGAIN, sequence=False))
     page = admin_client.get("/admin/").content.decode()
     assert 'id="pending-review-count" class="console-badge">1</span>' in page
     for url in ("/admin/console/review/", "/admin/console/topics/", "/admin/console/bucket-merge/",
@@ -46,11 +33,11 @@ def test_the_index_shows_pending_reviews_and_the_console_pages(admin_client, buc
 
 
 def test_health_shows_counts_waiting_rows_reviews_jobs_and_the_hnsw_index(admin_client, bucket, settings):
-    write(bucket, COFFEE, COFFEE_AGAIN)
+    write(bucket, COFFEE, COFFEE_AGAIN, sequence=False)
     settings.ENGRAM_EMBEDDINGS_ENABLED = False
-    write(bucket, "The model was down for this one.")
+    write(bucket, "The model was down for this one.", sequence=False)
     settings.ENGRAM_EMBEDDINGS_ENABLED = True
-    candidate(bucket, *Memory.objects.for_bucket(bucket).values_list("id", flat=True)[:2])
+    make_duplicate_candidate(bucket, *Memory.objects.for_bucket(bucket).values_list("id", flat=True)[:2])
     now = timezone.now()
     JobRun.objects.create(
         name="reindex_hnsw", status=JobStatus.SUCCEEDED, started_at=now, finished_at=now,
@@ -91,8 +78,8 @@ def test_health_does_not_say_no_job_ran_when_the_runs_were_idle_and_lists_every_
 
 
 def test_review_queue_shows_pairs_side_by_side_and_merges_only_after_confirmation(admin_client, bucket):
-    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN, hint_tags=["drinks"])
-    pair = candidate(bucket, coffee, again)
+    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN, hint_tags=["drinks"], sequence=False)
+    pair = make_duplicate_candidate(bucket, coffee, again)
     page = admin_client.get("/admin/console/review/").content.decode()
     assert COFFEE in page and COFFEE_AGAIN in page and "0.970" in page and "drinks" in page
     keep = "a" if pair.memory_a_id == coffee else "b"
@@ -110,8 +97,11 @@ def test_review_queue_shows_pairs_side_by_side_and_merges_only_after_confirmatio
 
 
 def test_review_keep_both_acts_at_once_and_bulk_actions_work(admin_client, bucket):
-    ids = write(bucket, COFFEE, COFFEE_AGAIN, "I drink coffee every morning.")
-    first, second = candidate(bucket, ids[0], ids[1]), candidate(bucket, ids[1], ids[2], 0.91)
+    ids = write(bucket, COFFEE, COFFEE_AGAIN, "I drink coffee every morning.", sequence=False)
+    first, second = (
+        make_duplicate_candidate(bucket, ids[0], ids[1]),
+        make_duplicate_candidate(bucket, ids[1], ids[2], similarity=0.91),
+    )
     admin_client.post("/admin/console/review/confirm/", {"pair": f"{first.pk}:keep_both"})
     first.refresh_from_db()
     assert first.status == "kept_both"
@@ -137,7 +127,7 @@ def test_bucket_merge_page_previews_then_merges(admin_client, bucket):
 
 
 def test_bucket_merge_page_refuses_buckets_of_two_tenants(admin_client, bucket, other_bucket):
-    write(bucket, COFFEE)
+    write(bucket, COFFEE, sequence=False)
     response = admin_client.post(
         "/admin/console/bucket-merge/", {"source": bucket.pk, "target": other_bucket.pk, "confirm": "yes"}
     )
@@ -173,7 +163,7 @@ def test_the_bucket_form_refuses_a_name_another_bucket_has_in_another_case(admin
 
 
 def test_topics_page_groups_renames_after_confirmation_and_reclassifies(admin_client, bucket, monkeypatch):
-    ids = write(bucket, "I like ramen.", "Our cat Miso is twelve.", "The car needs new tyres.")
+    ids = write(bucket, "I like ramen.", "Our cat Miso is twelve.", "The car needs new tyres.", sequence=False)
     Memory.objects.filter(pk=ids[0]).update(classified_topic="food")
     Memory.objects.filter(pk=ids[1]).update(classified_topic="pets")
     url = f"/admin/console/topics/{bucket.pk}/"
@@ -200,7 +190,7 @@ def test_topics_page_groups_renames_after_confirmation_and_reclassifies(admin_cl
 
 
 def test_playground_explains_results_and_does_not_touch_last_accessed(admin_client, bucket):
-    ids = write(bucket, COFFEE, "I live in Lisbon.", "My cat is called Miso.")
+    ids = write(bucket, COFFEE, "I live in Lisbon.", "My cat is called Miso.", sequence=False)
     response = admin_client.get(
         "/admin/console/playground/", {"bucket": bucket.pk, "query": "coffee in the morning", "mode": "hybrid",
                                        "limit": 5, "include_superseded": "on"},
@@ -235,8 +225,8 @@ def test_date_drill_down_answers_200_for_a_row_at_the_end_of_the_calendar(admin_
     # Stored before the API bounded created_at; the next year, month or day after it is past
     # the last date Python can represent.
     last = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
-    write(bucket, COFFEE, created_at=last)
-    write(bucket, "The oldest import.", created_at=datetime(1, 1, 1, tzinfo=UTC))
+    write(bucket, COFFEE, created_at=last, sequence=False)
+    write(bucket, "The oldest import.", created_at=datetime(1, 1, 1, tzinfo=UTC), sequence=False)
     url = "/admin/memories/memory/"
     for query in ("", "?created_at__year=9999", "?created_at__year=9999&created_at__month=12",
                   "?created_at__year=9999&created_at__month=12&created_at__day=31"):  # fmt: skip
@@ -261,8 +251,8 @@ def test_date_drill_down_answers_200_for_a_row_at_the_end_of_the_calendar(admin_
     ],
 )
 def test_an_id_that_cannot_name_a_row_changes_nothing_and_is_not_a_server_error(admin_client, bucket, path, field, odd):
-    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN)
-    pair = candidate(bucket, coffee, again)
+    coffee, again = write(bucket, COFFEE, COFFEE_AGAIN, sequence=False)
+    pair = make_duplicate_candidate(bucket, coffee, again)
     value = f"{odd}:keep_both" if field == "pair" else odd
     response = admin_client.post(path, {field: value, "action": "keep_both"})
     assert response.status_code in (302, 404)

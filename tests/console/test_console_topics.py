@@ -10,18 +10,17 @@ from engram_site.exceptions import DomainError
 from maintenance.classifier import Classification
 from maintenance.services.topics import topics_reclassify
 from memories.models import Memory
-from memories.services import MemoryInput, memories_ingest
 from memories.services.topics import topic_rename, topics_merge
 from memories.topics import topic_groups
+from tests.factories import write
 
 pytestmark = pytest.mark.django_db
 ACTOR = Actor.system("test")
 
 
-def write(bucket, topic, *contents) -> list:
-    ids = [
-        r.id for r in memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in contents], sequence=False)
-    ]
+def in_topic(bucket, topic, *contents) -> list:
+    """Memories written and labelled ``topic`` (as classification would)."""
+    ids = write(bucket, *contents, sequence=False)
     Memory.objects.filter(pk__in=ids).update(classified_topic=topic)
     return ids
 
@@ -39,16 +38,16 @@ class FixedClassifier:
 @pytest.fixture
 def topics(bucket):
     return {
-        "food": write(
+        "food": in_topic(
             bucket, "food", "I like ramen.", "We had lasagna on Sunday.", "I drink green tea.", "Pizza night"
         ),
-        "pets": write(bucket, "pets", "Our cat Miso is twelve."),
-        None: write(bucket, None, "The car needs new tyres.", "I am learning the cello."),
+        "pets": in_topic(bucket, "pets", "Our cat Miso is twelve."),
+        None: in_topic(bucket, None, "The car needs new tyres.", "I am learning the cello."),
     }
 
 
 def test_groups_have_counts_newest_samples_and_an_unlabelled_group(bucket, topics, other_bucket):
-    write(other_bucket, "food", "Not ours.")
+    in_topic(other_bucket, "food", "Not ours.")
     groups = topic_groups(bucket=bucket)
     assert [(g.topic, g.count) for g in groups] == [("food", 4), ("pets", 1), (None, 2)]
     food = groups[0]
@@ -57,7 +56,7 @@ def test_groups_have_counts_newest_samples_and_an_unlabelled_group(bucket, topic
 
 
 def test_rename_relabels_the_bucket_only_and_marks_the_operator(bucket, topics, other_bucket):
-    [theirs] = write(other_bucket, "food", "Not ours.")
+    [theirs] = in_topic(other_bucket, "food", "Not ours.")
     assert topic_rename(bucket=bucket, topic="food", new_name=" cooking ", actor=ACTOR) == 4
     assert set(Memory.objects.filter(pk__in=topics["food"]).values_list("classified_topic", flat=True)) == {"cooking"}
     assert all(m.metadata["classified_by"] == "operator" for m in Memory.objects.filter(pk__in=topics["food"]))
@@ -100,7 +99,7 @@ def test_reclassify_selected_memories_keeps_labels_a_client_set(bucket, topics):
 
 
 def test_reclassify_ignores_other_buckets_memories(bucket, other_bucket, topics):
-    [theirs] = write(other_bucket, "food", "Not ours.")
+    [theirs] = in_topic(other_bucket, "food", "Not ours.")
     counts = topics_reclassify(bucket=bucket, memory_ids=[theirs], actor=ACTOR, classifier=FixedClassifier("x"))
     assert counts["selected"] == 0
     assert Memory.objects.get(pk=theirs).classified_topic == "food"

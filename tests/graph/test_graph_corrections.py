@@ -18,8 +18,8 @@ from memories.models import Memory
 from memories.services import buckets as memory_buckets
 from memories.services.buckets import bucket_create
 from memories.services.erasure import memories_erase
-from tests.conftest import make_operator
-from tests.graph.test_graph import facts, ingest, snapshot
+from tests.factories import make_operator, write_extracted
+from tests.support.db import graph_facts, graph_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,7 @@ def actor(operator):
 
 @pytest.fixture
 def story(bucket):
-    return dict(zip(STORY, ingest(bucket, *STORY), strict=True))
+    return dict(zip(STORY, write_extracted(bucket, *STORY), strict=True))
 
 
 def entity(bucket, key) -> Entity:
@@ -69,12 +69,12 @@ def test_an_operators_merge_and_alias_survive_a_rebuild_and_resolve_a_new_mentio
     robert = entity(bucket, "robert smith")
     assert not Entity.objects.for_bucket(bucket).filter(normalized_name="smitty").exists()
     assert {"smitty", "skipper"} <= set(robert.aliases)
-    assert ("Robert Smith", "lives_in", "Austin") in facts(bucket)
+    assert ("Robert Smith", "lives_in", "Austin") in graph_facts(bucket)
     assert story["Smitty moved to Austin."] in mentioned_in(bucket, "robert smith")
 
-    [new] = ingest(bucket, "Skipper moved to Lisbon.")
+    [new] = write_extracted(bucket, "Skipper moved to Lisbon.")
     assert new in mentioned_in(bucket, "robert smith")
-    assert ("Robert Smith", "lives_in", "Lisbon") in facts(bucket, current_only=True)
+    assert ("Robert Smith", "lives_in", "Lisbon") in graph_facts(bucket, current_only=True)
     assert not Entity.objects.for_bucket(bucket).filter(normalized_name="skipper").exists()
 
 
@@ -85,8 +85,8 @@ def test_a_rename_survives_a_rebuild_and_the_old_name_still_finds_the_entity(buc
     renamed = entity(bucket, "alice chen-park")
     assert renamed.name == "Alice Chen-Park" and "alice chen" in renamed.aliases
     assert not Entity.objects.for_bucket(bucket).filter(normalized_name="alice chen").exists()
-    assert {("Alice Chen-Park", "lives_in", "Boston"), ("Alice Chen-Park", "likes", "jazz")} <= facts(bucket)
-    [new] = ingest(bucket, "Alice Chen joined Globex.")
+    assert {("Alice Chen-Park", "lives_in", "Boston"), ("Alice Chen-Park", "likes", "jazz")} <= graph_facts(bucket)
+    [new] = write_extracted(bucket, "Alice Chen joined Globex.")
     assert new in mentioned_in(bucket, "alice chen-park")
 
 
@@ -95,11 +95,11 @@ def test_a_split_undoes_a_wrong_merge_and_extraction_does_not_redo_it(bucket, st
     assert paris in mentioned_in(bucket, "robert smith")  # "Bob" was read as Robert Smith
     corrections.entity_split(entity=entity(bucket, "robert smith"), name="Bob Jones", memory_ids=[paris], actor=actor)
     expected = {("Bob Jones", "lives_in", "Paris"), ("Robert Smith", "lives_in", "Denver")}
-    assert expected <= facts(bucket)
+    assert expected <= graph_facts(bucket)
     rebuild(bucket)
     assert mentioned_in(bucket, "bob jones") == {paris}
     assert paris not in mentioned_in(bucket, "robert smith")
-    assert expected <= facts(bucket) and ("Robert Smith", "lives_in", "Paris") not in facts(bucket)
+    assert expected <= graph_facts(bucket) and ("Robert Smith", "lives_in", "Paris") not in graph_facts(bucket)
 
 
 def test_splitting_off_a_merged_entity_keeps_the_two_apart_after_a_rebuild(bucket, story, actor):
@@ -113,7 +113,7 @@ def test_splitting_off_a_merged_entity_keeps_the_two_apart_after_a_rebuild(bucke
     rebuild(bucket)
     assert mentioned_in(bucket, "smitty") == {austin}
     assert "smitty" not in entity(bucket, "robert smith").aliases
-    assert ("Smitty", "lives_in", "Austin") in facts(bucket)
+    assert ("Smitty", "lives_in", "Austin") in graph_facts(bucket)
 
 
 def test_deleted_and_fixed_edges_stay_so_after_a_rebuild(bucket, story, actor):
@@ -123,11 +123,11 @@ def test_deleted_and_fixed_edges_stay_so_after_a_rebuild(bucket, story, actor):
     corrections.edge_fix(edge=works, predicate="founded", object_entity=works.object_entity, actor=actor)
     denver = Edge.objects.for_bucket(bucket).get(object_entity__normalized_name="denver")
     corrections.edge_fix(edge=denver, predicate="lives_in", object_literal="Denver, Colorado", actor=actor)
-    before = facts(bucket)
+    before = graph_facts(bucket)
     assert ("Carol", "works_at", "Acme") not in before
     assert {("Robert Smith", "founded", "Initech"), ("Robert Smith", "lives_in", "Denver, Colorado")} <= before
     rebuild(bucket)
-    assert facts(bucket) == before
+    assert graph_facts(bucket) == before
     fixed = Edge.objects.for_bucket(bucket).get(object_literal="Denver, Colorado")
     assert fixed.functional_key == "lives_in"  # still on Robert's timeline of homes
 
@@ -147,11 +147,11 @@ def test_corrections_are_recorded_with_the_operator_and_the_time_and_audited(buc
 
 
 def test_a_removed_alias_is_not_given_back_by_extraction(bucket, actor):
-    ingest(bucket, "My sister Anna is a nurse.")
+    write_extracted(bucket, "My sister Anna is a nurse.")
     assert "user sister" in entity(bucket, "anna").aliases
     corrections.entity_alias_remove(entity=entity(bucket, "anna"), alias="user sister", actor=actor)
     rebuild(bucket)
-    ingest(bucket, "My sister Anna lives in Oslo.")
+    write_extracted(bucket, "My sister Anna lives in Oslo.")
     assert "user sister" not in entity(bucket, "anna").aliases
 
 
@@ -171,22 +171,22 @@ def test_bad_corrections_are_refused_and_change_nothing(bucket, story, actor):
             edge=Edge.objects.filter(subject=alice).first(), predicate="Lives In!", object_literal="x", actor=actor
         ),
     ]
-    before = snapshot(bucket)
+    before = graph_snapshot(bucket)
     for attempt in attempts:
         with pytest.raises(DomainError):
             attempt()
-    assert snapshot(bucket) == before
+    assert graph_snapshot(bucket) == before
     assert not Correction.objects.exists() and not AuditEvent.objects.filter(action__startswith="graph.").exists()
 
 
 def test_a_bucket_without_corrections_is_extracted_as_before(bucket, other_bucket, actor):
-    ingest(other_bucket, *STORY)
-    untouched = snapshot(other_bucket)
-    ingest(bucket, *STORY)
+    write_extracted(other_bucket, *STORY)
+    untouched = graph_snapshot(other_bucket)
+    write_extracted(bucket, *STORY)
     corrections.entities_merge(source=entity(bucket, "smitty"), target=entity(bucket, "robert smith"), actor=actor)
     corrections.edge_delete(edge=Edge.objects.for_bucket(bucket).filter(predicate="works_at").first(), actor=actor)
     rebuild(other_bucket)
-    after = snapshot(other_bucket)
+    after = graph_snapshot(other_bucket)
     assert after[1:] == untouched[1:]
     assert sorted(e[:2] for e in after[0]) == sorted(e[:2] for e in untouched[0])
     assert Entity.objects.for_bucket(other_bucket).filter(normalized_name="smitty").exists()
@@ -194,7 +194,7 @@ def test_a_bucket_without_corrections_is_extracted_as_before(bucket, other_bucke
 
 def test_corrections_follow_a_bucket_merge_and_go_with_an_erased_person(bucket, tenant, actor):
     second = bucket_create(tenant=tenant, name="second")
-    ingest(second, "Smitty moved to Austin.", "Robert Smith works at Initech.")
+    write_extracted(second, "Smitty moved to Austin.", "Robert Smith works at Initech.")
     corrections.entities_merge(source=entity(second, "smitty"), target=entity(second, "robert smith"), actor=actor)
     memory_buckets.bucket_merge(source=second, target=bucket, remove_source=True, actor=actor)
     assert Correction.objects.get().bucket_id == bucket.pk
@@ -237,7 +237,7 @@ def test_console_edge_fix_and_delete(client, bucket, story, operator):
     edge = Edge.objects.get(subject=carol)
     client.post(page_of(bucket, carol), {"action": "edge_fix", "edge": edge.pk, "predicate": "owns",
                                          "object_kind": "text", "object": "a bakery"})  # fmt: skip
-    assert ("Carol", "owns", "a bakery") in facts(bucket)
+    assert ("Carol", "owns", "a bakery") in graph_facts(bucket)
     assert client.post(page_of(bucket, carol), {"action": "edge_delete", "edge": edge.pk}).status_code == 200
     client.post(page_of(bucket, carol), {"action": "edge_delete", "edge": edge.pk, "confirm": "yes"})
     assert not Edge.objects.filter(subject=carol).exists()
@@ -256,7 +256,7 @@ def test_console_split_moves_the_chosen_memories(client, bucket, story, operator
 
 def test_console_escapes_names_and_shows_refusals(client, bucket, operator):
     client.force_login(operator)
-    ingest(bucket, "Robert Smith works at Initech.")
+    write_extracted(bucket, "Robert Smith works at Initech.")
     robert = entity(bucket, "robert smith")
     client.post(page_of(bucket, robert), {"action": "alias_add", "alias": "<script>alert(1)</script>"})
     client.post(page_of(bucket, robert), {"action": "alias_add", "alias": "Initech"})  # an entity's name: refused
@@ -270,12 +270,12 @@ def test_console_escapes_names_and_shows_refusals(client, bucket, operator):
 def test_an_operator_of_another_tenant_cannot_see_or_correct_them(client, bucket, story, other_tenant):
     client.force_login(make_operator("outsider-operator", other_tenant))
     robert = entity(bucket, "robert smith")
-    before = snapshot(bucket)
+    before = graph_snapshot(bucket)
     assert client.get(page_of(bucket, robert)).status_code == 404
     assert client.post(page_of(bucket, robert), {"action": "rename", "name": "Hijacked"}).status_code == 404
     assert client.get(f"/admin/console/entities/{bucket.pk}/").status_code == 404
     assert "Robert" not in client.get("/admin/console/entities/").content.decode()
-    assert snapshot(bucket) == before and not Correction.objects.exists()
+    assert graph_snapshot(bucket) == before and not Correction.objects.exists()
 
 
 # --- replaying corrections (graph/rules.py, no database) ---------------------------------------------

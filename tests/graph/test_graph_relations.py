@@ -10,23 +10,19 @@ import pytest
 
 from graph.extract import split_speaker
 from graph.models import Edge, Entity
-from graph.services.extraction import graph_extract_memories, graph_rebuild
+from graph.services.extraction import graph_rebuild
 from memories.models import Memory
-from memories.services import MemoryInput, memories_ingest
+from tests.factories import write_extracted
 
 pytestmark = pytest.mark.django_db
 
 
-def ingest(bucket, *contents, attributed_to=None):
+def daily(*contents, attributed_to=None) -> list[dict]:
     """One memory per content, a day apart (so their order is their created_at order)."""
-    items = [
-        MemoryInput(content=c, created_at=datetime(2025, 1, 1 + i, tzinfo=UTC), attributed_to=attributed_to)
+    return [
+        {"content": c, "created_at": datetime(2025, 1, 1 + i, tzinfo=UTC), "attributed_to": attributed_to}
         for i, c in enumerate(contents)
     ]
-    ids = [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
-    report = graph_extract_memories(memory_ids=ids)
-    assert not report.errors and report.memories == len(ids)
-    return ids
 
 
 def facts(bucket):
@@ -54,20 +50,22 @@ def first_result(api, bucket, query):
 
 
 def test_a_possessive_manager_is_an_edge_between_clean_names(bucket):
-    ingest(bucket, "Bob Martinez is Alice Chen's manager at TechCo.")
+    write_extracted(bucket, *daily("Bob Martinez is Alice Chen's manager at TechCo."))
     assert {("Bob Martinez", "PERSON"), ("Alice Chen", "PERSON"), ("TechCo", "ORG")} <= entities(bucket)
     assert not [name for name, _ in entities(bucket) if "'s" in name or name[-1] in ".,;:!?"]
     assert {("Bob Martinez", "manager_of", "Alice Chen"), ("Bob Martinez", "works_at", "TechCo")} <= facts(bucket)
 
 
 def test_appositions_and_copulas_name_the_relation(bucket):
-    ingest(
+    write_extracted(
         bucket,
-        "Anna, my sister, works at Google.",
-        "Priya Nair, the founder of Brightline, lives in Leeds.",
-        "Rex is my dog.",
-        "Liam's mother, Grace, is a retired pilot.",
-        "Carlos is a nurse.",
+        *daily(
+            "Anna, my sister, works at Google.",
+            "Priya Nair, the founder of Brightline, lives in Leeds.",
+            "Rex is my dog.",
+            "Liam's mother, Grace, is a retired pilot.",
+            "Carlos is a nurse.",
+        ),
     )
     assert {
         ("User", "sibling_of", "Anna"),
@@ -84,20 +82,23 @@ def test_appositions_and_copulas_name_the_relation(bucket):
 
 
 def test_an_unnamed_relative_is_a_placeholder_without_a_possessive_in_its_name(bucket):
-    ingest(bucket, "Rachel's husband is a firefighter.")
+    write_extracted(bucket, *daily("Rachel's husband is a firefighter."))
     placeholder = Entity.objects.for_bucket(bucket).get(normalized_name="rachel husband")
     assert placeholder.name == "husband of Rachel" and placeholder.type == "PERSON"
     assert ("Rachel", "spouse_of", "husband of Rachel") in facts(bucket)
 
 
 def test_negated_relations_assert_nothing(bucket):
-    ingest(bucket, "Bob is not my brother.", "Kevin isn't Laura's husband.", "Maybe Sara works at IBM.")
+    write_extracted(
+        bucket, *daily("Bob is not my brother.", "Kevin isn't Laura's husband.", "Maybe Sara works at IBM.")
+    )
     assert facts(bucket) == set()
 
 
 def test_a_first_name_is_the_buckets_only_person_of_that_name(bucket):
-    ingest(
-        bucket, "Alice Chen joined Initech.", "Alice moved to Denver.", "Robert Diaz plays chess.", "Bob loves jazz."
+    write_extracted(
+        bucket,
+        *daily("Alice Chen joined Initech.", "Alice moved to Denver.", "Robert Diaz plays chess.", "Bob loves jazz."),
     )
     assert {("Alice Chen", "lives_in", "Denver"), ("Robert Diaz", "likes", "jazz")} <= facts(bucket)
     names = {name for name, _ in entities(bucket)}
@@ -105,13 +106,15 @@ def test_a_first_name_is_the_buckets_only_person_of_that_name(bucket):
 
 
 def test_a_first_name_shared_by_two_people_stays_apart(bucket):
-    ingest(bucket, "Alice Chen joined Initech.", "Alice Wong joined Globex.", "Alice moved to Denver.")
+    write_extracted(bucket, *daily("Alice Chen joined Initech.", "Alice Wong joined Globex.", "Alice moved to Denver."))
     assert ("Alice", "lives_in", "Denver") in facts(bucket)
     assert not {("Alice Chen", "lives_in", "Denver"), ("Alice Wong", "lives_in", "Denver")} & facts(bucket)
 
 
 def test_a_rebuild_resolves_first_names_the_same_way(bucket):
-    ingest(bucket, "Alice Chen joined Initech.", "Alice moved to Denver.", "Bob Martinez is Alice's manager.")
+    write_extracted(
+        bucket, *daily("Alice Chen joined Initech.", "Alice moved to Denver.", "Bob Martinez is Alice's manager.")
+    )
     before = facts(bucket)
     graph_rebuild(bucket=bucket)
     assert facts(bucket) == before
@@ -137,12 +140,14 @@ def test_split_speaker_reads_a_leading_name_as_the_speaker():
 
 
 def test_first_person_in_a_speaker_line_is_the_speaker(bucket):
-    ingest(
+    write_extracted(
         bucket,
-        "Caroline: I went to a support group yesterday.",
-        "Caroline: My sister Tess is a dentist.",
-        "Melanie: I moved to Boston in 2018.",
-        "Note: I work at Starbucks.",
+        *daily(
+            "Caroline: I went to a support group yesterday.",
+            "Caroline: My sister Tess is a dentist.",
+            "Melanie: I moved to Boston in 2018.",
+            "Note: I work at Starbucks.",
+        ),
     )
     got = facts(bucket)
     assert {
@@ -169,7 +174,7 @@ def office(bucket):
         "TechCo is based in Austin.",
         "Alice Chen started yoga classes.",
     ]
-    return dict(zip(contents, ingest(bucket, *contents), strict=True))
+    return dict(zip(contents, write_extracted(bucket, *daily(*contents)), strict=True))
 
 
 @pytest.mark.parametrize("query", ["Who manages Alice?", "who manages Alice Chen?", "Who is Alice Chen's manager?",
@@ -190,7 +195,7 @@ def family(bucket):
         "Bob works at TechCo.",
         "Carol loves hiking.",
     ]
-    return dict(zip(contents, ingest(bucket, *contents), strict=True))
+    return dict(zip(contents, write_extracted(bucket, *daily(*contents)), strict=True))
 
 
 def test_where_does_bobs_sister_live_walks_bob_sibling_place(api, bucket, family):
@@ -200,8 +205,8 @@ def test_where_does_bobs_sister_live_walks_bob_sibling_place(api, bucket, family
 
 
 def test_a_sister_named_in_the_same_memory_is_found_by_alias(api, bucket):
-    answer, _chicago = ingest(
-        bucket, "My brother Bob has a sister, Carol, who lives in Denver.", "Bob lives in Chicago."
+    answer, _chicago = write_extracted(
+        bucket, *daily("My brother Bob has a sister, Carol, who lives in Denver.", "Bob lives in Chicago.")
     )
     assert {("User", "sibling_of", "Bob"), ("Bob", "sibling_of", "Carol"), ("Carol", "lives_in", "Denver")} <= facts(
         bucket

@@ -14,20 +14,15 @@ from maintenance import conflict_detector, receivers
 from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandidate
 from maintenance.services import conflicts
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
-from memories.services import MemoryInput, memories_ingest
 from memories.services.buckets import bucket_create
 from memories.services.merge import memories_absorb
-from tests.conftest import make_client
+from tests.factories import make_client, write
 
 pytestmark = pytest.mark.django_db
 
 VEGETARIAN = "I'm vegetarian."
 STEAK = "I had steak again last night, love it."
 UNRELATED = ["Our flat has a south-facing balcony.", "The car needs new tyres before winter."]
-
-
-def write(bucket, *contents) -> list:
-    return [r.id for r in memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in contents])]
 
 
 def scan(*args) -> dict:

@@ -24,10 +24,8 @@ from maintenance.classifier import Classification
 from maintenance.services.classification import memories_classify
 from memories.models import EnrichmentFailure, EnrichmentStage, Memory
 from memories.services import (
-    MemoryInput,
     memories_enrich_all_pending,
     memories_erase,
-    memories_ingest,
     memory_delete,
     memory_update,
 )
@@ -38,7 +36,7 @@ from memories.services.enrichment_failures import (
     failures_record,
     retry_delay_seconds,
 )
-from tests.conftest import make_operator
+from tests.factories import make_operator, write
 
 POISON = "This note carries the POISON marker that the stage cannot handle."
 CONTENTS = [
@@ -50,15 +48,15 @@ CONTENTS = [
 ]
 
 
-def ingest(bucket, contents=CONTENTS, **fields) -> dict[str, Memory]:
-    results = memories_ingest(bucket=bucket, items=[MemoryInput(content=c, **fields) for c in contents], sequence=False)
-    rows = Memory.objects.in_bulk([r.id for r in results])
-    return {rows[r.id].content: rows[r.id] for r in results}
+def by_content(bucket, contents=CONTENTS, **fields) -> dict[str, Memory]:
+    """``contents`` written, as their rows by content."""
+    found = Memory.objects.in_bulk(write(bucket, *contents, sequence=False, **fields))
+    return {row.content: row for row in found.values()}
 
 
 def ingest_without_vectors(bucket, settings, contents=CONTENTS) -> dict[str, Memory]:
     settings.ENGRAM_EMBEDDINGS_ENABLED = False  # written while the model was off
-    rows = ingest(bucket, contents)
+    rows = by_content(bucket, contents)
     settings.ENGRAM_EMBEDDINGS_ENABLED = True
     assert not Memory.objects.filter(embedding__isnull=False).exists()
     return rows
@@ -154,7 +152,7 @@ def test_a_row_the_lemmatizer_fails_on_is_recorded_and_the_others_get_their_lemm
         raise lemmatizer.LemmatizerUnavailable("spaCy is not installed")
 
     monkeypatch.setattr(lemmatizer, "lemmatize_many", unavailable)
-    rows = ingest(bucket)  # stored without lemmas
+    rows = by_content(bucket)  # stored without lemmas
     assert not Memory.objects.filter(text_lemmatized__isnull=False).exists()
 
     def poisoned(texts):
@@ -215,7 +213,7 @@ def test_a_retry_brings_the_next_sweep_forward(admin_client, bucket, settings, m
 @pytest.mark.django_db
 def test_an_operator_sees_and_retries_only_failures_of_their_tenants(client, bucket, other_bucket, settings):
     ingest_without_vectors(bucket, settings, CONTENTS[:1])
-    theirs = ingest(other_bucket, CONTENTS[1:2])[CONTENTS[1]]
+    theirs = by_content(other_bucket, CONTENTS[1:2])[CONTENTS[1]]
     failures_record(stage=EnrichmentStage.GRAPH, errors={theirs.pk: "an error of the other tenant"})
     outsider = failure(theirs, EnrichmentStage.GRAPH)
     before = (outsider.next_retry_at, outsider.attempts)
@@ -233,7 +231,7 @@ def test_an_operator_sees_and_retries_only_failures_of_their_tenants(client, buc
 
 @pytest.mark.django_db
 def test_a_memory_the_extractor_fails_on_is_recorded_and_the_others_reach_the_graph(bucket, monkeypatch):
-    rows = ingest(bucket)
+    rows = by_content(bucket)
     real = extraction.extract
 
     def poisoned(doc, **kwargs):
@@ -275,7 +273,7 @@ class PoisonedClassifier:
 
 @pytest.mark.django_db
 def test_a_memory_the_classifier_fails_on_is_recorded_and_the_others_are_labelled(bucket):
-    rows = ingest(bucket)
+    rows = by_content(bucket)
     assert not Memory.objects.filter(embedding__isnull=True).exists()
 
     counts = memories_classify(classifier=PoisonedClassifier(), batch_size=len(CONTENTS))
@@ -292,7 +290,7 @@ def test_a_memory_the_classifier_fails_on_is_recorded_and_the_others_are_labelle
 def test_failure_records_go_with_a_deleted_or_erased_memory(bucket, settings, model, monkeypatch):
     deleted = ingest_without_vectors(bucket, settings, [POISON])[POISON]
     settings.ENGRAM_EMBEDDINGS_ENABLED = False
-    erased = ingest(bucket, ["POISON again, said by agent 7"], agent_id="agent-7")["POISON again, said by agent 7"]
+    erased = by_content(bucket, ["POISON again, said by agent 7"], agent_id="agent-7")["POISON again, said by agent 7"]
     settings.ENGRAM_EMBEDDINGS_ENABLED = True
     monkeypatch.setattr(model, "encode", poisoned_encode(model.encode))
     memories_enrich_all_pending()
@@ -308,7 +306,7 @@ def test_failure_records_go_with_a_deleted_or_erased_memory(bucket, settings, mo
 
 @pytest.mark.django_db
 def test_new_content_forgets_the_failures_of_the_old(bucket):
-    memory = ingest(bucket, [POISON])[POISON]
+    memory = by_content(bucket, [POISON])[POISON]
     failures_record(stage=EnrichmentStage.GRAPH, errors={memory.pk: "the extractor tripped"})
     memory_update(memory=memory, metadata={"note": "kept"})
     assert EnrichmentFailure.objects.filter(memory_id=memory.pk).exists()  # same text, same failure
@@ -318,7 +316,7 @@ def test_new_content_forgets_the_failures_of_the_old(bucket):
 
 @pytest.mark.django_db
 def test_the_api_lists_a_buckets_failures_and_refuses_a_bad_filter(api, bucket):
-    rows = ingest(bucket, CONTENTS[:3])
+    rows = by_content(bucket, CONTENTS[:3])
     failures_record(stage=EnrichmentStage.GRAPH, errors={rows[POISON].pk: "the extractor tripped"})
     failures_record(stage=EnrichmentStage.EMBEDDING, errors={rows[CONTENTS[0]].pk: "an unusable vector"})
     url = f"/api/v1/buckets/{bucket.pk}/enrichment-failures"
@@ -340,7 +338,7 @@ def test_the_api_lists_a_buckets_failures_and_refuses_a_bad_filter(api, bucket):
 @pytest.mark.django_db
 def test_a_bucket_merge_takes_the_failures_along(tenant, bucket):
     source = bucket_create(tenant=tenant, name="source")
-    memory = ingest(source, [POISON])[POISON]
+    memory = by_content(source, [POISON])[POISON]
     failures_record(stage=EnrichmentStage.GRAPH, errors={memory.pk: "the extractor tripped"})
     bucket_merge(source=source, target=bucket, remove_source=True, actor=Actor.system("test"))
     moved = failure(memory, EnrichmentStage.GRAPH)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from kombu import Connection, Consumer, Producer
 from kombu.transport import filesystem
 
@@ -26,6 +27,7 @@ def peer(*args: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_concurrent_producers_and_consumers_deliver_every_message_exactly_once(tmp_path):
     producers, per_producer = 3, 150
     consumers = [peer("consume", str(tmp_path), "3") for _ in range(3)]

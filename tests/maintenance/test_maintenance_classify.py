@@ -14,7 +14,8 @@ from maintenance import classifier as classifiers
 from maintenance import tasks
 from maintenance.services import classification
 from memories.models import Memory
-from memories.services import MemoryInput, memories_ingest, memory_update
+from memories.services import memory_update
+from tests.factories import write
 from tests.support import FakeLLM
 
 pytestmark = pytest.mark.django_db
@@ -26,10 +27,6 @@ EXAMPLES = {
     "I usually listen to jazz while cooking dinner.": ("general", None),
     "The vet said our beagle Rufus needs his teeth cleaned next Tuesday.": ("specific", "pets"),
 }
-
-
-def write(bucket, *contents):
-    return [r.id for r in memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in contents])]
 
 
 def labels(ids):

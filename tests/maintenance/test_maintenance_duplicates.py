@@ -12,9 +12,10 @@ from engram_site.models import JobRun
 from maintenance.models import DuplicateCandidate, DuplicateStatus, ScanCursor
 from maintenance.services import duplicates
 from memories.models import Memory
-from memories.services import MemoryInput, memories_enrich_all_pending, memories_ingest, memory_delete
 from memories.services import buckets as memory_buckets
+from memories.services import memories_enrich_all_pending, memory_delete
 from memories.services.buckets import bucket_create
+from tests.factories import write
 
 pytestmark = pytest.mark.django_db
 
@@ -23,10 +24,6 @@ COFFEE_AGAIN = "In the morning I prefer a dark roast coffee."
 NURSE = "My sister Anna works as a nurse in Boston."
 NURSE_AGAIN = "My sister Anna is a nurse in Boston."
 UNRELATED = ["I am learning to play the cello.", "Our flat has a south-facing balcony.", "The car needs new tyres."]
-
-
-def write(bucket, *contents):
-    return [r.id for r in memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in contents])]
 
 
 def scan(*args) -> dict:

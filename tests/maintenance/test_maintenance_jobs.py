@@ -19,14 +19,10 @@ from engram_site.models import JobRun, JobStatus
 from maintenance.schedules import DEFAULT_SCHEDULES, ensure_default_schedules
 from memories import hooks
 from memories.models import PENDING_ENRICHMENT, Memory
-from memories.services import MemoryInput, memories_ingest
 from memories.tasks import enqueue_enrichment
+from tests.factories import write
 
 pytestmark = pytest.mark.django_db
-
-
-def write(bucket, *contents, **kwargs):
-    return [r.id for r in memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in contents], **kwargs)]
 
 
 # --- the beat schedule -----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from django.utils import timezone
 from maintenance.services import links
 from memories.links import LINKS_KEY
 from memories.models import Memory
-from memories.services import MemoryInput, memories_ingest
+from tests.factories import write
 
 pytestmark = pytest.mark.django_db
 
@@ -22,10 +22,10 @@ NURSE = "My sister Anna works as a nurse in Boston."
 NURSE_DETAIL = "My sister Anna works as a nurse in Boston at Mass General, in the cardiology ward."
 
 
-def write(bucket, *contents, days_ago: int = 0):
-    at = timezone.now() - timedelta(days=days_ago)
-    items = [MemoryInput(content=c, created_at=at + timedelta(seconds=i)) for i, c in enumerate(contents)]
-    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
+def days_ago(days: int, *contents) -> list[dict]:
+    """``contents`` as memories written ``days`` ago, a second apart."""
+    at = timezone.now() - timedelta(days=days)
+    return [{"content": c, "created_at": at + timedelta(seconds=i)} for i, c in enumerate(contents)]
 
 
 def link(*args) -> dict:
@@ -40,8 +40,8 @@ def links_of(memory_id):
 
 
 def test_a_newer_memory_that_adds_detail_refines_the_older_one(bucket):
-    [older] = write(bucket, NURSE, days_ago=10)
-    [newer] = write(bucket, NURSE_DETAIL)
+    [older] = write(bucket, *days_ago(10, NURSE), sequence=False)
+    [newer] = write(bucket, *days_ago(0, NURSE_DETAIL), sequence=False)
     counts = link()
     assert counts["refines"] == 1
     assert links_of(newer) == ([str(older)], [{"id": str(older), "kind": "refines"}])
@@ -49,19 +49,27 @@ def test_a_newer_memory_that_adds_detail_refines_the_older_one(bucket):
 
 
 def test_similar_but_different_facts_are_not_links(bucket):
-    write(bucket, "My favourite colour is blue.", "I live in Seattle.", days_ago=5)
-    ids = write(bucket, "My favourite colour is green.", "I live in Portland.", "I enjoy baking bread on Sundays.")
+    write(bucket, *days_ago(5, "My favourite colour is blue.", "I live in Seattle."), sequence=False)
+    ids = write(
+        bucket,
+        *days_ago(0, "My favourite colour is green.", "I live in Portland.", "I enjoy baking bread on Sundays."),
+        sequence=False,
+    )
     assert link()["refines"] == 0
     assert all(links_of(i) == ([], []) for i in ids)
 
 
 def test_naming_a_memory_by_id_or_quoting_it_cites_it(bucket, other_bucket):
-    [plan] = write(bucket, "We are moving to Lisbon next spring", days_ago=3)
-    [foreign] = write(other_bucket, "A memory of another tenant")
+    [plan] = write(bucket, *days_ago(3, "We are moving to Lisbon next spring"), sequence=False)
+    [foreign] = write(other_bucket, *days_ago(0, "A memory of another tenant"), sequence=False)
     by_id, by_quote = write(
         bucket,
-        f"The moving plan ({plan}) is confirmed; see also {foreign}.",
-        'At dinner Mom repeated "we are moving to Lisbon next spring" to everyone.',
+        *days_ago(
+            0,
+            f"The moving plan ({plan}) is confirmed; see also {foreign}.",
+            'At dinner Mom repeated "we are moving to Lisbon next spring" to everyone.',
+        ),
+        sequence=False,
     )
     counts = link()
     assert counts["cites"] == 2
@@ -70,8 +78,8 @@ def test_naming_a_memory_by_id_or_quoting_it_cites_it(bucket, other_bucket):
 
 
 def test_links_are_recorded_once_and_existing_links_are_kept(bucket):
-    [older] = write(bucket, NURSE, days_ago=10)
-    [newer] = write(bucket, NURSE_DETAIL)
+    [older] = write(bucket, *days_ago(10, NURSE), sequence=False)
+    [newer] = write(bucket, *days_ago(0, NURSE_DETAIL), sequence=False)
     superseded = "00000000-0000-0000-0000-0000000000aa"
     Memory.objects.filter(pk=newer).update(linked_memory_ids=[superseded], metadata={"source": "chat"})
     link()
@@ -93,7 +101,7 @@ def test_the_pass_is_incremental_and_runs_the_graph_supersession_pass_on_changed
         return SimpleNamespace(superseded=0)
 
     monkeypatch.setattr(graph.participants, "supersession_pass", supersession_pass)
-    write(bucket, NURSE)
+    write(bucket, *days_ago(0, NURSE), sequence=False)
     assert link()["scanned"] == 1
     assert calls == [bucket.pk]
     assert link()["scanned"] == 0  # nothing new: no rescan, no supersession pass
@@ -104,7 +112,7 @@ def test_without_a_listener_the_supersedes_step_is_skipped(bucket, monkeypatch):
     from memories import participants
 
     monkeypatch.delitem(participants._registered, "graph")  # the graph's participant is back after the test
-    write(bucket, NURSE)
+    write(bucket, *days_ago(0, NURSE), sequence=False)
     counts = link()
     assert counts["scanned"] == 1 and counts["superseded"] == 0
 
@@ -114,6 +122,6 @@ def test_with_the_graph_switched_off_the_supersedes_step_is_skipped(bucket, sett
 
     settings.ENGRAM_GRAPH_ENABLED = False
     monkeypatch.setattr(graph.participants, "supersession_pass", lambda **kwargs: pytest.fail("the graph is off"))
-    write(bucket, NURSE)
+    write(bucket, *days_ago(0, NURSE), sequence=False)
     counts = link()
     assert counts["scanned"] == 1 and counts["superseded"] == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 
 import pytest
 from django.core.management import call_command
@@ -20,7 +19,8 @@ from engram_site.scoping import in_this_context
 from maintenance import tasks
 from maintenance.services import reindex
 from memories.models import Memory
-from tests.conftest import make_client
+from tests.factories import make_client
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,7 +78,7 @@ def test_reindex_runs_while_searches_and_writes_keep_working(bucket):
                     searches.append(1)
                     if during and reindexing.is_set():
                         searched_during.append(1)
-                time.sleep(0.02)  # a busy client, within the per-token rate limit
+                stop.wait(0.02)  # a busy client's pace, within the per-token rate limit
         finally:
             connections.close_all()
 
@@ -99,7 +99,7 @@ def test_reindex_runs_while_searches_and_writes_keep_working(bucket):
                     if during and reindexing.is_set():
                         written_during.append(1)
                 i += 1
-                time.sleep(0.02)
+                stop.wait(0.02)
         finally:
             connections.close_all()
 
@@ -109,14 +109,15 @@ def test_reindex_runs_while_searches_and_writes_keep_working(bucket):
     for thread in threads:
         thread.start()
     try:
-        deadline = time.time() + 60  # every thread is up (the model is loaded) before the reindex starts
-        while (len(written) < 2 or len(searches) < 2) and not errors and time.time() < deadline:
-            time.sleep(0.05)
+        # Every thread is up (the model is loaded) before the reindex starts.
+        wait_for(lambda: (len(written) >= 2 and len(searches) >= 2) or errors, timeout=60, interval=0.05)
         reindexing.set()
         out = io.StringIO()
         call_command("reindex_hnsw", stdout=out, stderr=io.StringIO())
         reindexing.clear()
-        time.sleep(0.3)
+        # And they go on after it: a few more answers each way.
+        after = len(written), len(searches)
+        wait_for(lambda: (len(written) > after[0] and len(searches) > after[1]) or errors, timeout=60, interval=0.05)
     finally:
         stop.set()
         for thread in threads:

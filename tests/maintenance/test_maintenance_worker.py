@@ -9,7 +9,6 @@ process started here is stopped (or killed) here, by its PID.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import numpy as np
@@ -22,8 +21,8 @@ from maintenance.models import DuplicateCandidate
 from maintenance.schedules import ensure_default_schedules
 from memories import hooks
 from memories.models import PENDING_ENRICHMENT, Memory
-from memories.services import MemoryInput, memories_ingest
-from tests.support import base_env, celery_worker, free_port, redis_reachable, test_database_url, use_broker
+from tests.factories import write
+from tests.support import base_env, celery_worker, free_port, redis_reachable, test_database_url, use_broker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -95,30 +94,18 @@ def schedules(db):
     return sweep
 
 
-def ingest(broker: Broker, bucket, contents: list[str], settings, *, broker_down: bool = False) -> list[str]:
+def write_as_web(broker: Broker, bucket, contents: list[str], settings, *, broker_down: bool = False) -> list[str]:
     """Write as the web process does, with the embedding model off; the hint goes to the
     broker after commit (or fails to, with ``broker_down``)."""
     settings.ENGRAM_EMBEDDINGS_ENABLED = False
     hooks.reset_backoff()
     try:
         with broker.connect(down=broker_down):
-            results = memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in contents], sequence=False)
+            ids = write(bucket, *contents, sequence=False)
     finally:
         settings.ENGRAM_EMBEDDINGS_ENABLED = True
         hooks.reset_backoff()
-    return [str(r.id) for r in results]
-
-
-def wait_until(predicate, *, timeout: float, worker=None, what: str = "condition") -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        if worker is not None and not worker.alive():
-            raise AssertionError(f"worker died while waiting for {what}:\n{worker.output()[-3000:]}")
-        time.sleep(0.05)
-    tail = worker.output()[-3000:] if worker is not None else ""
-    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+    return [str(i) for i in ids]
 
 
 def pending(ids) -> int:
@@ -134,24 +121,24 @@ def test_a_write_enqueues_enrichment_that_a_worker_completes(broker, bucket, tmp
     ]
     # No beat: only the hint the write queues can get this done.
     with celery_worker(broker.env(), log=tmp_path / "worker.log", queue=broker.queue) as worker:
-        ids = ingest(broker, bucket, contents, settings)
+        ids = write_as_web(broker, bucket, contents, settings)
         assert pending(ids) == len(ids)  # the writer had no model
-        wait_until(lambda: pending(ids) == 0, timeout=60, worker=worker, what="enrichment")
+        wait_for(lambda: pending(ids) == 0, timeout=60, proc=worker, what="enrichment")
         # The rest of the chain: classification, the near-duplicate check, links.
-        wait_until(
+        wait_for(
             lambda: (
                 not Memory.objects.filter(pk__in=ids, classified_scope__isnull=True).exists()
                 and DuplicateCandidate.objects.for_bucket(bucket).exists()
             ),
             timeout=30,
-            worker=worker,
+            proc=worker,
             what="follow-up work",
         )
         # The graph app queued its own extraction after the same commit.
-        wait_until(
+        wait_for(
             lambda: Edge.objects.for_bucket(bucket).filter(predicate="sibling_of").exists(),
             timeout=30,
-            worker=worker,
+            proc=worker,
             what="graph extraction",
         )
     assert "Task memories.enrich_memories[" in worker.output()
@@ -165,8 +152,8 @@ def test_killing_the_worker_mid_batch_loses_and_duplicates_nothing(broker, bucke
     # Small batches (one transaction each), so the kill lands between and inside them.
     env = broker.env(ENGRAM_ENRICH_BATCH_SIZE="4")
     with celery_worker(env, log=tmp_path / "worker-1.log", queue=broker.queue) as worker:
-        ids = ingest(broker, bucket, contents, settings)
-        wait_until(lambda: pending(ids) < len(ids), timeout=60, worker=worker, what="the first batches")
+        ids = write_as_web(broker, bucket, contents, settings)
+        wait_for(lambda: pending(ids) < len(ids), timeout=60, proc=worker, what="the first batches")
         worker.kill()  # SIGKILL: worker, pool process, no shutdown, no acknowledgement
     left = pending(ids)
     assert 0 < left < len(ids), "the kill was meant to land mid-way"
@@ -174,7 +161,7 @@ def test_killing_the_worker_mid_batch_loses_and_duplicates_nothing(broker, bucke
 
     # Start again, with beat: the sweep finds what the lost message would have done.
     with celery_worker(env, log=tmp_path / "worker-2.log", queue=broker.queue, beat=True) as worker:
-        wait_until(lambda: pending(ids) == 0, timeout=90, worker=worker, what="the sweep to catch up")
+        wait_for(lambda: pending(ids) == 0, timeout=90, proc=worker, what="the sweep to catch up")
     rows = Memory.objects.filter(bucket=bucket)
     assert rows.count() == len(contents)
     assert sorted(rows.values_list("content", flat=True)) == sorted(contents)  # each exactly once
@@ -189,18 +176,18 @@ def test_killing_the_worker_mid_batch_loses_and_duplicates_nothing(broker, bucke
 def test_with_the_broker_down_writes_succeed_and_the_sweep_catches_up(broker, bucket, schedules, tmp_path, settings):
     contents = ["The boiler was serviced in May.", "I prefer aisle seats on long flights.", "Our cat is called Miso."]
     # The web process cannot reach the broker: the write must still succeed.
-    ids = ingest(broker, bucket, contents, settings, broker_down=True)
+    ids = write_as_web(broker, bucket, contents, settings, broker_down=True)
     assert Memory.objects.filter(pk__in=ids).count() == len(contents)
     assert pending(ids) == len(contents)
 
     # The broker is back (a worker with beat is running against it): nothing was queued
     # for these rows, yet the sweep fills them in, and their follow-up work runs.
     with celery_worker(broker.env(), log=tmp_path / "worker.log", queue=broker.queue, beat=True) as worker:
-        wait_until(lambda: pending(ids) == 0, timeout=90, worker=worker, what="the sweep")
-        wait_until(
+        wait_for(lambda: pending(ids) == 0, timeout=90, proc=worker, what="the sweep")
+        wait_for(
             lambda: not Memory.objects.filter(pk__in=ids, classified_scope__isnull=True).exists(),
             timeout=30,
-            worker=worker,
+            proc=worker,
             what="classification after the sweep",
         )
     assert "Task maintenance.enrichment_sweep[" in worker.output()

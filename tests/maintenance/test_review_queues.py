@@ -9,8 +9,8 @@ from django.utils import timezone
 from engram_site.exceptions import Conflict, NotFound
 from maintenance.models import ConflictStatus, DuplicateStatus
 from maintenance.review import CONFLICTS, DUPLICATES, QUEUES
-from memories.services import MemoryInput, memories_ingest
 from memories.services.buckets import bucket_create
+from tests.factories import write
 
 pytestmark = pytest.mark.django_db
 
@@ -26,11 +26,6 @@ DECIDED = {
 queues = pytest.mark.parametrize("queue", QUEUES, ids=[q.counted_as for q in QUEUES])
 
 
-def write(bucket, *contents) -> list:
-    items = [MemoryInput(content=c) for c in contents]
-    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
-
-
 def pair(queue, bucket, x, y, decided: bool = False):
     a, b = sorted([x, y])
     fields = {**ROW[queue.counted_as], **(DECIDED[queue.counted_as] if decided else {})}
@@ -42,7 +37,7 @@ def pair(queue, bucket, x, y, decided: bool = False):
 
 @queues
 def test_a_pair_is_decided_once(queue, bucket):
-    x, y = write(bucket, "I drink coffee.", "I don't drink coffee.")
+    x, y = write(bucket, "I drink coffee.", "I don't drink coffee.", sequence=False)
     waiting = pair(queue, bucket, x, y)
     with queue.deciding(waiting) as locked:
         assert locked.pk == waiting.pk
@@ -57,7 +52,7 @@ def test_a_pair_is_decided_once(queue, bucket):
 
 @queues
 def test_an_error_while_deciding_leaves_the_pair_waiting(queue, bucket):
-    x, y = write(bucket, "I drink coffee.", "I don't drink coffee.")
+    x, y = write(bucket, "I drink coffee.", "I don't drink coffee.", sequence=False)
     waiting = pair(queue, bucket, x, y)
     with pytest.raises(RuntimeError), queue.deciding(waiting) as locked:
         queue.model.objects.filter(pk=locked.pk).update(**DECIDED[queue.counted_as])
@@ -67,7 +62,7 @@ def test_an_error_while_deciding_leaves_the_pair_waiting(queue, bucket):
 
 @queues
 def test_a_merge_repoints_pairs_and_drops_a_pair_with_itself(queue, bucket):
-    x, y, z = write(bucket, "I drink coffee.", "I drink a lot of coffee.", "I don't drink coffee.")
+    x, y, z = write(bucket, "I drink coffee.", "I drink a lot of coffee.", "I don't drink coffee.", sequence=False)
     with_itself, elsewhere = pair(queue, bucket, x, y), pair(queue, bucket, y, z)
     assert queue.repoint(mapping={y: x}) == 1
     assert not queue.model.objects.filter(pk=with_itself.pk).exists()
@@ -78,7 +73,7 @@ def test_a_merge_repoints_pairs_and_drops_a_pair_with_itself(queue, bucket):
 @queues
 @pytest.mark.parametrize("decided_side", ["survivor", "absorbed"])
 def test_when_two_pairs_become_one_the_decision_is_kept(queue, bucket, decided_side):
-    x, y, z = write(bucket, "I drink coffee.", "I drink a lot of coffee.", "I don't drink coffee.")
+    x, y, z = write(bucket, "I drink coffee.", "I drink a lot of coffee.", "I don't drink coffee.", sequence=False)
     survivors = pair(queue, bucket, x, z, decided=decided_side == "survivor")
     pair(queue, bucket, y, z, decided=decided_side == "absorbed")
     queue.repoint(mapping={y: x})
@@ -89,7 +84,7 @@ def test_when_two_pairs_become_one_the_decision_is_kept(queue, bucket, decided_s
 
 @queues
 def test_erasure_and_bucket_merges_take_the_pairs_along(queue, bucket, tenant):
-    x, y, z = write(bucket, "I drink coffee.", "I don't drink coffee.", "I like tea.")
+    x, y, z = write(bucket, "I drink coffee.", "I don't drink coffee.", "I like tea.", sequence=False)
     pair(queue, bucket, x, y)
     kept = pair(queue, bucket, y, z)
     assert queue.erase(tenant=tenant, memory_ids=[x]) == 1

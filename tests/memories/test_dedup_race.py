@@ -6,31 +6,31 @@ import json
 import random
 import subprocess
 import sys
-import time
 
 import pytest
 from django.db import connection
 
 from engram_site.scoping import in_this_context
 from memories.models import Memory
-from tests.support import ROOT, base_env, test_database_url
+from tests.support import ROOT, StartLine, base_env, test_database_url, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_concurrent_processes_writing_overlapping_content_leave_one_row_each(bucket):
+@pytest.mark.slow
+def test_concurrent_processes_writing_overlapping_content_leave_one_row_each(bucket, tmp_path):
     texts = [f"Shared fact number {i}: the meeting is on Thursday" for i in range(30)]
     workers = 4
     # Models are irrelevant to the invariant; keep the processes light.
     env = base_env(DATABASE_URL=test_database_url(), ENGRAM_EMBEDDINGS="off")
-    start_at = time.time() + 6
+    start_line = StartLine(tmp_path / "start")
     procs = []
     for seed in range(workers):
         order = texts[:]
         random.Random(seed).shuffle(order)
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tests.scripts.ingest_worker", str(bucket.pk), str(start_at), *order],
+                [sys.executable, "-m", "tests.scripts.ingest_worker", str(bucket.pk), str(start_line.folder), *order],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -38,6 +38,7 @@ def test_concurrent_processes_writing_overlapping_content_leave_one_row_each(buc
                 text=True,
             )
         )
+    start_line.go_when_ready(workers, procs=procs)
     outputs = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -104,13 +105,13 @@ def test_batches_sharing_texts_in_opposite_orders_wait_for_each_other_instead_of
     threads[0].start()
     assert holding.wait(60)
     threads[1].start()
-    deadline = time.monotonic() + 30
-    with connection.cursor() as cur:  # wait until the batch queues behind the holder
-        while time.monotonic() < deadline:
+
+    def batch_queued() -> bool:
+        with connection.cursor() as cur:
             cur.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-            if cur.fetchone()[0]:
-                break
-            time.sleep(0.05)
+            return bool(cur.fetchone()[0])
+
+    wait_for(batch_queued, timeout=30, interval=0.05)  # the batch queues behind the holder
     go.set()
     for thread in threads:
         thread.join(60)

@@ -22,6 +22,10 @@ TEXTS = [
 ]
 
 
+# ONNX exports made and checked against torch: minutes of CPU.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def torch_model():
     from sentence_transformers import SentenceTransformer

@@ -24,7 +24,7 @@ from memories.services.buckets import bucket_create
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from sources.services.process import source_process
 from sources.services.submit import MessageInput, source_submit_conversation, source_submit_document
-from tests.conftest import make_client
+from tests.factories import make_client, write
 
 pytestmark = pytest.mark.django_db
 
@@ -35,15 +35,6 @@ NAME = "Zephyrine"  # in every text of the erased agent, and in nothing else
 
 def at(year, month=1):
     return datetime(year, month, 1, tzinfo=UTC)
-
-
-def ingest(bucket, *items, agent):
-    """Unrelated facts of one agent: texts, or (text, created_at[, attributed_to]) tuples."""
-    inputs = [
-        MemoryInput(content=c, created_at=t, attributed_to=a, agent_id=agent)
-        for c, t, a in [(i + (None,) * (3 - len(i))) if isinstance(i, tuple) else (i, None, None) for i in items]
-    ]
-    return [r.id for r in memories_ingest(bucket=bucket, items=inputs, sequence=False)]
 
 
 @dataclass
@@ -68,13 +59,20 @@ def world(tenant, other_tenant) -> World:
     second = bucket_create(tenant=tenant, name="second")
     elsewhere = bucket_create(tenant=other_tenant, name="main")
 
-    boston, initech = ingest(
-        main, ("Alice lives in Boston.", at(2021, 3)), ("Initech is headquartered in Austin.", at(2022)), agent=KEPT
+    boston, initech = write(
+        main,
+        {"content": "Alice lives in Boston.", "created_at": at(2021, 3)},
+        {"content": "Initech is headquartered in Austin.", "created_at": at(2022)},
+        agent_id=KEPT,
+        sequence=False,
     )
-    seattle, sister = ingest(
-        main, ("Alice moved to Seattle.", at(2024, 2)),
-        (f"My sister {NAME} Quill works at Initech.", at(2024, 3), "user"), agent=GONE,
-    )  # fmt: skip
+    seattle, sister = write(
+        main,
+        {"content": "Alice moved to Seattle.", "created_at": at(2024, 2)},
+        {"content": f"My sister {NAME} Quill works at Initech.", "created_at": at(2024, 3), "attributed_to": "user"},
+        agent_id=GONE,
+        sequence=False,
+    )
     # One run, two agents: the second memory's context is the first one's text.
     sandwich = memories_ingest(
         bucket=main,
@@ -83,9 +81,9 @@ def world(tenant, other_tenant) -> World:
             MemoryInput(content="The sandwich preference was noted by the assistant.", agent_id=KEPT, run_id="shared"),
         ],
     )
-    theremin = ingest(second, f"{NAME} Quill plays the theremin on Sundays.", agent=GONE)[0]
-    garden = ingest(second, "The garden needs watering on Fridays.", agent=KEPT)[0]
-    outside = ingest(elsewhere, f"{NAME} Quill sails to Lisbon.", agent=GONE)[0]
+    theremin = write(second, f"{NAME} Quill plays the theremin on Sundays.", agent_id=GONE, sequence=False)[0]
+    garden = write(second, "The garden needs watering on Fridays.", agent_id=KEPT, sequence=False)[0]
+    outside = write(elsewhere, f"{NAME} Quill sails to Lisbon.", agent_id=GONE, sequence=False)[0]
 
     source = source_submit_conversation(
         bucket=main, agent_id=GONE, title="moving",
@@ -299,7 +297,7 @@ def test_a_source_submitted_for_the_agent_goes_even_before_it_is_processed(tenan
 
 
 def test_refused_requests_change_nothing(tenant, bucket, admin_api, outsider_api, other_bucket):
-    ingest(bucket, "I like tea.", agent=GONE)
+    write(bucket, "I like tea.", agent_id=GONE, sequence=False)
     before = snapshot()
     for scopes in (("read",), ("write",), ("read", "write")):
         assert erase(make_client(tenant, scopes=scopes), agent_id=GONE).status_code == 403

@@ -22,6 +22,7 @@ from memories.services.buckets import bucket_create
 from memories.services.feed_writer import events_expire, events_trim
 from memories.services.supersession import memory_supersede
 from tenants import services as tenant_services
+from tests.factories import write
 
 
 def _events(api, bucket, **params) -> dict:
@@ -30,16 +31,10 @@ def _events(api, bucket, **params) -> dict:
     return response.json()
 
 
-def _write(api, bucket, content: str, **fields) -> str:
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", {"content": content, **fields}, format="json")
-    assert response.status_code == 201, response.content
-    return str(response.json()["results"][0]["id"])
-
-
 @pytest.mark.django_db
 def test_feed_records_every_kind_of_change_in_order(api, admin_api, bucket):
-    first = _write(api, bucket, "Ana moved to Lisbon in March.", agent_id="agent-ana")
-    second = _write(api, bucket, "Ana moved to Porto in October.", agent_id="agent-ana")
+    first = write(bucket, "Ana moved to Lisbon in March.", api=api, agent_id="agent-ana")[0]
+    second = write(bucket, "Ana moved to Porto in October.", api=api, agent_id="agent-ana")[0]
     assert (
         api.patch(f"/api/v1/memories/{first}", {"content": "Ana moved to Lisbon in May."}, format="json").status_code
         == 200
@@ -47,7 +42,7 @@ def test_feed_records_every_kind_of_change_in_order(api, admin_api, bucket):
     memory_supersede(memory_id=first, at=timezone.now(), by=second, previous_by=None)
     assert api.delete(f"/api/v1/memories/{second}").status_code == 204
     assert api.post(f"/api/v1/memories/{second}/restore").status_code == 200
-    third = _write(api, bucket, "The lease on the flat ends soon.")
+    third = write(bucket, "The lease on the flat ends soon.", api=api)[0]
     Memory.objects.filter(pk=third).update(expires_at=timezone.now() - timedelta(minutes=1))
     assert events_expire() == 1
     assert events_expire() == 0  # once per expiry
@@ -80,7 +75,7 @@ def test_feed_records_every_kind_of_change_in_order(api, admin_api, bucket):
 
 @pytest.mark.django_db
 def test_cursor_resumes_after_the_last_event_read(api, bucket):
-    ids = [_write(api, bucket, f"Fact number {n} about the harbour.") for n in range(5)]
+    ids = [write(bucket, f"Fact number {n} about the harbour.", api=api)[0] for n in range(5)]
     page = _events(api, bucket, limit=2)
     assert [e["memory_id"] for e in page["events"]] == ids[:2] and page["has_more"] is True
     page = _events(api, bucket, limit=2, after=page["next_cursor"])
@@ -90,7 +85,7 @@ def test_cursor_resumes_after_the_last_event_read(api, bucket):
     last = page["next_cursor"]
     empty = _events(api, bucket, after=last)
     assert empty["events"] == [] and empty["next_cursor"] == last
-    newer = _write(api, bucket, "A later fact about the harbour.")
+    newer = write(bucket, "A later fact about the harbour.", api=api)[0]
     assert [e["memory_id"] for e in _events(api, bucket, after=last)["events"]] == [newer]
 
 
@@ -105,19 +100,19 @@ def test_bad_feed_parameters_answer_400(api, bucket, params):
 @pytest.mark.django_db
 def test_feed_shows_only_the_bucket_asked_for(api, bucket, tenant):
     other = bucket_create(tenant=tenant, name="elsewhere")
-    _write(api, other, "Written in another bucket.")
-    mine = _write(api, bucket, "Written in this bucket.")
+    write(other, "Written in another bucket.", api=api)[0]
+    mine = write(bucket, "Written in this bucket.", api=api)[0]
     assert [e["memory_id"] for e in _events(api, bucket)["events"]] == [mine]
 
 
 @pytest.mark.django_db
 def test_cursor_behind_trimmed_events_answers_410(api, bucket, settings):
     settings.ENGRAM_EVENTS_RETENTION_DAYS = 7
-    old = [_write(api, bucket, f"An old fact {n}.") for n in range(3)]
+    old = [write(bucket, f"An old fact {n}.", api=api)[0] for n in range(3)]
     start = _events(api, bucket, limit=1)["next_cursor"]  # read only the first event
     read_all = _events(api, bucket)["next_cursor"]
     MemoryEvent.objects.filter(memory_id__in=old).update(at=timezone.now() - timedelta(days=8))
-    fresh = _write(api, bucket, "A fresh fact.")
+    fresh = write(bucket, "A fresh fact.", api=api)[0]
     assert events_trim() == 3
 
     gone = api.get(f"/api/v1/buckets/{bucket.pk}/events", {"after": start})
@@ -164,7 +159,9 @@ def test_feed_resumes_without_gaps_or_repeats_under_concurrent_writes():
                     # Without the model (vectors left to the sweep): the transactions are what is tested.
                     items = [MemoryInput(content=f"writer {n} fact {i}")]
                     memories_ingest(bucket=bucket, items=items, sequence=False, embed=False)
-                    time.sleep(rng.uniform(0, 0.04))  # hold the commit: a later event may commit first
+                    # sleep-ok: jitter, not a synchronisation. Holding the commit a random while
+                    # lets a later event commit first, the disorder the feed must survive.
+                    time.sleep(rng.uniform(0, 0.04))
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -184,7 +181,7 @@ def test_feed_resumes_without_gaps_or_repeats_under_concurrent_writes():
                 if finished and not page.has_more and not page.events:
                     return
                 if not page.events:
-                    time.sleep(0.005)
+                    done.wait(0.005)  # a poller's pace; ends at once when the writers are done
         except BaseException as exc:
             errors.append(exc)
         finally:

@@ -17,16 +17,9 @@ from memories.services.buckets import bucket_create
 from memories.services.merge import memories_absorb
 from memories.services.supersession import memory_supersede
 from memories.services.topics import topic_rename
-from tests.conftest import make_client
+from tests.factories import make_client, write
 
 pytestmark = pytest.mark.django_db
-
-
-def write(api, bucket, *items, sequence=False):
-    body = {"memories": [i if isinstance(i, dict) else {"content": i} for i in items], "sequence": sequence}
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", body, format="json")
-    assert response.status_code == 201, response.content
-    return [r["id"] for r in response.json()["results"]]
 
 
 def history(api, memory_id):
@@ -51,7 +44,7 @@ def listed(api, bucket, query=""):
 
 
 def test_an_edit_records_the_previous_values_and_the_token(api, bucket):
-    [memory_id] = write(api, bucket, {"content": "I drive a red Toyota", "hint_tags": ["cars"]})
+    [memory_id] = write(bucket, {"content": "I drive a red Toyota", "hint_tags": ["cars"]}, api=api, sequence=False)
     assert history(api, memory_id)["versions"] == []
     api.patch(f"/api/v1/memories/{memory_id}", {"content": "I drive a blue Tesla", "hint_tags": ["cars"]},
               format="json")  # fmt: skip
@@ -63,13 +56,13 @@ def test_an_edit_records_the_previous_values_and_the_token(api, bucket):
 
 
 def test_a_patch_that_changes_nothing_records_nothing(api, bucket):
-    [memory_id] = write(api, bucket, {"content": "Tea with milk", "importance": 0.5})
+    [memory_id] = write(bucket, {"content": "Tea with milk", "importance": 0.5}, api=api, sequence=False)
     api.patch(f"/api/v1/memories/{memory_id}", {"importance": 0.5}, format="json")
     assert history(api, memory_id)["versions"] == []
 
 
 def test_reclassification_by_patch_and_by_topic_rename_is_recorded(api, bucket):
-    [memory_id] = write(api, bucket, {"content": "Standup is at nine"})
+    [memory_id] = write(bucket, {"content": "Standup is at nine"}, api=api, sequence=False)
     api.patch(f"/api/v1/memories/{memory_id}", {"classified_topic": "work"}, format="json")
     topic_rename(bucket=bucket, topic="work", new_name="meetings", actor=Actor.system("test operator"))
     first, second = history(api, memory_id)["versions"]
@@ -79,7 +72,7 @@ def test_reclassification_by_patch_and_by_topic_rename_is_recorded(api, bucket):
 
 
 def test_supersession_is_recorded_with_the_successor(api, bucket):
-    old, new = write(api, bucket, "I live in Paris", "I moved to Berlin")
+    old, new = write(bucket, "I live in Paris", "I moved to Berlin", api=api, sequence=False)
     at = timezone.now()
     memory_supersede(memory_id=uuid.UUID(old), at=at, by=uuid.UUID(new), previous_by=None)
     [version] = history(api, old)["versions"]
@@ -92,8 +85,13 @@ def test_supersession_is_recorded_with_the_successor(api, bucket):
 
 
 def test_a_merge_records_both_sides_and_keeps_the_absorbed_memory_restorable(api, bucket):
-    kept, gone = write(api, bucket, {"content": "My dog is Rex"}, {"content": "Our dog is called Rex",
-                                                                     "hint_tags": ["pets"]})  # fmt: skip
+    kept, gone = write(
+        bucket,
+        {"content": "My dog is Rex"},
+        {"content": "Our dog is called Rex", "hint_tags": ["pets"]},
+        api=api,
+        sequence=False,
+    )
     memories_absorb(mapping={gone: kept}, actor=Actor.system("reviewer"))
     assert api.get(f"/api/v1/memories/{gone}").status_code == 404
     gone_history = history(api, gone)
@@ -115,7 +113,7 @@ def test_delete_then_restore_brings_back_the_same_memory_in_every_mode(api, buck
         "metadata": {"k": 1},
         "importance": 0.7,
     }
-    memory_id, _other = write(api, bucket, beagle, "The car needs new tyres")
+    memory_id, _other = write(bucket, beagle, "The car needs new tyres", api=api, sequence=False)
     before = api.get(f"/api/v1/memories/{memory_id}").json()
     stored = Memory.objects.get(pk=memory_id)
     assert api.delete(f"/api/v1/memories/{memory_id}").status_code == 204
@@ -143,9 +141,9 @@ def test_delete_then_restore_brings_back_the_same_memory_in_every_mode(api, buck
 
 
 def test_writing_a_deleted_text_makes_a_new_memory_and_restoring_the_old_one_is_409(api, bucket):
-    [old] = write(api, bucket, "Dentist on Friday")
+    [old] = write(bucket, "Dentist on Friday", api=api, sequence=False)
     api.delete(f"/api/v1/memories/{old}")
-    [new] = write(api, bucket, "dentist on friday!")
+    [new] = write(bucket, "dentist on friday!", api=api, sequence=False)
     assert new != old
     response = api.post(f"/api/v1/memories/{old}/restore")
     assert response.status_code == 409
@@ -158,7 +156,7 @@ def test_writing_a_deleted_text_makes_a_new_memory_and_restoring_the_old_one_is_
 def test_restore_and_history_are_refused_outside_the_tenant_and_to_a_write_only_token(
     api, bucket, outsider_api, tenant
 ):
-    [memory_id] = write(api, bucket, "Private note")
+    [memory_id] = write(bucket, "Private note", api=api, sequence=False)
     api.delete(f"/api/v1/memories/{memory_id}")
     assert outsider_api.post(f"/api/v1/memories/{memory_id}/restore").status_code == 404
     assert outsider_api.get(f"/api/v1/memories/{memory_id}/history").status_code == 404
@@ -173,7 +171,7 @@ def test_restore_and_history_are_refused_outside_the_tenant_and_to_a_write_only_
 
 def test_a_bucket_restricted_token_cannot_restore_another_buckets_memory(api, tenant, bucket):
     other = bucket_create(tenant=tenant, name="other")
-    [memory_id] = write(api, other, "Elsewhere")
+    [memory_id] = write(other, "Elsewhere", api=api, sequence=False)
     api.delete(f"/api/v1/memories/{memory_id}")
     narrow = make_client(tenant, bucket=bucket)
     assert narrow.post(f"/api/v1/memories/{memory_id}/restore").status_code == 404
@@ -181,7 +179,7 @@ def test_a_bucket_restricted_token_cannot_restore_another_buckets_memory(api, te
 
 
 def test_the_purge_job_removes_deleted_memories_past_the_window_with_their_history(api, bucket):
-    first, second = write(api, bucket, "Gone soon", "Gone later")
+    first, second = write(bucket, "Gone soon", "Gone later", api=api, sequence=False)
     api.delete(f"/api/v1/memories/{first}")
     api.delete(f"/api/v1/memories/{second}")
     DeletedMemory.objects.filter(pk=first).update(deleted_at=timezone.now() - timedelta(days=31))
@@ -203,11 +201,13 @@ def test_the_purge_job_removes_deleted_memories_past_the_window_with_their_histo
 
 def test_expired_memories_leave_search_and_lists_unless_asked_for(api, bucket, celery_eager):
     soon, later, never = write(
-        api, bucket,
+        bucket,
         {"content": "The parking code is 4417", "ttl_seconds": 60},
         {"content": "The gate code is 4417 too", "expires_at": "2199-01-01T00:00:00Z"},
         "The office code is 4417 as well",
-    )  # fmt: skip
+        api=api,
+        sequence=False,
+    )
     assert Memory.objects.get(pk=soon).expires_at > timezone.now()
     for mode in MODES:
         if mode != "graph":
@@ -227,7 +227,7 @@ def test_expired_memories_leave_search_and_lists_unless_asked_for(api, bucket, c
 
 
 def test_the_purge_job_deletes_memories_expired_longer_than_the_window(api, bucket):
-    old, recent = write(api, bucket, "Expired long ago", "Expired yesterday")
+    old, recent = write(bucket, "Expired long ago", "Expired yesterday", api=api, sequence=False)
     Memory.objects.filter(pk=old).update(expires_at=timezone.now() - timedelta(days=40))
     Memory.objects.filter(pk=recent).update(expires_at=timezone.now() - timedelta(days=1))
     api.patch(f"/api/v1/memories/{old}", {"hint_tags": ["x"]}, format="json")  # a version to purge with it
@@ -267,7 +267,12 @@ def test_bad_retention_days_is_a_400(api, bucket):
 
 def test_importance_lifts_a_memory_only_when_set(api, bucket):
     days = ["Monday", "Tuesday", "Wednesday", "Thursday"]
-    ids = write(api, bucket, *[f"Note {i}: the team lunch is at the Thai place on {d}" for i, d in enumerate(days)])
+    ids = write(
+        bucket,
+        *[f"Note {i}: the team lunch is at the Thai place on {d}" for i, d in enumerate(days)],
+        api=api,
+        sequence=False,
+    )
     body = {"query": "team lunch Thai place", "limit": 4, "explain": True}
     hits = api.post(f"/api/v1/buckets/{bucket.pk}/search", body, format="json").json()["results"]
     baseline = [hit["id"] for hit in hits]
@@ -285,8 +290,14 @@ def test_importance_lifts_a_memory_only_when_set(api, bucket):
 
 
 def test_importance_is_filterable(api, bucket):
-    low, high, unset = write(api, bucket, {"content": "Low one", "importance": 0.2},
-                             {"content": "High one", "importance": 0.9}, "Unset one")  # fmt: skip
+    low, high, unset = write(
+        bucket,
+        {"content": "Low one", "importance": 0.2},
+        {"content": "High one", "importance": 0.9},
+        "Unset one",
+        api=api,
+        sequence=False,
+    )
     assert listed(api, bucket, "?importance_min=0.5") == [high]
     assert search(api, bucket, "one", mode="keyword", filters={"importance_min": 0.1}) == [high, low]
     assert api.get(f"/api/v1/buckets/{bucket.pk}/memories?importance_min=2").status_code == 400
@@ -297,7 +308,7 @@ def test_a_candidate_below_the_read_cut_is_still_read_when_it_has_importance(api
     from memories import ranking
     from memories.retrieval import fusion, rows
 
-    top, second, important, plain = (uuid.UUID(i) for i in write(api, bucket, "a", "b", "c", "d"))
+    top, second, important, plain = (uuid.UUID(i) for i in write(bucket, "a", "b", "c", "d", api=api, sequence=False))
     api.patch(f"/api/v1/memories/{important}", {"importance": 1.0}, format="json")
     fused = {top: 1.0, second: 0.9, important: 0.05, plain: 0.05}
     cues = fusion.query_cues("anything", ranking.DEFAULTS)
@@ -311,7 +322,7 @@ def test_a_candidate_below_the_read_cut_is_still_read_when_it_has_importance(api
 def test_a_forced_reclassification_records_only_labels_it_changes(api, bucket):
     from memories.services.classification import memories_label
 
-    labelled, same, unlabelled = write(api, bucket, "Standup at nine", "Rent is due", "Buy milk")
+    labelled, same, unlabelled = write(bucket, "Standup at nine", "Rent is due", "Buy milk", api=api, sequence=False)
     api.patch(f"/api/v1/memories/{labelled}", {"classified_topic": "work", "classified_scope": "specific"},
               format="json")  # fmt: skip
     api.patch(f"/api/v1/memories/{same}", {"classified_topic": "home", "classified_scope": "specific"}, format="json")

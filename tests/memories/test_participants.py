@@ -15,19 +15,15 @@ from maintenance.participants import MaintenanceParticipant
 from memories import participants
 from memories.models import DeletedMemory, Memory
 from memories.participants import Participant, ParticipantError
-from memories.services import MemoryInput, memories_erase, memories_ingest, memory_delete, memory_restore
+from memories.services import memories_erase, memory_delete, memory_restore
 from memories.services.buckets import bucket_create, bucket_delete, bucket_merge, bucket_merge_preview
 from sources.participants import SourcesParticipant
 from tenants.models import Bucket
+from tests.factories import write
 
 pytestmark = pytest.mark.django_db
 
 SYSTEM = Actor.system("test")
-
-
-def write(bucket, *contents, agent=None) -> list:
-    items = [MemoryInput(content=c, agent_id=agent) for c in contents]
-    return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
 
 
 class Spy(Participant):
@@ -105,8 +101,8 @@ def test_participants_are_called_in_the_declared_order_whatever_order_they_regis
     registry.setattr(participants, "ORDER", ("first", *participants.ORDER, "last"))
     participants.register(Spy("last", calls))
     participants.register(Spy("first", calls))
-    write(bucket, "I prefer tea.", "My cat is called Miso.")
-    write(second, "I prefer tea.")
+    write(bucket, "I prefer tea.", "My cat is called Miso.", sequence=False)
+    write(second, "I prefer tea.", sequence=False)
     bucket_merge(source=bucket, target=second, remove_source=True, actor=SYSTEM)
     assert calls == [
         ("first", "merge_plan"),
@@ -126,7 +122,7 @@ def test_each_memory_step_reaches_every_participant(registry, tenant, bucket):
     calls = []
     registry.setattr(participants, "ORDER", (*participants.ORDER, "spy"))
     participants.register(Spy("spy", calls))
-    [memory_id] = write(bucket, "I live in Lisbon.", agent="agent-zed")
+    [memory_id] = write(bucket, "I live in Lisbon.", agent_id="agent-zed", sequence=False)
     memory_delete(memory=Memory.objects.get(pk=memory_id), actor=SYSTEM)
     memory_restore(deleted=DeletedMemory.objects.get(pk=memory_id), actor=SYSTEM)
     memories_erase(tenant=tenant, fields={"agent_id": "agent-zed"}, actor=SYSTEM)
@@ -144,7 +140,7 @@ def test_a_count_two_participants_answer_is_refused_not_overwritten(registry, bu
 def test_a_count_the_operation_does_not_report_is_refused(registry, tenant, bucket):
     registry.setattr(participants, "ORDER", (*participants.ORDER, "spy"))
     participants.register(Spy("spy", [], answers={"erase": {"spy_rows": 3}}))
-    [memory_id] = write(bucket, "I live in Lisbon.", agent="agent-zed")
+    [memory_id] = write(bucket, "I live in Lisbon.", agent_id="agent-zed", sequence=False)
     with pytest.raises(ParticipantError, match="'spy_rows', which is not reported"):
         memories_erase(tenant=tenant, fields={"agent_id": "agent-zed"}, actor=SYSTEM)
     assert Memory.objects.filter(pk=memory_id).exists()  # and the erasure rolled back
@@ -164,8 +160,8 @@ def test_a_participant_failing_at_any_merge_step_rolls_the_whole_merge_back(regi
     calls = []
     registry.setattr(participants, "ORDER", (*participants.ORDER, "spy"))
     participants.register(Spy("spy", calls, fails={step}))
-    write(bucket, "I prefer tea.", "My cat is called Miso.")
-    write(second, "I prefer tea.")
+    write(bucket, "I prefer tea.", "My cat is called Miso.", sequence=False)
+    write(second, "I prefer tea.", sequence=False)
     before = (
         sorted(Memory.objects.values_list("id", "bucket_id")),
         sorted(Bucket.objects.values_list("id", flat=True)),
@@ -186,7 +182,7 @@ def test_a_participant_failing_at_any_merge_step_rolls_the_whole_merge_back(regi
 def test_a_participant_failing_rolls_back_an_erasure_a_delete_and_a_bucket_delete(registry, tenant, bucket):
     registry.setattr(participants, "ORDER", (*participants.ORDER, "spy"))
     participants.register(Spy("spy", [], fails={"erase", "memory_delete", "bucket_delete"}))
-    [memory_id] = write(bucket, "I live in Lisbon.", agent="agent-zed")
+    [memory_id] = write(bucket, "I live in Lisbon.", agent_id="agent-zed", sequence=False)
     with pytest.raises(RuntimeError, match="spy failed in erase"):
         memories_erase(tenant=tenant, fields={"agent_id": "agent-zed"}, actor=SYSTEM)
     with pytest.raises(RuntimeError, match="spy failed in memory_delete"):

@@ -33,7 +33,7 @@ from memories.services import MemoryInput, memories_enrich_all_pending, memories
 from memories.services.buckets import bucket_create
 from memories.services.ingest.context import run_sequence_id
 from tenants import services as tenant_services
-from tests.conftest import make_client
+from tests.factories import make_client
 from tests.support import base_env, test_database_url, web_server
 
 pytestmark = pytest.mark.django_db
@@ -184,6 +184,7 @@ def _same_vectors(source, target) -> int:
         return cur.fetchone()[0]
 
 
+@pytest.mark.slow
 def test_round_trip_of_10000_memories_keeps_every_field(round_trip):
     assert round_trip.imported.status_code == 200, round_trip.imported.content
     report = round_trip.imported.json()
@@ -213,6 +214,7 @@ def test_round_trip_of_10000_memories_keeps_every_field(round_trip):
 QUERIES = 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hybrid", "keyword", "vector"])
 def test_round_trip_answers_searches_the_same(round_trip, mode, monkeypatch):
     # The two buckets' HNSW walks are approximate, each in its own way: read both exactly, so
@@ -241,6 +243,7 @@ def test_round_trip_answers_searches_the_same(round_trip, mode, monkeypatch):
         assert scored == [hit for hit in target if hit[1] > 0], f"{mode} {query!r}"
 
 
+@pytest.mark.slow
 def test_export_streams_the_bucket_in_many_chunks(round_trip):
     response = round_trip.response
     assert response.streaming and response["Content-Type"] == NDJSON
@@ -573,6 +576,7 @@ def _chunked(payload: bytes, size: int = 700) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in parts) + b"0\r\n\r\n"
 
 
+@pytest.mark.slow
 def test_a_chunked_import_streams_past_the_body_limit_up_to_its_own(server):
     path = f"/api/v1/buckets/{server.bucket.pk}/import"
     chunked = {"Content-Type": NDJSON, "Transfer-Encoding": "chunked"}

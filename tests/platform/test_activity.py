@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -23,22 +22,33 @@ from maintenance.services.conflicts import conflicts_find_for
 from maintenance.services.duplicates import near_duplicates_find_for
 from maintenance.services.links import links_find_for
 from memories.services import MemoryInput, memories_ingest
-from tests.graph.test_graph import snapshot
+from tests.support.clock import FakeClock
+from tests.support.db import graph_snapshot
 
 
 @pytest.fixture(autouse=True)
-def _empty_directory(settings, tmp_path):
-    settings.ENGRAM_HOME = tmp_path
+def _empty_directory(settings, tmp_path, monkeypatch):
+    # The requests' folder of this test only. Not by moving ENGRAM_HOME: a connection opened
+    # meanwhile would start a PostgreSQL of its own there (engram_site/embedded_backend).
+    monkeypatch.setattr(activity, "directory", lambda: tmp_path / "run" / "requests")
     settings.ENGRAM_WORKER_YIELD_SECONDS = 10  # the pause on: the web side marks its requests
     yield
     activity.clear()
 
 
-def _quiet_after_grace():
-    time.sleep(activity.GRACE_SECONDS + 0.05)
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    """activity's clock, moved by hand: its waits take no time and are recorded (``clock.slept``)."""
+    fake = FakeClock()
+    monkeypatch.setattr(activity, "time", fake)
+    return fake
 
 
-def test_a_request_in_flight_marks_its_process_and_the_mark_goes_when_it_ends():
+def _quiet_after_grace(clock):
+    clock.sleep(activity.GRACE_SECONDS + 0.05)
+
+
+def test_a_request_in_flight_marks_its_process_and_the_mark_goes_when_it_ends(clock):
     seen = {}
 
     def view(request):
@@ -52,7 +62,7 @@ def test_a_request_in_flight_marks_its_process_and_the_mark_goes_when_it_ends():
     assert not (activity.directory() / str(os.getpid())).exists()
     # Just ended: still counts for the grace period, then no longer.
     assert activity.requests_active()
-    _quiet_after_grace()
+    _quiet_after_grace(clock)
     assert not activity.requests_active()
 
 
@@ -93,38 +103,47 @@ def test_with_the_pause_off_the_middleware_is_dropped_and_requests_touch_no_file
         activity.RequestActivityMiddleware(lambda request: "response")
 
 
-def test_no_web_server_means_no_wait():
+def test_no_web_server_means_no_wait(clock):
     assert not activity.requests_active()
-    assert activity.wait_for_quiet(5) < 0.5
+    assert activity.wait_for_quiet(5) == 0.0
+    assert clock.sleeps == []
 
 
-def test_the_worker_waits_while_a_request_is_in_flight_and_starts_when_it_ends():
+def test_the_worker_waits_while_a_request_is_in_flight_and_starts_when_it_ends(clock):
     activity.directory().mkdir(parents=True)
     marker = activity.directory() / str(os.getpid())  # a live process serving a long request
     marker.touch()
-    threading.Timer(0.6, marker.unlink).start()
+
+    def request_ends():
+        marker.unlink()
+        now = clock.time()  # the folder changed at the clock's time, as the worker sees it
+        os.utime(marker.parent, (now, now))
+
+    clock.at(0.6, request_ends)  # 0.6 s into the wait
     waited = activity.wait_for_quiet(10)
-    assert 0.6 <= waited < 3
+    # Until it ended, and then the grace period: polled, far from the limit.
+    ended = 0.6 + activity.GRACE_SECONDS
+    assert ended - 1e-6 <= waited <= ended + 2 * activity.POLL_SECONDS
+    assert waited == pytest.approx(clock.slept) and max(clock.sleeps) <= activity.POLL_SECONDS
 
 
-def test_the_wait_is_bounded_under_unbroken_load():
+def test_the_wait_is_bounded_under_unbroken_load(clock):
     activity.directory().mkdir(parents=True)
     (activity.directory() / str(os.getpid())).touch()
-    started = time.monotonic()
     waited = activity.wait_for_quiet(0.4)
-    assert waited >= 0.4
-    assert time.monotonic() - started < 2
+    assert waited == pytest.approx(0.4) and clock.slept == pytest.approx(0.4)  # the limit, not more
     with override_settings(ENGRAM_WORKER_YIELD_SECONDS=0):
         assert activity.wait_for_quiet() == 0.0
 
 
-def test_a_mark_left_by_a_dead_process_is_removed_not_waited_on():
+@pytest.mark.slow
+def test_a_mark_left_by_a_dead_process_is_removed_not_waited_on(clock):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     activity.directory().mkdir(parents=True)
     stale = activity.directory() / str(dead.pid)
     stale.touch()
-    _quiet_after_grace()
+    _quiet_after_grace(clock)
     assert not activity.requests_active()
     assert not stale.exists()
 
@@ -140,17 +159,16 @@ class _Task:
 
 
 @override_settings(ENGRAM_WORKER_YIELD_SECONDS=0.5)
-def test_a_worker_task_waits_before_it_runs_but_an_eager_one_does_not():
+def test_a_worker_task_waits_before_it_runs_but_an_eager_one_does_not(clock):
     activity.directory().mkdir(parents=True)
     (activity.directory() / str(os.getpid())).touch()
-    started = time.monotonic()
     _requests_first(task=_Task(eager=True))
-    assert time.monotonic() - started < 0.3
-    started = time.monotonic()
+    assert clock.sleeps == []
     _requests_first(task=_Task(eager=False))
-    assert time.monotonic() - started >= 0.5
+    assert clock.slept == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
 @pytest.mark.parametrize(("value", "nice", "idle"), [("10", 10, False), ("idle", 19, True)])
 def test_serve_starts_the_worker_at_the_configured_priority(settings, value, nice, idle):
@@ -166,6 +184,7 @@ def test_serve_starts_the_worker_at_the_configured_priority(settings, value, nic
         child.wait()
 
 
+@pytest.mark.slow
 def test_an_unknown_worker_priority_is_refused():
     env = {**os.environ, "ENGRAM_WORKER_NICE": "lowest", "DJANGO_SETTINGS_MODULE": "engram_site.settings"}
     done = subprocess.run(
@@ -212,16 +231,15 @@ def test_a_worker_does_its_work_in_turns_with_a_pause_before_each(background, wa
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(ENGRAM_WORKER_YIELD_SECONDS=0.5)
-def test_a_pause_point_waits_for_requests_but_never_inside_a_transaction(background):
+def test_a_pause_point_waits_for_requests_but_never_inside_a_transaction(background, clock):
     activity.directory().mkdir(parents=True)
     (activity.directory() / str(os.getpid())).touch()  # a request in flight
-    started = time.monotonic()
-    assert activity.pause() >= 0.5
-    assert time.monotonic() - started >= 0.5
+    assert activity.pause() == pytest.approx(0.5) and clock.slept == pytest.approx(0.5)
+    clock.sleep(1)  # past the slice that wait bought
+    slept = len(clock.sleeps)
     with transaction.atomic():
-        started = time.monotonic()
         assert activity.pause() == 0.0  # it would hold the transaction's locks while waiting
-        assert time.monotonic() - started < 0.3
+    assert len(clock.sleeps) == slept
 
 
 @pytest.mark.django_db
@@ -244,11 +262,11 @@ def test_long_background_tasks_pause_between_memories_and_reach_the_same_result(
     report = graph_extract_memories(memory_ids=ids)
     assert not report.errors and report.memories == len(ids)
     assert len(pauses) == 4  # turns of 2, 2, 2, 1
-    in_turns = snapshot(bucket)
+    in_turns = graph_snapshot(bucket)
     assert in_turns[1]  # facts
     assert any(superseded_by != "None" for _id, _at, superseded_by, _links in in_turns[2])  # Alice's move
     graph_rebuild(bucket=bucket)  # all of them in one transaction
-    rebuilt = snapshot(bucket)
+    rebuilt = graph_snapshot(bucket)
     assert rebuilt[1:] == in_turns[1:]
     assert sorted(e[:2] for e in rebuilt[0]) == sorted(e[:2] for e in in_turns[0])
 
@@ -262,16 +280,16 @@ def test_long_background_tasks_pause_between_memories_and_reach_the_same_result(
 
 
 @override_settings(ENGRAM_WORKER_YIELD_SECONDS=0.3)
-def test_after_a_wait_a_slice_of_work_goes_on_before_the_next_one(background, monkeypatch):
+def test_after_a_wait_a_slice_of_work_goes_on_before_the_next_one(background, monkeypatch, clock):
     """Under unbroken load each wait (at most the limit) buys a slice of work, not one pause
     point's worth: a per-memory loop would otherwise move one memory per limit."""
     monkeypatch.setattr(activity, "SLICE_SECONDS", 0.4)
     activity.directory().mkdir(parents=True)
     (activity.directory() / str(os.getpid())).touch()  # a request that never ends
-    assert activity.pause() >= 0.3  # waited out the limit
-    started = time.monotonic()
+    assert activity.pause() == pytest.approx(0.3)  # waited out the limit
+    slept = len(clock.sleeps)
     for _ in range(100):  # within the slice: no wait
         assert activity.pause() == 0.0
-    assert time.monotonic() - started < 0.3
-    time.sleep(0.45)
-    assert activity.pause() >= 0.3  # the slice is over: waits again
+    assert len(clock.sleeps) == slept
+    clock.sleep(0.45)  # the work of the slice
+    assert activity.pause() == pytest.approx(0.3)  # the slice is over: waits again

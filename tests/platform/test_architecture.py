@@ -10,19 +10,8 @@ import re
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-APPS = (
-    "engram_site",
-    "audit",
-    "tenants",
-    "memories",
-    "maintenance",
-    "webhooks",
-    "graph",
-    "sources",
-    "console",
-    "mcp_server",
-)
+from tests.support import APPS, ROOT
+
 GATEWAY = ROOT / "memories" / "services"
 # A statement that writes the memories table, in SQL text.
 SQL_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM|MERGE\s+INTO|TRUNCATE(\s+TABLE)?)\s+memories\b", re.I)

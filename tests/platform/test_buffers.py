@@ -111,6 +111,7 @@ def test_the_thread_writes_a_waiting_entry_after_flush_seconds(flusher):
     assert writer.batches == [{"a": 1}]
 
 
+@pytest.mark.slow
 def test_what_is_pending_is_written_at_exit():
     script = """
 from engram_site import buffers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.support import ROOT
+from tests.support import APPS, ROOT
 
 READERS = re.compile(
     r"""(?:env_(?:str|bool|int|float|list)\(|os\.environ(?:\.get)?[\[(]|getenv\()\s*["']([A-Z][A-Z0-9_]+)["']"""
@@ -13,18 +13,6 @@ READERS = re.compile(
 NOT_SETTINGS = {
     "DJANGO_SETTINGS_MODULE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTEST_XDIST_WORKER",
 }  # fmt: skip
-APPS = (
-    "engram_site",
-    "tenants",
-    "memories",
-    "graph",
-    "maintenance",
-    "sources",
-    "console",
-    "audit",
-    "mcp_server",
-    "webhooks",
-)
 
 
 def variables_read() -> set[str]:

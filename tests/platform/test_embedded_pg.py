@@ -5,21 +5,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import psutil
+import pytest
 
 from engram_site import embedded_pg
+from tests.support import wait_for
 
 
+@pytest.mark.slow
 def test_live_holders_are_kept_and_exited_ones_dropped_even_unreaped(tmp_path):
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     exited = subprocess.Popen([sys.executable, "-c", "pass"])  # never waited for: a zombie
     try:
-        deadline = time.monotonic() + 30
-        while psutil.Process(exited.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert psutil.Process(exited.pid).status() == psutil.STATUS_ZOMBIE
+        wait_for(lambda: psutil.Process(exited.pid).status() == psutil.STATUS_ZOMBIE, timeout=30, interval=0.05)
         holders = tmp_path / "pgdata.holders"
         holders.write_text(
             json.dumps(

@@ -23,6 +23,7 @@ def test_ready_reports_database_and_migrations(client):
     assert response.json()["checks"] == {"database": "ok", "migrations": "ok"}
 
 
+@pytest.mark.slow
 def test_ready_fails_while_the_database_is_down_and_recovers(pg_home):
     pg = PrivatePostgres(pg_home)
     try:

@@ -94,6 +94,7 @@ def test_a_job_run_is_counted_by_outcome(client, db):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_requests_served_by_several_workers_add_up_on_one_page(tmp_path):
     env = base_env(DATABASE_URL=test_database_url(), PROMETHEUS_MULTIPROC_DIR=str(tmp_path), ENGRAM_EMBEDDINGS="off")

@@ -12,8 +12,7 @@ from django.db.migrations.loader import MigrationLoader
 from django_celery_beat.models import PeriodicTask
 
 from maintenance.schedules import DEFAULT_SCHEDULES
-from tests.platform.test_configuration_documented import APPS
-from tests.support import ROOT
+from tests.support import APPS, ROOT
 
 # Referenced by Django's migration serializer from a field's db_default: the expression
 # classes themselves, not code whose behaviour a migration depends on.

@@ -231,19 +231,26 @@ def test_vector_extension_is_installed():
     assert (major, minor) >= (0, 8)
 
 
-@pytest.mark.parametrize("installed", [("0.6.2",), ("0.7.4",), None])
+@pytest.mark.parametrize("installed", ["0.6.2", "0.7.4", None])
 def test_the_half_precision_migration_names_the_pgvector_it_needs(installed):
     import importlib
-    from types import SimpleNamespace
-    from unittest import mock
 
     migration = importlib.import_module("memories.migrations.0007_half_precision_hnsw")
-    cursor = mock.MagicMock()
-    cursor.__enter__.return_value.fetchone.return_value = installed
-    editor = SimpleNamespace(connection=SimpleNamespace(cursor=lambda: cursor))
-    with pytest.raises(RuntimeError, match=r"needs 0\.8 or newer") as raised:
-        migration._require_halfvec(None, editor)
-    assert (installed[0] if installed else "(none)") in str(raised.value)
+    # The server answers the migration's own query as one with an older pgvector (or none)
+    # would: a temporary view named pg_extension, which the search path puts before the
+    # catalog's, for this test's transaction only.
+    with connection.cursor() as cur:
+        cur.execute(
+            "CREATE TEMPORARY VIEW pg_extension AS SELECT %s::text AS extversion, 'vector'::name AS extname WHERE %s",
+            [installed or "", installed is not None],
+        )
+    try:
+        with connection.schema_editor() as editor, pytest.raises(RuntimeError, match=r"needs 0\.8 or newer") as raised:
+            migration._require_halfvec(None, editor)
+        assert (installed or "(none)") in str(raised.value)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("DROP VIEW pg_temp.pg_extension")
 
 
 def test_the_half_precision_migration_accepts_the_installed_pgvector():

@@ -49,7 +49,7 @@ from sources.models import SourceChunk, SourceChunkMemory
 from sources.services.submit import source_submit_document
 from tenants import services
 from tenants.models import OperatorMembership, Tenant, TenantUsage
-from tests.conftest import make_client, make_operator
+from tests.factories import make_client, make_operator
 from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookSubscription
 
 PROJECT_APPS = {"audit", "tenants", "memories", "graph", "sources", "maintenance", "webhooks", "console", "mcp_server"}

@@ -17,7 +17,7 @@ from django.test import Client
 from audit.models import AuditEvent
 from tenants import services
 from tenants.models import ApiToken
-from tests.conftest import make_client
+from tests.factories import make_client
 from tests.support import ROOT, base_env, test_database_url
 
 PRODUCTION = {
@@ -43,6 +43,7 @@ print(json.dumps({name: getattr(s, name, None) for name in (
 """
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_check_deploy_is_clean_in_the_production_profile():
     env = base_env(DATABASE_URL=test_database_url(), **PRODUCTION)
@@ -59,6 +60,7 @@ def test_check_deploy_is_clean_in_the_production_profile():
     assert "no issues" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_production_profile_has_debug_off_and_secure_cookies():
     proc = run_python(SHOW_SETTINGS, base_env(DATABASE_URL=test_database_url(), **PRODUCTION))
@@ -73,6 +75,7 @@ def test_production_profile_has_debug_off_and_secure_cookies():
     assert shown["X_FRAME_OPTIONS"] == "DENY"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_debug_is_off_unless_asked_for_even_in_development():
     env = base_env(DATABASE_URL=test_database_url(), ENGRAM_ENV="development")
@@ -82,6 +85,7 @@ def test_debug_is_off_unless_asked_for_even_in_development():
     assert json.loads(proc.stdout.strip().splitlines()[-1])["DEBUG"] is False
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_production_refuses_to_start_without_a_secret_key():
     env = base_env(DATABASE_URL=test_database_url(), **{**PRODUCTION, "SECRET_KEY": ""})

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 from django.conf import settings
 
 from tests.support import ROOT, base_env
@@ -62,6 +63,7 @@ def run_in_fresh_process(home, action: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_importing_settings_and_entry_points_starts_no_postgres_until_the_first_connection(pg_home):
     # Nothing is started or contacted by imports: no data directory, no holder, no server.
     result = run_in_fresh_process(pg_home, "import")
@@ -86,6 +88,7 @@ def test_the_settings_do_not_look_at_sys_modules():
         assert "modules" not in attributes and "TESTING" not in names, name
 
 
+@pytest.mark.slow
 def test_production_defaults_hold_even_with_pytest_imported():
     env = base_env()
     for name in TEST_DEFAULTS:

@@ -100,6 +100,7 @@ class Collector(LoopbackServer):
         super().__init__(Handler)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_server_with_an_otlp_endpoint_sends_its_request_spans_there(tmp_path, tenant, bucket):
     from tenants import services

@@ -58,7 +58,8 @@ def word_bucket(bucket):
         # Skewed word frequencies, repeated words (tf > 1) and varied lengths.
         words = rng.choices(WORDS, weights=[40, 20, 10, 8, 6, 5, 4, 3, 2, 1], k=rng.randint(2, 12))
         texts.add(" ".join(words) + f" item{len(texts)}")
-    memories_ingest(bucket=bucket, items=[MemoryInput(content=t) for t in sorted(texts)], sequence=False)
+    # Keyword scores read the lemmas alone: the vectors are left to the sweep (not computed here).
+    memories_ingest(bucket=bucket, items=[MemoryInput(content=t) for t in sorted(texts)], sequence=False, embed=False)
     return bucket
 
 

@@ -19,6 +19,7 @@ from memories.retrieval import keyword, rows, stats, vector
 from memories.services import MemoryInput, memories_ingest
 from memories.services import access as access_times
 from memories.services.buckets import bucket_create
+from tests.factories import make_client, search, write
 
 pytestmark = pytest.mark.django_db
 
@@ -34,21 +35,8 @@ CORPUS = [
 ]
 
 
-def write(api, bucket, *items, **options):
-    body = {"memories": [i if isinstance(i, dict) else {"content": i} for i in items], "sequence": False, **options}
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", body, format="json")
-    assert response.status_code == 201, response.content
-    return [r["id"] for r in response.json()["results"]]
-
-
-def search(api, bucket, query, **params):
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, **params}, format="json")
-    assert response.status_code == 200, response.content
-    return response.json()
-
-
 def test_exact_words_rank_the_matching_memory_first_in_keyword_mode(api, bucket):
-    ids = write(api, bucket, *CORPUS)
+    ids = write(bucket, *CORPUS, api=api, sequence=False)
     body = search(api, bucket, "ThinkPad laptop", mode="keyword")
     assert body["mode_used"] == "keyword"
     assert body["results"][0]["id"] == ids[6]
@@ -57,12 +45,12 @@ def test_exact_words_rank_the_matching_memory_first_in_keyword_mode(api, bucket)
 
 
 def test_lemmas_match_inflected_forms(api, bucket):
-    ids = write(api, bucket, *CORPUS)
+    ids = write(bucket, *CORPUS, api=api, sequence=False)
     assert search(api, bucket, "who went climbed at gyms", mode="keyword")["results"][0]["id"] == ids[7]
 
 
 def test_paraphrase_without_shared_words_is_found_by_vector_and_hybrid(api, bucket):
-    ids = write(api, bucket, *CORPUS)
+    ids = write(bucket, *CORPUS, api=api, sequence=False)
     query = "what kind of canine companion do I have"
     keyword_ids = [r["id"] for r in search(api, bucket, query, mode="keyword")["results"]]
     assert ids[0] not in keyword_ids
@@ -73,10 +61,11 @@ def test_paraphrase_without_shared_words_is_found_by_vector_and_hybrid(api, buck
 def test_recency_breaks_ties_between_equally_relevant_facts(api, bucket):
     now = timezone.now()
     old, new = write(
-        api,
         bucket,
         {"content": "My favourite colour is blue", "created_at": (now - timedelta(days=700)).isoformat()},
         {"content": "My favourite colour is green", "created_at": (now - timedelta(days=3)).isoformat()},
+        api=api,
+        sequence=False,
     )
     body = search(api, bucket, "favourite colour", mode="keyword", explain=True)
     assert [r["id"] for r in body["results"]] == [new, old]
@@ -90,7 +79,13 @@ def test_recency_breaks_ties_between_equally_relevant_facts(api, bucket):
 
 
 def test_token_budget_is_never_exceeded(api, bucket):
-    write(api, bucket, *CORPUS, *[f"Note {i}: the garden needs watering twice a week in summer" for i in range(20)])
+    write(
+        bucket,
+        *CORPUS,
+        *[f"Note {i}: the garden needs watering twice a week in summer" for i in range(20)],
+        api=api,
+        sequence=False,
+    )
     for budget in (1, 12, 30, 75, 200, 5000):
         body = search(api, bucket, "garden coffee trip laptop", token_budget=budget)
         used = sum(r["token_count"] for r in body["results"])
@@ -101,7 +96,7 @@ def test_token_budget_is_never_exceeded(api, bucket):
 
 
 def test_limit(api, bucket):
-    write(api, bucket, *CORPUS)
+    write(bucket, *CORPUS, api=api, sequence=False)
     assert len(search(api, bucket, "anything at all", limit=3)["results"]) == 3
 
 
@@ -112,16 +107,35 @@ def test_filters(api, bucket, mode, monkeypatch):
         mode = "vector"
     now = timezone.now()
     a, b, c, d = write(
-        api,
         bucket,
-        {"content": "Coffee tastes great", "hint_tags": ["food", "morning"], "agent_id": "chef", "run_id": "r1",
-         "attributed_to": "user", "created_at": (now - timedelta(days=400)).isoformat()},
-        {"content": "Coffee beans from Ethiopia", "hint_tags": ["food"], "agent_id": "buyer", "run_id": "r2",
-         "attributed_to": "assistant", "created_at": (now - timedelta(days=10)).isoformat()},
-        {"content": "Coffee shop on Main street", "hint_tags": ["places"], "agent_id": "chef", "run_id": "r2",
-         "attributed_to": "user", "created_at": (now - timedelta(days=1)).isoformat()},
+        {
+            "content": "Coffee tastes great",
+            "hint_tags": ["food", "morning"],
+            "agent_id": "chef",
+            "run_id": "r1",
+            "attributed_to": "user",
+            "created_at": (now - timedelta(days=400)).isoformat(),
+        },
+        {
+            "content": "Coffee beans from Ethiopia",
+            "hint_tags": ["food"],
+            "agent_id": "buyer",
+            "run_id": "r2",
+            "attributed_to": "assistant",
+            "created_at": (now - timedelta(days=10)).isoformat(),
+        },
+        {
+            "content": "Coffee shop on Main street",
+            "hint_tags": ["places"],
+            "agent_id": "chef",
+            "run_id": "r2",
+            "attributed_to": "user",
+            "created_at": (now - timedelta(days=1)).isoformat(),
+        },
         {"content": "Coffee grinder is broken"},
-    )  # fmt: skip
+        api=api,
+        sequence=False,
+    )
     Memory.objects.filter(pk=b).update(classified_scope="specific", classified_topic="coffee-beans")
     Memory.objects.filter(pk=d).update(classified_scope="general")
 
@@ -141,7 +155,7 @@ def test_filters(api, bucket, mode, monkeypatch):
 
 
 def test_explain_shows_ranks_scores_boosts_and_context(api, bucket):
-    write(api, bucket, "I joined Globex in 2019.", "Five years already!", sequence=True)
+    write(bucket, "I joined Globex in 2019.", "Five years already!", api=api, sequence=True)
     assert "Five years already!" in [
         r["content"] for r in search(api, bucket, "how long have I worked at Globex")["results"]
     ]
@@ -157,11 +171,11 @@ def test_explain_shows_ranks_scores_boosts_and_context(api, bucket):
 
 def test_sequence_context_finds_a_short_follow_up(api, bucket):
     ids = write(
-        api,
         bucket,
         *CORPUS,
         "I started working at Initech as a data engineer in 2019.",
         "Five years already, can you believe it!",
+        api=api,
         sequence=True,
     )
     body = search(api, bucket, "How long have I been at Initech?", limit=3)
@@ -172,11 +186,11 @@ def test_the_first_memory_of_a_sequence_is_not_outranked_by_its_successor(api, b
     """The first memory has no context vector, its successors carry it in theirs: it stands
     in its own vector in the vector_context list, or a successor would win on that list alone."""
     cat, nurse, dinner = write(
-        api,
         bucket,
         "My cat Miso sleeps on the windowsill.",
         "I work as a nurse in Boston.",
         "Dinner with Anna on Friday at 7pm.",
+        api=api,
         sequence=True,
     )
     # Under rank fusion without the neighbour lift, where the stand-in decided it: one list
@@ -195,7 +209,7 @@ def test_the_first_memory_of_a_sequence_is_not_outranked_by_its_successor(api, b
 def test_without_any_context_vector_nothing_stands_in(api, bucket):
     """A bucket written without sequences has an empty vector_context list; stand-ins there
     would only repeat the vector list and double its weight."""
-    write(api, bucket, *CORPUS)
+    write(bucket, *CORPUS, api=api, sequence=False)
     body = search(api, bucket, "what kind of dog do I have", explain=True)
     assert body["results"][0]["content"] == CORPUS[0]
     assert not any("vector_context" in r["explain"]["signals"] for r in body["results"])
@@ -204,7 +218,7 @@ def test_without_any_context_vector_nothing_stands_in(api, bucket):
 def test_search_records_access_times_off_the_search_path_and_the_job_applies_them(api, bucket):
     from memories.models import MemoryAccess
 
-    ids = write(api, bucket, *CORPUS)
+    ids = write(bucket, *CORPUS, api=api, sequence=False)
     body = search(api, bucket, "coffee dog sister", limit=3)
     returned = {r["id"] for r in body["results"]}
     assert not MemoryAccess.objects.exists()  # nothing is written while answering
@@ -225,7 +239,7 @@ def test_search_records_access_times_off_the_search_path_and_the_job_applies_the
 def test_a_memory_is_rewritten_at_most_once_per_resolution(api, bucket):
     from memories.models import MemoryAccess
 
-    [memory_id] = write(api, bucket, CORPUS[0])
+    [memory_id] = write(bucket, CORPUS[0], api=api, sequence=False)
     memory_uuid = uuid.UUID(memory_id)
     access.record([memory_uuid])
     access.flush()
@@ -244,7 +258,7 @@ def test_a_memory_is_rewritten_at_most_once_per_resolution(api, bucket):
 def test_a_deleted_memory_takes_its_pending_access_time_with_it(api, bucket):
     from memories.models import MemoryAccess
 
-    [memory_id] = write(api, bucket, CORPUS[0])
+    [memory_id] = write(bucket, CORPUS[0], api=api, sequence=False)
     access.record([uuid.UUID(memory_id)])
     access.flush()
     assert api.delete(f"/api/v1/memories/{memory_id}").status_code == 204
@@ -259,7 +273,7 @@ def test_applying_access_times_skips_rows_another_transaction_holds_instead_of_w
 
     from memories.models import MemoryAccess
 
-    ids = write(api, bucket, *CORPUS[:3])
+    ids = write(bucket, *CORPUS[:3], api=api, sequence=False)
     access.record([uuid.UUID(i) for i in ids])
     assert access.flush() == 3
     locked, release = threading.Event(), threading.Event()
@@ -328,7 +342,7 @@ MODES = ("keyword", "vector", "hybrid", "graph")
 def searched(api, bucket, other_tenant):
     """The corpus (with its graph), a canary beside it and a canary in another tenant's bucket,
     and a snapshot of the database to compare with after the searches."""
-    ids = write(api, bucket, *CORPUS, "Canary: the vault code is 4711.")
+    ids = write(bucket, *CORPUS, "Canary: the vault code is 4711.", api=api, sequence=False)
     graph_extract_memories(memory_ids=ids)
     outside = bucket_create(tenant=other_tenant, name="outside")
     memories_ingest(bucket=outside, items=[MemoryInput(content="Anna's canary: the other vault code is 1234.")])
@@ -405,7 +419,7 @@ def test_hostile_queries_that_share_no_word_with_any_memory_match_none_by_keywor
 )
 @pytest.mark.parametrize("query", ["peanuts&|!():*<->'\\", "\\peanuts\\", "$$peanuts$$"])
 def test_a_plural_glued_to_symbols_is_lemmatised_like_the_memory_it_names(api, bucket, query):
-    ids = write(api, bucket, *CORPUS)
+    ids = write(bucket, *CORPUS, api=api, sequence=False)
     assert [hit["id"] for hit in search(api, bucket, query, mode="keyword")["results"]] == [ids[4]]
 
 
@@ -441,7 +455,7 @@ def test_bad_search_input_is_400(api, bucket, body):
 
 
 def test_ranking_overrides_are_applied(api, bucket):
-    write(api, bucket, *CORPUS)
+    write(bucket, *CORPUS, api=api, sequence=False)
     body = search(api, bucket, "coffee", ranking={"fusion": "score", "weights": {"vector": 0}}, explain=True)
     assert body["results"][0]["explain"]["fusion"] == "score"
     assert "Coffee" in body["results"][0]["content"] or "coffee" in body["results"][0]["content"]
@@ -461,7 +475,7 @@ def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, run
     """With the defaults every signal runs (both BM25 and both vector walks, one embedding)."""
     from engram_site.providers import embedding
 
-    write(api, bucket, *CORPUS)
+    write(bucket, *CORPUS, api=api, sequence=False)
     seen = {"bm25": [], "vector": [], "embed": 0}
     real_bm25, real_vector, real_embed = keyword.bm25, vector.nearest, embedding.embed_query
 
@@ -494,7 +508,7 @@ def test_signals_weighted_zero_are_not_run(api, bucket, monkeypatch, zeroed, run
 def test_tenant_retrieval_settings_are_defaults(api, tenant, bucket):
     tenant.settings = {"retrieval": {"fusion": "score"}}
     tenant.save()
-    write(api, bucket, *CORPUS)
+    write(bucket, *CORPUS, api=api, sequence=False)
     assert search(api, bucket, "coffee", explain=True)["results"][0]["explain"]["fusion"] == "score"
 
 
@@ -504,7 +518,7 @@ def test_empty_bucket_returns_no_results(api, bucket):
 
 
 def test_read_scope_can_search_write_scope_cannot(client_factory, tenant, bucket, api):
-    ids = write(api, bucket, *CORPUS)
+    ids = write(bucket, *CORPUS, api=api, sequence=False)
     reader = client_factory(tenant, scopes=["read"])
     hits = search(reader, bucket, "coffee", mode="keyword")["results"]
     assert [hit["id"] for hit in hits][:1] == [ids[1]]  # it really searched
@@ -514,7 +528,7 @@ def test_read_scope_can_search_write_scope_cannot(client_factory, tenant, bucket
 
 
 def test_outsider_cannot_search_a_bucket(api, outsider_api, other_bucket, bucket):
-    write(api, bucket, *CORPUS)
+    write(bucket, *CORPUS, api=api, sequence=False)
     response = outsider_api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "coffee"}, format="json")
     assert response.status_code == 404
     # and the outsider's own bucket never shows this tenant's rows
@@ -526,7 +540,7 @@ def test_outsider_cannot_search_a_bucket(api, outsider_api, other_bucket, bucket
 class TestModelUnavailable:
     def test_writes_succeed_without_embeddings_and_search_degrades_to_keyword(self, api, bucket, settings):
         settings.ENGRAM_EMBEDDINGS_ENABLED = False
-        ids = write(api, bucket, *CORPUS)
+        ids = write(bucket, *CORPUS, api=api, sequence=False)
         assert Memory.objects.filter(bucket=bucket, embedding__isnull=True).count() == len(CORPUS)
         assert Memory.objects.filter(bucket=bucket, text_lemmatized__isnull=True).count() == 0
         assert api.get(f"/api/v1/memories/{ids[0]}").json()["enrichment"]["embedding"] == "pending"
@@ -556,7 +570,7 @@ class TestModelUnavailable:
             raise RuntimeError("CUDA out of memory, or whatever models do")
 
         monkeypatch.setattr(model, "encode", broken)
-        ids = write(api, bucket, *CORPUS[:3], sequence=True)
+        ids = write(bucket, *CORPUS[:3], api=api, sequence=True)
         assert Memory.objects.filter(pk__in=ids, embedding__isnull=True).count() == 3
         assert (
             Memory.objects.filter(pk__in=ids, context_text__isnull=False, context_embedding__isnull=True).count() == 2
@@ -572,7 +586,7 @@ class TestModelUnavailable:
             raise lemmatizer.LemmatizerUnavailable("spaCy is gone")
 
         monkeypatch.setattr(lemmatizer, "_load", unavailable)
-        ids = write(api, bucket, *CORPUS[:5])
+        ids = write(bucket, *CORPUS[:5], api=api, sequence=False)
         assert Memory.objects.filter(pk__in=ids, text_lemmatized__isnull=True).count() == 5
         monkeypatch.undo()
         report = memories_enrich_all_pending()
@@ -594,7 +608,7 @@ class TestParallelSignals:
         close_search_connections()
 
     def test_parallel_and_serial_searches_give_the_same_answer(self, api, bucket, settings):
-        write(api, bucket, *CORPUS, "Anna moved from Boston to Denver last year.")
+        write(bucket, *CORPUS, "Anna moved from Boston to Denver last year.", api=api, sequence=False)
         answers = {}
         for parallel in (False, True):
             settings.ENGRAM_SEARCH_PARALLEL = parallel
@@ -611,7 +625,7 @@ class TestParallelSignals:
         replaced and the signal run again, so the search does not fail."""
         from django.db import connection
 
-        write(api, bucket, *CORPUS)
+        write(bucket, *CORPUS, api=api, sequence=False)
         settings.ENGRAM_SEARCH_PARALLEL = True
         first = search(api, bucket, "Where does my sister Anna work?", mode="hybrid")
         with connection.cursor() as cur:
@@ -625,7 +639,7 @@ class TestParallelSignals:
         assert again["mode_used"] == "hybrid" and not again["warnings"]
 
     def test_a_failing_model_in_the_vector_thread_degrades_to_keyword(self, api, bucket, settings, monkeypatch):
-        write(api, bucket, *CORPUS)
+        write(bucket, *CORPUS, api=api, sequence=False)
         settings.ENGRAM_SEARCH_PARALLEL = True
 
         def broken(texts, **kwargs):
@@ -647,7 +661,12 @@ def test_large_buckets_are_searched_through_the_hnsw_index_with_its_settings(api
     # (without it pgvector's default of 40 returns too few rows and the search falls back to
     # an exact scan). Autocommit, as in production: no test transaction hides a lost SET LOCAL.
     monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 10)
-    write(api, bucket, *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(60)], sequence=True)
+    write(
+        bucket,
+        *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(60)],
+        api=api,
+        sequence=True,
+    )
     with connection.cursor() as cur:
         cur.execute("SET enable_seqscan = off; SET enable_sort = off; SET enable_bitmapscan = off")
     try:
@@ -677,7 +696,12 @@ def test_the_walks_order_by_the_expression_the_hnsw_indexes_hold(api, bucket, mo
 
     monkeypatch.setattr(utils.CursorWrapper, "execute", execute)
     monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 10)
-    write(api, bucket, *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(30)], sequence=True)
+    write(
+        bucket,
+        *[f"Reading list entry {i}: a novel about the sea number {i}" for i in range(30)],
+        api=api,
+        sequence=True,
+    )
     search(api, bucket, "books about the ocean", mode="vector")
     first = bucket.memories.order_by("created_at").first()
     assert nearest.nearest(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=first.pk, k=5, exact=False)
@@ -716,7 +740,7 @@ def test_the_hnsw_walk_ranks_by_the_query_it_was_given(api, bucket, monkeypatch)
         "The wifi password is written on the fridge door.",
         "We adopted a grey cat called Miso last spring.",
     ]
-    write(api, bucket, *texts, sequence=False)
+    write(bucket, *texts, api=api, sequence=False)
     for query, expected in [
         ("What is Anna's job?", 0),
         ("Which nuts can't I eat?", 2),
@@ -738,7 +762,7 @@ def reader_and_gardener(api, bucket, monkeypatch) -> list[dict]:
     monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 20)
     reading = [{"content": f"Reading list entry {i}: a novel about the sea", "agent_id": "reader"} for i in range(60)]
     garden = [{"content": f"Garden note {i}: water the tomatoes at dawn", "agent_id": "gardener"} for i in range(3)]
-    write(api, bucket, *reading, *garden)
+    write(bucket, *reading, *garden, api=api, sequence=False)
     with connection.cursor() as cur:
         cur.execute("ANALYZE memories")
     return garden
@@ -792,7 +816,7 @@ def test_the_filtered_row_estimate_is_planned_once_per_filter_until_the_bucket_c
     assert planned == ["gardener", "reader"]  # another filter is estimated on its own
 
     # A write to the bucket drops the estimates with the bucket's statistics...
-    write(api, bucket, {"content": "Garden note: the basil needs shade", "agent_id": "gardener"})
+    write(bucket, {"content": "Garden note: the basil needs shade", "agent_id": "gardener"}, api=api, sequence=False)
     garden.append({"content": "Garden note: the basil needs shade"})
     gardener_search("tomatoes")
     assert planned == ["gardener", "reader", "gardener"]
@@ -809,7 +833,7 @@ def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket,
         {"content": text, "created_at": (now - timedelta(days=37 * i)).isoformat()}
         for i, text in enumerate(CORPUS * 3 + [f"{c} (noted again, version {v})" for v in range(4) for c in CORPUS])
     ]
-    write(api, bucket, *items)
+    write(bucket, *items, api=api, sequence=False)
     Memory.objects.filter(bucket=bucket, content__contains="version 1").update(superseded_at=now)
     queries = ["coffee", "where does my sister work", "dog beach", "Kyoto trip", "laptop", "climbing Tuesdays"]
 
@@ -840,9 +864,8 @@ def test_search_hits_are_written_exactly_as_the_documented_serializer_writes_the
     from memories import retrieval
     from memories.apis import search as apis
 
-    write(api, bucket, *CORPUS[:3])
+    write(bucket, *CORPUS[:3], api=api, sequence=False)
     write(
-        api,
         bucket,
         {
             "content": "Anna moved from Boston to Seattle for a new hospital job.",
@@ -855,6 +878,7 @@ def test_search_hits_are_written_exactly_as_the_documented_serializer_writes_the
             "metadata": {"turn": 4, "nested": {"ok": [1, "two", None]}, "note": "é ✓"},
             "created_at": "2024-03-01T10:15:30.123456+01:00",
         },
+        api=api,
         sequence=True,
     )
     old = Memory.objects.get(bucket=bucket, content__startswith="My sister Anna")
@@ -882,13 +906,14 @@ def test_search_hits_are_written_exactly_as_the_documented_serializer_writes_the
 
 def test_memories_about_a_person_named_in_the_question_are_boosted(api, bucket):
     write(
-        api,
         bucket,
         "Anna likes green tea with honey.",
         "Annabel likes green tea too.",
         {"content": "I like green tea in the evening.", "source_actor_id": "Anna"},
         "Bob likes green tea, and so does ann.",
         "Ann and Anna both like green tea.",
+        api=api,
+        sequence=False,
     )
 
     def boosted(query):
@@ -915,7 +940,7 @@ def test_a_large_bucket_without_context_vectors_skips_the_context_walk_until_it_
 
     monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 20)
     facts = [f"Fact {i}: the blue notebook sits on shelf {i}" for i in range(30)]
-    write(api, bucket, *facts)  # sequence=False: no context
+    write(bucket, *facts, api=api, sequence=False)  # sequence=False: no context
     body = search(api, bucket, "Where is the blue notebook?", mode="vector", explain=True)
     assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "none"}
 
@@ -928,7 +953,7 @@ def test_a_large_bucket_without_context_vectors_skips_the_context_walk_until_it_
     # (two context vectors, fewer than the cutoff: read exactly).
     monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 20)
     story = ["We moved to Lisbon in May.", "The new flat has a balcony over the river.", "It gets the morning sun."]
-    write(api, bucket, *story, sequence=True)
+    write(bucket, *story, api=api, sequence=True)
     body = search(api, bucket, "the balcony of the Lisbon flat", mode="vector", explain=True)
     assert body["results"][0]["explain"]["vector_search"]["vector_context"] == "exact"
     assert any(r["explain"]["signals"].get("vector_context") for r in body["results"])
@@ -952,20 +977,24 @@ def test_the_index_walk_widens_with_the_graph_across_buckets_and_tenants(api, bu
     from django.db import connection
 
     from memories import retrieval
-    from tests.conftest import make_client
 
     used = []
     real = vector.hnsw_settings
     monkeypatch.setattr(vector, "hnsw_settings", lambda cur, ef: (used.append(ef), real(cur, ef)))
     monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 20)
     monkeypatch.setattr(vector, "EF_GROWS_FROM", 100)
-    write(api, bucket, *(f"Fact {i}: the green kettle is in cupboard {i}" for i in range(30)))
+    write(bucket, *(f"Fact {i}: the green kettle is in cupboard {i}" for i in range(30)), api=api, sequence=False)
     search(api, bucket, "Where is the kettle?", mode="vector", ranking={"candidates": 10})
     assert used == [100]  # 30 vectors: below the first size, the setting as is
 
     # Another tenant's 270 memories are in the same graph; ANALYZE counts them.
     neighbour = other_tenant.buckets.create(name="neighbour")
-    write(make_client(other_tenant), neighbour, *(f"Note {i}: the train leaves platform {i}" for i in range(270)))
+    write(
+        neighbour,
+        *(f"Note {i}: the train leaves platform {i}" for i in range(270)),
+        api=make_client(other_tenant),
+        sequence=False,
+    )
     with connection.cursor() as cur:
         cur.execute("ANALYZE memories")
     retrieval.bucket_stats.clear()

@@ -8,7 +8,7 @@ import pytest
 
 from memories.models import Memory
 from memories.services.buckets import bucket_create
-from tests.conftest import make_client
+from tests.factories import make_client, write
 
 pytestmark = pytest.mark.django_db
 
@@ -33,16 +33,9 @@ USER = [
 ]
 
 
-def write(api, bucket, contents, *, day: int = 1) -> list[str]:
-    body = {
-        "memories": [
-            {"content": c, "created_at": f"2025-{day:02d}-{i + 1:02d}T10:00:00Z"} for i, c in enumerate(contents)
-        ],
-        "sequence": False,
-    }
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", body, format="json")
-    assert response.status_code == 201, response.content
-    return [r["id"] for r in response.json()["results"]]
+def dated(contents, *, day: int = 1) -> list[dict]:
+    """``contents`` as memories of month ``day`` of 2025, one a day at 10:00."""
+    return [{"content": c, "created_at": f"2025-{day:02d}-{i + 1:02d}T10:00:00Z"} for i, c in enumerate(contents)]
 
 
 def search_across(api, query, expect=200, **params):
@@ -56,9 +49,9 @@ def three(tenant, api):
     mine = bucket_create(tenant=tenant, name="agent")
     team = bucket_create(tenant=tenant, name="team")
     user = bucket_create(tenant=tenant, name="user")
-    write(api, mine, MINE, day=1)
-    write(api, team, TEAM, day=2)
-    write(api, user, USER, day=3)
+    write(mine, *dated(MINE, day=1), api=api, sequence=False)
+    write(team, *dated(TEAM, day=2), api=api, sequence=False)
+    write(user, *dated(USER, day=3), api=api, sequence=False)
     return mine, team, user
 
 
@@ -96,9 +89,9 @@ def test_buckets_searched_together_rank_as_one_bucket_holding_their_memories(ten
     get the same scores in the same order. Per-bucket IDF would score "billing" (in every
     bucket) and "noodle" (in one) differently here than over the whole collection."""
     whole = bucket_create(tenant=tenant, name="whole")
-    write(api, whole, MINE, day=1)
-    write(api, whole, TEAM, day=2)
-    write(api, whole, USER, day=3)
+    write(whole, *dated(MINE, day=1), api=api, sequence=False)
+    write(whole, *dated(TEAM, day=2), api=api, sequence=False)
+    write(whole, *dated(USER, day=3), api=api, sequence=False)
     asked = [str(b.pk) for b in three]
     for mode in ("keyword", "hybrid", "vector"):
         for query in ("billing invoice totals", "where is lunch on Fridays", "who owns invoice rendering"):
@@ -130,7 +123,12 @@ def test_a_bucket_searched_alone_answers_as_the_bucket_search(api, three):
 
 def test_the_default_is_every_bucket_the_token_can_read(tenant, other_tenant, api, three):
     outsider = bucket_create(tenant=other_tenant, name="elsewhere")
-    write(make_client(other_tenant), outsider, ["The billing invoice totals of another company entirely."])
+    write(
+        outsider,
+        *dated(["The billing invoice totals of another company entirely."]),
+        api=make_client(other_tenant),
+        sequence=False,
+    )
     body = search_across(api, "billing invoice totals")
     assert [b["name"] for b in body["buckets"]] == ["agent", "team", "user"]
     assert {r["bucket_id"] for r in body["results"]} <= {str(b.pk) for b in three}

@@ -7,8 +7,7 @@ import pytest
 
 from memories import ranking, retrieval, text
 from memories.models import Memory
-from tests.memories.test_memories_crud import write
-from tests.retrieval.test_search import search
+from tests.factories import search, write
 
 pytestmark = pytest.mark.django_db
 
@@ -19,20 +18,25 @@ def positions(ids):
 
 
 def test_a_batch_is_one_sequence_in_order_and_a_run_continues_across_requests(api, bucket):
-    first = positions(write(api, bucket, "Alpha one.", "Alpha two.", "Alpha three."))
+    first = positions(write(bucket, "Alpha one.", "Alpha two.", "Alpha three.", api=api))
     assert len({sequence for sequence, _ in first}) == 1 and first[0][0] is not None
     assert [index for _, index in first] == [0, 1, 2]
-    other = positions(write(api, bucket, "Beta one.", "Beta two."))
+    other = positions(write(bucket, "Beta one.", "Beta two.", api=api))
     assert other[0][0] != first[0][0] and [index for _, index in other] == [0, 1]
 
-    run_a = positions(write(api, bucket, {"content": "Run step one.", "run_id": "r1"}))
+    run_a = positions(write(bucket, {"content": "Run step one.", "run_id": "r1"}, api=api))
     run_b = positions(
-        write(api, bucket, {"content": "Run step two.", "run_id": "r1"}, {"content": "Run step three.", "run_id": "r1"})
+        write(
+            bucket,
+            {"content": "Run step two.", "run_id": "r1"},
+            {"content": "Run step three.", "run_id": "r1"},
+            api=api,
+        )
     )
     assert {sequence for sequence, _ in run_a + run_b} == {run_a[0][0]}
     assert [index for _, index in run_a + run_b] == [0, 1, 2]
 
-    unrelated = positions(write(api, bucket, "Gamma one.", "Gamma two.", sequence=False))
+    unrelated = positions(write(bucket, "Gamma one.", "Gamma two.", api=api, sequence=False))
     assert unrelated == [(None, None), (None, None)]
 
 
@@ -47,7 +51,7 @@ TURNS = [
 
 
 def test_the_turn_after_a_matching_question_is_brought_in_by_the_neighbour_lift(api, bucket):
-    ids = write(api, bucket, *TURNS)
+    ids = write(bucket, *TURNS, api=api)
     plain = search(api, bucket, "turtles", mode="keyword", ranking={**ONLY_MEMORY, "neighbour_weight": 0})
     assert [r["id"] for r in plain["results"]] == [ids[0]]  # no other turn holds the word
 
@@ -68,10 +72,10 @@ def test_the_turn_after_a_matching_question_is_brought_in_by_the_neighbour_lift(
 
 def test_a_neighbour_outside_the_filters_is_not_brought_in(api, bucket):
     ids = write(
-        api,
         bucket,
         {"content": TURNS[0], "agent_id": "a1", "run_id": "s1"},
         {"content": TURNS[1], "agent_id": "a2", "run_id": "s1"},
+        api=api,
     )
     body = search(api, bucket, "turtles", mode="keyword", filters={"agent_id": "a1"}, ranking=ONLY_MEMORY)
     assert [r["id"] for r in body["results"]] == [ids[0]]
@@ -81,8 +85,8 @@ def test_the_neighbour_lift_stays_inside_its_bucket(api, bucket, tenant):
     from memories.services.buckets import bucket_create
 
     other = bucket_create(tenant=tenant, name="other")
-    write(api, other, *TURNS)
-    ids = write(api, bucket, TURNS[0], "Ben: something else entirely.")
+    write(other, *TURNS, api=api)
+    ids = write(bucket, TURNS[0], "Ben: something else entirely.", api=api)
     # Same texts, other bucket: the positions (sequence, index) of the other bucket are never read.
     body = search(api, bucket, "turtles", mode="keyword", ranking={"weights": {"keyword_context": 0}})
     assert [r["id"] for r in body["results"]] == ids
@@ -90,10 +94,10 @@ def test_the_neighbour_lift_stays_inside_its_bucket(api, bucket, tenant):
 
 def test_a_transcript_line_of_the_person_asked_about_is_boosted(api, bucket):
     ids = write(
-        api,
         bucket,
         "Melanie: Caroline loves hiking in the hills every weekend.",
         "Caroline: I love hiking in the hills every weekend.",
+        api=api,
         sequence=False,
     )
     question = "Does Caroline love hiking in the hills?"
@@ -110,10 +114,10 @@ def test_a_transcript_line_of_the_person_asked_about_is_boosted(api, bucket):
 
 def test_when_questions_favour_memories_that_carry_a_time(api, bucket):
     ids = write(
-        api,
         bucket,
         "Jon: I opened the dance studio and it felt amazing.",
         "Jon: I opened the dance studio last May, it felt amazing.",
+        api=api,
         sequence=False,
     )
     body = search(api, bucket, "When did Jon open the dance studio?", mode="keyword", explain=True,
@@ -161,7 +165,7 @@ def test_the_stored_vector_of_a_transcript_line_is_that_of_its_words(api, bucket
     from engram_site.providers import embedding
 
     line, attributed = write(
-        api, bucket, "Nate: I love my turtles.", {"content": "Nate: I walk my turtles.", "attributed_to": "user"}
+        bucket, "Nate: I love my turtles.", {"content": "Nate: I walk my turtles.", "attributed_to": "user"}, api=api
     )
     vectors = {str(m.pk): m.embedding for m in Memory.objects.filter(pk__in=[line, attributed])}
     assert vectors[line] == pytest.approx(embedding.embed_texts(["I love my turtles."])[0], abs=1e-5)

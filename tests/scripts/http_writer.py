@@ -1,7 +1,8 @@
 """A separate client process that writes memories through the HTTP API of a live server.
 
-Usage: python -m tests.scripts.http_writer BASE_URL TOKEN BUCKET_ID START_AT BATCH_SIZE CONTENT...
-Waits until the wall clock reaches START_AT (so all clients collide), posts the
+Usage: python -m tests.scripts.http_writer BASE_URL TOKEN BUCKET_ID START_LINE BATCH_SIZE CONTENT...
+Waits at START_LINE (tests/scripts/start_line.py) with the other clients (so that they all
+collide), posts the
 contents in batches of BATCH_SIZE (1: one memory object per request), prints one
 JSON line per item: {"content", "status", "id", "deduplicated"}. Standard library
 only: it stands for any agent talking to Engram over HTTP.
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import urllib.error
 import urllib.request
+
+from tests.scripts.start_line import wait_at
 
 
 def call(method: str, url: str, token: str, body=None, *, timeout: float = 60) -> tuple[int, dict, dict]:
@@ -38,11 +40,9 @@ def call(method: str, url: str, token: str, body=None, *, timeout: float = 60) -
 
 
 def main() -> None:
-    base, token, bucket_id, start_at, batch_size, *contents = sys.argv[1:]
+    base, token, bucket_id, start_line, batch_size, *contents = sys.argv[1:]
     size = int(batch_size)
-    delay = float(start_at) - time.time()
-    if delay > 0:
-        time.sleep(delay)
+    wait_at(start_line)
     url = f"{base}/api/v1/buckets/{bucket_id}/memories"
     for start in range(0, len(contents), size):
         chunk = contents[start : start + size]

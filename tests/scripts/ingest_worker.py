@@ -1,14 +1,13 @@
 """A separate process that writes memories through the write service.
 
-Usage: python -m tests.scripts.ingest_worker BUCKET_ID START_AT CONTENT...
-Waits until the wall clock reaches START_AT (so all workers collide), writes
-each content as its own request, prints one JSON line per result.
+Usage: python -m tests.scripts.ingest_worker BUCKET_ID START_LINE CONTENT...
+Once ready, waits at START_LINE (tests/scripts/start_line.py) with the other workers so that
+they all collide, writes each content as its own request, prints one JSON line per result.
 """
 
 import json
 import os
 import sys
-import time
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 
@@ -19,15 +18,14 @@ django.setup()
 from engram_site.scoping import scope, scopes_disabled  # noqa: E402
 from memories.services import MemoryInput, memories_ingest  # noqa: E402
 from tenants.models import Bucket  # noqa: E402
+from tests.scripts.start_line import wait_at  # noqa: E402
 
 
 def main() -> None:
-    bucket_id, start_at, *contents = sys.argv[1:]
+    bucket_id, start_line, *contents = sys.argv[1:]
     with scopes_disabled():  # cross-tenant: whose bucket this is, is what the lookup finds out
         bucket = Bucket.objects.select_related("tenant").get(pk=bucket_id)
-    delay = float(start_at) - time.time()
-    if delay > 0:
-        time.sleep(delay)
+    wait_at(start_line)
     for content in contents:
         # Each write as a request of the bucket's tenant makes it.
         with scope(tenant=bucket.tenant_id):

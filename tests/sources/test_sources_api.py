@@ -14,7 +14,7 @@ from memories.services import MemoryInput, memories_ingest
 from sources.apis import MAX_CONVERSATION_CHARS, MAX_DOCUMENT_BYTES, MAX_MESSAGE_CHARS, MAX_MESSAGES
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from sources.services.process import source_process
-from tests.conftest import make_client
+from tests.factories import make_client
 
 pytestmark = pytest.mark.django_db
 

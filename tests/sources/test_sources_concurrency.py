@@ -6,7 +6,6 @@ import ast
 import contextlib
 import re
 import threading
-import time
 import uuid
 from datetime import datetime
 
@@ -25,7 +24,7 @@ from sources.services.delete import source_delete
 from sources.services.process import source_process
 from sources.services.submit import MessageInput, content_hash, source_submit_conversation
 from tenants.models import Bucket
-from tests.support import base_env, celery_worker, test_database_url, use_broker
+from tests.support import base_env, celery_worker, test_database_url, use_broker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -158,11 +157,8 @@ def test_two_workers_on_one_source_do_each_chunk_once(bucket, tmp_path):
             for i in range(2)
         ]
         hints = {broker.hint(source), broker.hint(source)}
-        deadline = time.time() + 180
-        while sum(len(_runs(w.output())) for w in workers) < 2:
-            dead = [w for w in workers if not w.alive()]
-            assert not dead and time.time() < deadline, "\n".join(w.output()[-3000:] for w in workers)
-            time.sleep(0.2)
+        wait_for(lambda: sum(len(_runs(w.output())) for w in workers) >= 2, timeout=180, proc=workers,
+                 what="both hints run")  # fmt: skip
     runs = [_runs(w.output()) for w in workers]
 
     # Each worker ran one of the two hints, and they ran at the same time.
@@ -196,14 +192,10 @@ def test_deleting_while_a_worker_processes_leaves_nothing_behind(bucket, tmp_pat
     source = source_submit_conversation(bucket=bucket, messages=MESSAGES).source
     with celery_worker(broker.worker_env(), log=tmp_path / "worker.log", queue=broker.queue, app=WORKER_APP) as worker:
         hint = broker.hint(source)
-        deadline = time.time() + 120
-        while not Source.objects.filter(pk=source.pk, chunks_done__gt=0).exists():
-            assert worker.alive() and time.time() < deadline, worker.output()[-3000:]
-            time.sleep(0.02)
+        wait_for(lambda: Source.objects.filter(pk=source.pk, chunks_done__gt=0).exists(), timeout=120,
+                 interval=0.02, proc=worker, what="the first chunks")  # fmt: skip
         report = source_delete(source=Source.objects.get(pk=source.pk))
-        while hint not in _runs(worker.output()):
-            assert worker.alive() and time.time() < deadline, worker.output()[-3000:]
-            time.sleep(0.2)
+        wait_for(lambda: hint in _runs(worker.output()), timeout=120, proc=worker, what="the hint's run")
     _received, _returned, run = _runs(worker.output())[hint]
     # Deleted midway: the worker had committed some chunks, not all, and stopped at the delete.
     assert 0 < run["chunks"] < len(MESSAGES), run

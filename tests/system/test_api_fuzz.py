@@ -53,7 +53,7 @@ from tenants import services as tenant_services
 from webhooks import services as webhook_services
 from webhooks.models import WebhookDelivery
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]  # minutes of generated requests
 
 # Generated requests per operation (positive and negative drawn at random), on top of the
 # coverage cases (at most COVERAGE_CASES per operation; the richest operations have ~250).

@@ -61,6 +61,7 @@ def _answers(bucket) -> dict[str, list[str]]:
     return answers
 
 
+@pytest.mark.slow
 def test_backup_restored_into_a_fresh_home_gives_the_same_search_answers(bucket, tmp_path):
     memories_ingest(bucket=bucket, items=[MemoryInput(content=fact) for fact in FACTS])
     expected = _answers(bucket)
@@ -84,6 +85,7 @@ def test_backup_restored_into_a_fresh_home_gives_the_same_search_answers(bucket,
     assert json.loads(output.split("RESULT", 1)[1]) == expected
 
 
+@pytest.mark.slow
 def test_restore_into_a_database_that_holds_data_is_refused_without_replace(bucket, tmp_path):
     memories_ingest(bucket=bucket, items=[MemoryInput(content=FACTS[0])])
     path = tmp_path / "engram.dump"
@@ -108,6 +110,7 @@ def test_backup_refuses_to_overwrite_an_existing_file(db, tmp_path):
     assert path.read_bytes() == b"precious"
 
 
+@pytest.mark.slow
 def test_restore_refuses_a_file_that_is_not_a_backup_and_changes_nothing(bucket, tmp_path):
     memories_ingest(bucket=bucket, items=[MemoryInput(content=FACTS[0])])
     path = tmp_path / "not-a-dump"

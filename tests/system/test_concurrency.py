@@ -34,7 +34,7 @@ from memories.text import text_hash
 from tenants import services as tenant_services
 from tenants.models import Bucket
 from tests.scripts.http_writer import call
-from tests.support import ROOT, base_env, test_database_url, web_server
+from tests.support import ROOT, StartLine, base_env, test_database_url, wait_for, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,12 +114,14 @@ def spellings(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_processes_writing_overlapping_content_over_http_get_one_row_and_one_id_per_text(server, tenant, bucket):
+def test_processes_writing_overlapping_content_over_http_get_one_row_and_one_id_per_text(
+    server, tenant, bucket, tmp_path
+):
     facts = [f"Shared fact {i}: the standup moved to room {i % 5}" for i in range(24)]
     token = secret(tenant)
     clients = 5
     base = server.base
-    start_at = time.time() + 3
+    start_line = StartLine(tmp_path / "start")
     procs = []
     for n in range(clients):
         rng = random.Random(n)
@@ -130,7 +132,7 @@ def test_processes_writing_overlapping_content_over_http_get_one_row_and_one_id_
             contents += [spellings(f)[(n + 1) % 4] for f in facts]
         rng.shuffle(contents)
         batch = 1 if n < 2 else 6  # single memory objects and batches, side by side
-        args = [base, token, str(bucket.pk), str(start_at), str(batch), *contents]
+        args = [base, token, str(bucket.pk), str(start_line.folder), str(batch), *contents]
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "tests.scripts.http_writer", *args],
@@ -141,6 +143,7 @@ def test_processes_writing_overlapping_content_over_http_get_one_row_and_one_id_
                 text=True,
             )
         )
+    start_line.go_when_ready(clients, procs=procs)
     lines = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -188,7 +191,7 @@ class Writer(threading.Thread):
                 {"contents": contents, "status": status, "body": body, "started": started, "ended": time.monotonic()}
             )
             k += 1
-            time.sleep(0.01)
+            self.stop.wait(0.01)  # a busy client's pace, not a synchronisation: ends at once on stop
 
 
 def fill(bucket: Bucket, prefix: str, count: int) -> set[str]:
@@ -230,9 +233,7 @@ def test_writes_during_a_bucket_merge_are_neither_lost_nor_duplicated(server, te
     for writer in writers:
         writer.start()
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline and not all(sum(c["status"] == 201 for c in w.calls) >= 3 for w in writers):
-            time.sleep(0.05)
+        wait_for(lambda: all(sum(c["status"] == 201 for c in list(w.calls)) >= 3 for w in writers), timeout=60)
         merge_started = time.monotonic()
         status, merged, _ = call(
             "POST",
@@ -242,7 +243,8 @@ def test_writes_during_a_bucket_merge_are_neither_lost_nor_duplicated(server, te
             timeout=240,
         )
         merge_ended = time.monotonic()
-        time.sleep(1.5)  # writers go on after the merge (into a removed source, or a kept one)
+        # Writers go on after the merge (into a removed source, or a kept one): two calls each.
+        wait_for(lambda: all(sum(c["started"] > merge_ended for c in list(w.calls)) >= 2 for w in writers), timeout=60)
     finally:
         stop.set()
         for writer in writers:

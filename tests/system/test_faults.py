@@ -17,131 +17,30 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
-import psutil
 import psycopg
 import pytest
 
 from engram_site.providers import embedding
 from memories.models import EnrichmentFailure, Memory
-from tests.conftest import make_client
+from tests.factories import make_client, search, write
 from tests.scripts.http_writer import call
 from tests.support import (
     PrivatePostgres,
+    PrivateRedis,
     base_env,
     celery_worker,
-    free_port,
     manage,
-    redis_reachable,
     test_database_url,
     wait_for,
     web_server,
 )
-
-# --- helpers -----------------------------------------------------------------------------------
-
-
-class Client(threading.Thread):
-    """An API client calling the server in a loop (``request(k)`` -> method, path, body)
-    until told to stop; every call is recorded with its answer and when it happened."""
-
-    def __init__(self, name: str, base: str, token: str, request, stop: threading.Event, timeout: float = 30):
-        super().__init__(name=name)
-        self.base, self.token, self.request, self.stop, self.timeout = base, token, request, stop, timeout
-        self.calls: list[dict] = []
-
-    def run(self) -> None:
-        k = 0
-        while not self.stop.is_set():
-            method, path, body = self.request(k)
-            started = time.monotonic()
-            status, payload, headers = call(method, self.base + path, self.token, body, timeout=self.timeout)
-            self.calls.append(
-                {"body": body, "status": status, "payload": payload, "headers": headers, "started": started,
-                 "ended": time.monotonic()}
-            )  # fmt: skip
-            k += 1
-            time.sleep(0.02)
-
-    def answered_ok_since(self, moment: float) -> int:
-        return sum(c["status"] in (200, 201) and c["started"] > moment for c in list(self.calls))
-
-
-def run_clients(clients: list[Client], stop: threading.Event):
-    for client in clients:
-        client.start()
-
-    def finish():
-        stop.set()
-        for client in clients:
-            client.join(timeout=120)
-
-    return finish
-
-
-def server_workers(base: str) -> set[int]:
-    """PIDs of the gunicorn worker processes behind ``base`` (children of its master,
-    which this test process started)."""
-    bind = base.removeprefix("http://")
-    for child in psutil.Process().children():
-        if bind in child.cmdline():
-            return {p.pid for p in child.children()}
-    raise AssertionError(f"no gunicorn master for {base}")
-
-
-def unhandled_errors(log: Path) -> list[str]:
-    """Requests that failed with an unhandled exception, as the server logged them (Django's
-    "Internal Server Error", gunicorn's "Error handling request"). Tracebacks of handled
-    errors (a 503's cause, the advisory access-time flush) are not counted."""
-    text = log.read_text(errors="replace") if log.exists() else ""
-    lines = text.splitlines()
-    found = []
-    for i, line in enumerate(lines):
-        if "Internal Server Error" in line or "Error handling request" in line:
-            found.append("\n".join(lines[i : i + 40]))
-    return found
-
-
-PROVISION = """
-import json
-from django.conf import settings
-from django.contrib import auth
-from django.contrib.sessions.backends.db import SessionStore
-from memories.services.buckets import bucket_create
-from tenants import services
-tenant = services.tenant_create(name="Faults")
-bucket = bucket_create(tenant=tenant, name="load")
-token = services.token_issue(tenant=tenant, name="load", scopes=["read", "write"])
-# An operator logged in to the console (a session in the database, as after a login).
-user = auth.get_user_model().objects.create_superuser("operator", "operator@example.com", "a-long-passphrase-41")
-session = SessionStore()
-session[auth.SESSION_KEY] = str(user.pk)
-session[auth.BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
-session[auth.HASH_SESSION_KEY] = user.get_session_auth_hash()
-session.create()
-print(json.dumps({"bucket": str(bucket.pk), "token": token.secret,
-                  "cookie": f"{settings.SESSION_COOKIE_NAME}={session.session_key}"}))
-"""
-
-
-def page(url: str, cookie: str) -> tuple[int, str]:
-    """A console page as a logged-in operator's browser gets it."""
-    request = urllib.request.Request(url, headers={"Cookie": cookie})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
+from tests.support.load import PROVISION, Client, page, run_clients, server_workers, unhandled_errors
 
 # --- the database restarted under load ----------------------------------------------------------
 
@@ -191,7 +90,8 @@ def test_database_restart_under_load_answers_503_then_recovers_without_losing_a_
                 down_at = time.monotonic()
                 pg.stop()
                 console.append(page(base + "/admin/", cookie))
-                time.sleep(4)  # clients keep going against a dead database
+                # Clients keep going against a dead database until each has been answered so.
+                wait_for(lambda: all(c.answered_since(down_at, 503) for c in clients), timeout=90)
                 pg.start()
                 up_at = time.monotonic()
                 # The same server process reconnects by itself: every client is answered again.
@@ -250,32 +150,6 @@ def test_database_restart_under_load_answers_503_then_recovers_without_losing_a_
 # --- the broker restarted under load ------------------------------------------------------------
 
 
-class PrivateRedis:
-    """A redis-server of this test, on a free port, without persistence: a restart loses
-    every queued and unacknowledged message, the worst a broker outage can do."""
-
-    def __init__(self, folder: Path):
-        self.port, self.folder = free_port(), folder
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.folder)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        wait_for(lambda: redis_reachable(self.url), timeout=30, proc=self.proc)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-
-
 @pytest.fixture
 def sweep_every_second(db):
     """The default beat schedules, with the enrichment sweep due every second."""
@@ -321,7 +195,8 @@ def test_broker_restarted_under_load_loses_no_write_and_no_enrichment(tenant, bu
                 wait_for(lambda: all(w.answered_ok_since(0) >= 3 for w in writers), timeout=90)
                 down_at = time.monotonic()
                 broker.stop()
-                time.sleep(4)  # writes go on without a broker
+                # Writes go on without a broker: each writer gets three more acknowledged first.
+                wait_for(lambda: all(w.answered_ok_since(down_at) >= 3 for w in writers), timeout=90)
                 broker.start()
                 up_at = time.monotonic()
                 wait_for(lambda: all(w.answered_ok_since(up_at) >= 3 for w in writers), timeout=60)
@@ -381,19 +256,6 @@ def faulty_encode(fault: str, real):
     return encode
 
 
-def write(api, bucket, contents) -> list[str]:
-    body = {"memories": [{"content": c} for c in contents], "sequence": False}
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", body, format="json")
-    assert response.status_code == 201, response.content
-    return [r["id"] for r in response.json()["results"]]
-
-
-def search(api, bucket, query, mode) -> dict:
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, "mode": mode}, format="json")
-    assert response.status_code == 200, response.content
-    return response.json()
-
-
 @pytest.fixture
 def model(monkeypatch):
     """The real model, whose ``encode`` a test may replace; query embeddings are not cached across tests."""
@@ -411,14 +273,14 @@ def test_a_model_failing_at_run_time_loses_no_write_search_says_keyword_and_the_
     from memories.services import memories_enrich_all_pending
 
     monkeypatch.setattr(model, "encode", faulty_encode(fault, model.encode))
-    ids = write(api, bucket, CORPUS)
+    ids = write(bucket, *CORPUS, api=api, sequence=False)
     rows = Memory.objects.filter(pk__in=ids)
     assert rows.count() == len(CORPUS)
     assert not rows.filter(embedding__isnull=False).exists()  # stored without a vector, not with garbage
     assert not rows.filter(text_lemmatized__isnull=True).exists()
     assert api.get(f"/api/v1/memories/{ids[4]}").json()["enrichment"]["embedding"] == "pending"
     for mode in ("hybrid", "vector"):
-        body = search(api, bucket, "ThinkPad laptop", mode)
+        body = search(api, bucket, "ThinkPad laptop", mode=mode)
         assert body["mode_used"] == "keyword" and "unavailable" in body["warnings"][0]
         assert body["results"][0]["id"] == ids[4]
 
@@ -427,7 +289,7 @@ def test_a_model_failing_at_run_time_loses_no_write_search_says_keyword_and_the_
     assert report.embedded == len(CORPUS) and report.failed == 0
     vectors = np.array([np.asarray(v) for v in rows.values_list("embedding", flat=True)])
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
-    body = search(api, bucket, "what kind of canine companion do I have", "vector")
+    body = search(api, bucket, "what kind of canine companion do I have", mode="vector")
     assert body["mode_used"] == "vector" and body["results"][0]["id"] == ids[0]
 
 
@@ -436,7 +298,9 @@ def test_one_text_the_model_cannot_embed_holds_back_no_other_row(api, bucket, mo
     from memories.services import memories_enrich_all_pending
 
     monkeypatch.setattr(model, "encode", faulty_encode("poisoned-text", model.encode))
-    ids = write(api, bucket, [*CORPUS[:2], "This poison text makes the model return NaN.", *CORPUS[2:]])
+    ids = write(
+        bucket, *CORPUS[:2], "This poison text makes the model return NaN.", *CORPUS[2:], api=api, sequence=False
+    )
     rows = Memory.objects.filter(pk__in=ids)
     assert list(rows.filter(embedding__isnull=True).values_list("pk", flat=True)) == [uuid.UUID(ids[2])]
     # The sweep retries it, records the failure (its retry time backs off), and does not loop on it.

@@ -39,7 +39,7 @@ from sources.services.process import source_process
 from sources.services.submit import source_submit_document
 from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket
-from tests.conftest import make_client
+from tests.factories import make_client
 from tests.support import base_env, test_database_url, web_server
 
 pytestmark = pytest.mark.django_db
@@ -797,6 +797,7 @@ def raw_request(port: int, method: str, path: str, body: bytes | None = None, he
         connection.close()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_hostile_bodies_through_gunicorn(server):
     port, log = server
@@ -871,6 +872,7 @@ def get_with_type(port: int, path: str, headers: dict | None = None) -> tuple[in
         connection.close()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_over_long_urls_answer_414_in_the_error_shape_through_gunicorn(server):
     port, log = server

@@ -30,11 +30,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
-from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
 from django.test import Client, RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
@@ -48,8 +46,7 @@ from django_celery_beat.models import (
 
 from audit.services import Actor, audit_record
 from engram_site.models import JobRun, JobStatus
-from graph.models import Edge, Entity, Mention
-from maintenance.models import ConflictCandidate, DuplicateCandidate
+from maintenance.models import ConflictCandidate
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryEvent
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from memories.services.buckets import bucket_create
@@ -58,7 +55,8 @@ from sources.services.submit import source_submit_document
 from tenants import services
 from tenants.models import OperatorMembership, Scope
 from tenants.permissions import required_scope
-from tests.conftest import make_client
+from tests.factories import make_client, make_duplicate_candidate, make_graph_fact
+from tests.support.db import assert_unchanged, db_snapshot
 from webhooks.models import WebhookDelivery, WebhookSubscription
 
 pytestmark = pytest.mark.django_db
@@ -88,27 +86,6 @@ def _memories(bucket, *contents) -> list:
     return [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
 
 
-def _graph(bucket, memory_id, mark: str):
-    person = Entity.objects.create(
-        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, name=f"{mark} Marta", normalized_name=f"{mark} marta",
-        type="PERSON", mention_count=1,
-    )  # fmt: skip
-    Mention.objects.create(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=memory_id, entity=person)
-    edge = Edge.objects.create(
-        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, subject=person, predicate="lives_in",
-        object_literal=f"{mark} Porto", functional_key=f"{person.pk}:lives_in", valid_from=timezone.now(),
-        source_memory_id=memory_id,
-    )  # fmt: skip
-    return person, edge
-
-
-def _candidate(bucket, x, y) -> DuplicateCandidate:
-    a, b = sorted([x, y])
-    return DuplicateCandidate.objects.create(
-        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_a_id=a, memory_b_id=b, similarity=0.97
-    )
-
-
 def _conflict(bucket, x, y) -> ConflictCandidate:
     a, b = sorted([x, y])
     return ConflictCandidate.objects.create(
@@ -126,7 +103,7 @@ def world(tenant, other_tenant) -> World:
     m1, m2, m3 = _memories(a1, *contents, f"{A_MARK} Marta once kept a diary, now deleted.")
     memory_delete(memory=Memory.objects.get(pk=m3))
     _memories(a2, f"{A_MARK} The second bucket remembers the tide tables.")
-    entity, edge = _graph(a1, m1, A_MARK)
+    entity, edge = make_graph_fact(a1, m1, A_MARK)
     source = source_submit_document(bucket=a1, title=f"{A_MARK} notes", text=f"{A_MARK} Marta likes tea.").source
     token = services.token_issue(tenant=tenant, name=f"{A_MARK}-token", scopes=["read"]).token
     event = audit_record(
@@ -148,7 +125,7 @@ def world(tenant, other_tenant) -> World:
     objects = {
         "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
         "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
-        "candidate": _candidate(a1, m1, m2), "conflict": _conflict(a1, m1, m2), "token": token,
+        "candidate": make_duplicate_candidate(a1, m1, m2), "conflict": _conflict(a1, m1, m2), "token": token,
         "failure": EnrichmentFailure.objects.get(memory_id=m1),
         "event": event, "membership": membership, "user_a": user_a, "group": group,
         "jobrun": JobRun.objects.create(name=f"{A_MARK}_job", status=JobStatus.FAILED, started_at=now, error=A_MARK),
@@ -163,8 +140,8 @@ def world(tenant, other_tenant) -> World:
     # Tenant B: its own rows (so its lists are not trivially empty) and its operator, who
     # holds every permission there is and is a member of B only.
     b_ids = _memories(b1, f"{B_MARK} Bruno sails to Lisbon.", f"{B_MARK} Bruno sails toward Lisbon.")
-    b_entity, b_edge = _graph(b1, b_ids[0], B_MARK)
-    _candidate(b1, *b_ids)
+    b_entity, b_edge = make_graph_fact(b1, b_ids[0], B_MARK)
+    make_duplicate_candidate(b1, *b_ids)
     failures_record(stage="graph", errors={b_ids[0]: f"{B_MARK} the extractor tripped over Bruno"})
     _conflict(b1, *b_ids)
     source_submit_document(bucket=b1, title=f"{B_MARK} notes", text=f"{B_MARK} Bruno likes coffee.")
@@ -191,35 +168,6 @@ def _memory(pk):
 
 
 # --- the database, before and after ------------------------------------------------------------------
-
-SNAPSHOT_APPS = {"tenants", "memories", "graph", "maintenance", "audit", "sources", "auth", "admin",
-                 "django_celery_beat", "webhooks"}  # fmt: skip
-# Written on every authenticated API request (at most once a minute): not a change to tenant data.
-VOLATILE_COLUMNS = ["last_used_at"]
-
-
-def db_snapshot() -> dict[str, tuple[int, str]]:
-    tables = sorted(
-        {m._meta.db_table for m in apps.get_models(include_auto_created=True) if m._meta.app_label in SNAPSHOT_APPS}
-    )
-    state = {}
-    with connection.cursor() as cur:
-        for table in tables:
-            cur.execute(
-                f"""
-                SELECT count(*), coalesce(md5(string_agg(h, ',' ORDER BY h)), '')
-                FROM (SELECT md5((to_jsonb(t) - %s::text[])::text) AS h FROM {connection.ops.quote_name(table)} t) rows
-                """,
-                [VOLATILE_COLUMNS],
-            )
-            state[table] = cur.fetchone()
-    return state
-
-
-def assert_unchanged(before: dict, what: str) -> None:
-    after = db_snapshot()
-    changed = [t for t in before if before[t] != after[t]]
-    assert not changed, f"{what} changed the database: {changed}"
 
 
 def random_id(obj) -> str:
@@ -1022,7 +970,7 @@ def agent_world(tenant) -> AgentWorld:
         ]
         m1, m2, m3 = [r.id for r in memories_ingest(bucket=bucket, items=items, sequence=False)]
         memory_delete(memory=Memory.objects.get(pk=m3))
-        entity, edge = _graph(bucket, m1, mark)
+        entity, edge = make_graph_fact(bucket, m1, mark)
         source = source_submit_document(
             bucket=bucket, title=f"{mark} notes", text=f"{mark} Marta likes tea.", agent_id=agent
         ).source

@@ -10,7 +10,7 @@ import pytest
 
 from maintenance.models import ConflictCandidate
 from memories.services import MemoryInput, memories_ingest
-from tests.conftest import make_client
+from tests.factories import make_client
 from webhooks.models import DeliveryStatus, WebhookDelivery, WebhookSubscription
 
 pytestmark = pytest.mark.django_db

@@ -16,9 +16,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -28,8 +25,19 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support import ROOT, TcpPostgres, base_env, free_port, http_get, manage, wait_for
-from tests.system.test_faults import PROVISION, Client, PrivateRedis, run_clients, unhandled_errors
+from tests.support import (
+    PrivateRedis,
+    Process,
+    TcpPostgres,
+    base_env,
+    beat_process,
+    free_port,
+    manage,
+    wait_for,
+    web_process,
+    worker_process,
+)
+from tests.support.load import PROVISION, Client, run_clients, unhandled_errors
 
 pytestmark = pytest.mark.slow
 
@@ -44,61 +52,6 @@ PeriodicTask.objects.filter(name__in=["engram: enrichment sweep", "engram: graph
     interval=every_second, crontab=None
 )
 """
-
-
-class Process:
-    """A command in its own process group, restartable; its output appended to ``log``."""
-
-    def __init__(self, cmd: list[str], env: dict[str, str], log: Path, ready):
-        self.cmd, self.env, self.log, self.ready = cmd, env, log, ready
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as handle:
-            self.proc = subprocess.Popen(
-                self.cmd, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        wait_for(self.ready, timeout=120, proc=self.proc)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=30)
-        self.kill()
-
-
-def web(env: dict[str, str], port: int, log: Path) -> Process:
-    base = f"http://127.0.0.1:{port}"
-    cmd = [
-        sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
-        "--config", "python:engram_site.gunicorn_config", "--bind", f"127.0.0.1:{port}",
-        "--workers", "1", "--threads", "4", "--timeout", "120", "--no-control-socket",
-    ]  # fmt: skip
-    return Process(cmd, env, log, lambda: http_get(base + "/health")[0] == 200)
-
-
-def worker(env: dict[str, str], name: str, log: Path) -> Process:
-    cmd = [
-        sys.executable, "-m", "celery", "-A", "engram_site", "worker", "--concurrency", "1",
-        "--queues", env["ENGRAM_QUEUE"], "--loglevel", "info", "--without-mingle", "--without-gossip",
-        "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h",
-    ]  # fmt: skip
-    return Process(cmd, env, log, lambda: " ready." in log.read_text(errors="replace")[-20000:])
-
-
-def beat(env: dict[str, str], log: Path) -> Process:
-    cmd = [
-        sys.executable, "-m", "celery", "-A", "engram_site", "beat", "--loglevel", "info",
-        "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
-    ]  # fmt: skip
-    return Process(cmd, env, log, lambda: "beat: Starting" in log.read_text(errors="replace"))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -158,9 +111,12 @@ def test_killing_a_web_server_and_a_worker_under_load_loses_nothing(pg_home, tmp
         web_env = {**env, "ENGRAM_EMBEDDINGS": "off"}
         ports = [free_port(), free_port()]
         bases = [f"http://127.0.0.1:{port}" for port in ports]
-        web_a, web_b = web(web_env, ports[0], tmp_path / "web-a.log"), web(web_env, ports[1], tmp_path / "web-b.log")
-        worker_1, worker_2 = worker(env, "w1", tmp_path / "w1.log"), worker(env, "w2", tmp_path / "w2.log")
-        scheduler = beat(env, tmp_path / "beat.log")
+        web_a = web_process(web_env, port=ports[0], log=tmp_path / "web-a.log")
+        web_b = web_process(web_env, port=ports[1], log=tmp_path / "web-b.log")
+        queue = env["ENGRAM_QUEUE"]
+        worker_1 = worker_process(env, queue=queue, name="w1", log=tmp_path / "w1.log")
+        worker_2 = worker_process(env, queue=queue, name="w2", log=tmp_path / "w2.log")
+        scheduler = beat_process(env, log=tmp_path / "beat.log")
         processes += [web_a, web_b, worker_1, worker_2, scheduler]
         for process in processes:
             process.start()
@@ -190,7 +146,15 @@ def test_killing_a_web_server_and_a_worker_under_load_loses_nothing(pg_home, tmp
             killed_at = time.monotonic()
             web_a.kill()
             worker_1.kill()
-            time.sleep(3)  # the load goes on against what is left
+            # The load goes on against what is left: until every client of the killed server has
+            # been refused and every client of the other one answered again.
+            wait_for(
+                lambda: (
+                    all(c.answered_since(killed_at, 0) for c in clients if c not in on_b)
+                    and all(c.answered_ok_since(killed_at) >= 3 for c in on_b)
+                ),
+                timeout=120,
+            )
             web_a.start()
             worker_1.start()
             back_at = time.monotonic()

@@ -19,7 +19,7 @@ from engram_site.providers import embedding
 from engram_site.providers.lemmatizer import lemmatize
 from tests.support import base_env, manage, test_database_url
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 # Each app's last migration in the previous release (main as it landed on 2026-11-26, stop 40).
 # When a release lands, move this to its migration leaves.

@@ -13,18 +13,13 @@ from django.core.management import call_command
 from engram_site.exceptions import DomainError
 from graph.models import Mention
 from memories.models import Memory
-from memories.services import MemoryInput, memories_ingest
 from sources.services.submit import MessageInput, source_submit_conversation
 from tenants import services
 from tenants.models import ApiToken
-from tests.conftest import make_client
-from tests.system.test_isolation_matrix import _graph, assert_unchanged, db_snapshot
+from tests.factories import make_client, make_graph_fact, write
+from tests.support.db import assert_unchanged, db_snapshot
 
 pytestmark = pytest.mark.django_db
-
-
-def _write(bucket, content, agent_id=None, **fields):
-    return memories_ingest(bucket=bucket, items=[MemoryInput(content=content, agent_id=agent_id, **fields)])[0].id
 
 
 def _held(tenant, *agents, include_shared=False, scopes=("read", "write")):
@@ -101,7 +96,7 @@ def test_a_token_of_several_agents_must_say_which_and_writes_nothing_otherwise(t
 
 
 def test_an_edit_cannot_hand_a_memory_to_another_agent_or_make_it_shared(tenant, bucket):
-    memory_id = _write(bucket, "Alfa's own note.", "alfa")
+    memory_id = write(bucket, "Alfa's own note.", agent_id="alfa")[0]
     client = _held(tenant, "alfa", "beta")
     before = db_snapshot()
     for change in ({"agent_id": "gamma"}, {"agent_id": None}):
@@ -113,8 +108,8 @@ def test_an_edit_cannot_hand_a_memory_to_another_agent_or_make_it_shared(tenant,
 
 
 def test_shared_memories_are_read_only_with_include_shared_and_missing_without(tenant, bucket):
-    shared_id = _write(bucket, "The tide tables hang by the door.")
-    _write(bucket, "Alfa checks the tide tables.", "alfa")
+    shared_id = write(bucket, "The tide tables hang by the door.")[0]
+    write(bucket, "Alfa checks the tide tables.", agent_id="alfa")[0]
     with_shared, without = _held(tenant, "alfa", include_shared=True), _held(tenant, "alfa")
     url = f"/api/v1/memories/{shared_id}"
 
@@ -145,7 +140,7 @@ def test_a_token_held_to_agents_cannot_create_or_change_buckets(tenant, bucket):
 
 
 def test_a_runs_context_is_drawn_only_from_memories_the_writer_may_read(tenant, bucket):
-    _write(bucket, "Beta hid the spare key under the mat.", "beta", run_id="r1")
+    write(bucket, "Beta hid the spare key under the mat.", agent_id="beta", run_id="r1")[0]
     client = _held(tenant, "alfa")
     url = f"/api/v1/buckets/{bucket.pk}/memories"
     first = client.post(url, {"content": "Alfa waters the ferns.", "run_id": "r1"}, format="json")
@@ -161,14 +156,14 @@ def test_a_runs_context_is_drawn_only_from_memories_the_writer_may_read(tenant, 
 
 def test_an_entity_counts_only_the_mentions_the_token_may_read(tenant, bucket):
     alfa_id, beta_id = (
-        _write(bucket, "Marta sails with alfa.", "alfa"),
-        _write(bucket, "Marta sails with beta.", "beta"),
+        write(bucket, "Marta sails with alfa.", agent_id="alfa")[0],
+        write(bucket, "Marta sails with beta.", agent_id="beta")[0],
     )
-    entity, _edge = _graph(bucket, alfa_id, "shared")
+    entity, _edge = make_graph_fact(bucket, alfa_id, "shared")
     Mention.objects.create(tenant_id=tenant.pk, bucket_id=bucket.pk, memory_id=beta_id, entity=entity)
     entity.mention_count = 2
     entity.save(update_fields=["mention_count"])
-    _graph(bucket, beta_id, "beta")  # an entity and an edge of beta's alone
+    make_graph_fact(bucket, beta_id, "beta")  # an entity and an edge of beta's alone
     listed = _held(tenant, "alfa").get(f"/api/v1/buckets/{bucket.pk}/entities").json()["results"]
     assert [(e["name"], e["mention_count"]) for e in listed] == [("shared Marta", 1)]
     assert make_client(tenant).get(f"/api/v1/entities/{entity.pk}").json()["mention_count"] == 2
@@ -207,8 +202,8 @@ def test_the_graph_signal_walks_only_the_edges_of_memories_the_token_may_read(te
 
     from graph.models import Edge, Entity
 
-    beta_id = _write(bucket, "Marta Quill knows Olek Brand.", "beta")
-    alfa_id = _write(bucket, "Olek Brand repairs clocks.", "alfa")
+    beta_id = write(bucket, "Marta Quill knows Olek Brand.", agent_id="beta")[0]
+    alfa_id = write(bucket, "Olek Brand repairs clocks.", agent_id="alfa")[0]
     marta, olek = (
         Entity.objects.create(tenant_id=tenant.pk, bucket_id=bucket.pk, name=name, normalized_name=name.lower(),
                               type="PERSON", mention_count=1)
@@ -231,7 +226,7 @@ def test_a_memorys_source_is_named_only_when_the_token_may_read_it(tenant, bucke
     from sources.models import SourceChunk, SourceChunkMemory
     from sources.services.submit import source_submit_document
 
-    memory_id = _write(bucket, "Alfa likes green tea.", "alfa")
+    memory_id = write(bucket, "Alfa likes green tea.", agent_id="alfa")[0]
     theirs = source_submit_document(bucket=bucket, title="Beta's notes", text="Alfa likes green tea.", agent_id="beta")
     chunk = SourceChunk.objects.get(source_id=theirs.source.pk)
     SourceChunkMemory.objects.create(source_id=theirs.source.pk, chunk=chunk, memory_id=memory_id, created=False)
@@ -242,7 +237,7 @@ def test_a_memorys_source_is_named_only_when_the_token_may_read_it(tenant, bucke
 def test_a_source_submitted_by_a_token_held_to_agents_draws_its_context_from_what_it_may_read(tenant, bucket):
     from sources.services.process import source_process
 
-    _write(bucket, "Beta hid the spare key under the mat.", "beta", run_id="r1")
+    write(bucket, "Beta hid the spare key under the mat.", agent_id="beta", run_id="r1")[0]
     client = _held(tenant, "alfa")
     body = {"messages": [{"role": "user", "content": "I water the ferns every Sunday."}], "run_id": "r1"}
     submitted = client.post(f"/api/v1/buckets/{bucket.pk}/conversations", body, format="json")

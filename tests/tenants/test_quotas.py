@@ -14,7 +14,7 @@ from sources.models import Source
 from tenants import usage
 from tenants.models import TenantUsage
 from tenants.quotas import quotas_clean
-from tests.conftest import make_client
+from tests.factories import make_client
 
 pytestmark = pytest.mark.django_db
 
@@ -68,20 +68,20 @@ def test_writes_past_max_memories_are_refused_with_403_and_write_nothing(
 ):
     set_quotas(tenant, max_memories=3)
 
-    def write(body):
+    def post(body):
         # Committed writes are added to the cached count after commit (the test's transaction
         # never commits: run the callbacks as a commit would).
         with django_capture_on_commit_callbacks(execute=True):
             return api.post(memories_url(bucket), body, format="json")
 
-    assert write(batch("alpha fact", "beta fact")).status_code == 201
-    response = write(batch("gamma fact", "delta fact"))
+    assert post(batch("alpha fact", "beta fact")).status_code == 201
+    response = post(batch("gamma fact", "delta fact"))
     assert response.status_code == 403 and response.json()["code"] == "quota_memories"
     assert "max_memories" in response.json()["detail"]
     assert Memory.objects.filter(bucket=bucket).count() == 2
-    assert write({"content": "gamma fact"}).status_code == 201
+    assert post({"content": "gamma fact"}).status_code == 201
     # Within the cached count's lifetime: this process's own write was added to it.
-    assert write({"content": "delta fact"}).status_code == 403
+    assert post({"content": "delta fact"}).status_code == 403
     assert Memory.objects.filter(bucket=bucket).count() == 3
     assert refused(tenant)["memories"] == 2
 

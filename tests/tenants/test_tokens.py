@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from memories.services.buckets import bucket_create
 from tenants import services
 from tenants.models import ApiToken, Tenant
-from tests.conftest import make_client
+from tests.factories import make_client
 
 pytestmark = pytest.mark.django_db
 

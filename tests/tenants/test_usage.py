@@ -17,8 +17,8 @@ from memories.storage import usage_storage_refresh
 from tenants import services as tenant_services
 from tenants import usage
 from tenants.models import TenantUsage
-from tests.conftest import make_client, make_operator
-from tests.console.test_console_browser import SKIP_REASON, browser, console, operator  # noqa: F401 (fixtures)
+from tests.factories import make_client, make_operator
+from tests.support.browser import SKIP_REASON
 
 
 @pytest.fixture(autouse=True)
@@ -135,7 +135,7 @@ def test_quotas_are_set_in_the_tenant_form_and_refusals_show_on_its_page(admin_c
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "ok")
-def test_the_usage_page_draws_real_traffic_in_a_browser(console, operator):  # noqa: F811 (fixtures)
+def test_the_usage_page_draws_real_traffic_in_a_browser(console, superuser):
     tenant = tenant_services.tenant_create(name="Acme")
     bucket = bucket_create(tenant=tenant, name="main")
     secret = tenant_services.token_issue(tenant=tenant, name="agent", scopes=["read", "write"]).secret
@@ -158,7 +158,7 @@ def test_the_usage_page_draws_real_traffic_in_a_browser(console, operator):  # n
     row = TenantUsage.objects.get(tenant=tenant)
     assert (row.memories_written, row.searches) == (4, 3)
 
-    console.login(operator)
+    console.login(superuser)
     console.open("/admin/console/usage/")
     console.find("#chart-searches svg")
     shot = console.shot("usage")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import make_client
+from tests.factories import make_client, write
 
 pytestmark = pytest.mark.django_db
 
@@ -16,14 +16,8 @@ def writer(tenant):
     return make_client(tenant, scopes=["write"])
 
 
-def write(client, bucket, **fields):
-    response = client.post(f"/api/v1/buckets/{bucket.pk}/memories", fields, format="json")
-    assert response.status_code == 201, response.content
-    return response.json()["results"][0]["id"]
-
-
 def test_write_only_patch_answers_the_id_and_no_content(writer, api, bucket):
-    memory_id = write(api, bucket, content=SECRET, metadata={"pin": "4471"}, hint_tags=["vault"])
+    memory_id = write(bucket, SECRET, api=api, metadata={"pin": "4471"}, hint_tags=["vault"])[0]
     assert writer.get(f"/api/v1/memories/{memory_id}").status_code == 403
     response = writer.patch(f"/api/v1/memories/{memory_id}", {}, format="json")
     assert response.status_code == 200
@@ -32,8 +26,8 @@ def test_write_only_patch_answers_the_id_and_no_content(writer, api, bucket):
 
 
 def test_write_only_patch_does_not_return_another_writers_run_context(writer, api, bucket):
-    write(api, bucket, content=SECRET, run_id="run-1")
-    mine = write(writer, bucket, content="I will open the vault later.", run_id="run-1")
+    write(bucket, SECRET, api=api, run_id="run-1")[0]
+    mine = write(bucket, "I will open the vault later.", api=writer, run_id="run-1")[0]
     response = writer.patch(f"/api/v1/memories/{mine}", {"hint_tags": ["later"]}, format="json")
     assert response.status_code == 200
     # Only the id (whose random hex may happen to hold "4471": the content's words are what must be absent).
@@ -42,13 +36,13 @@ def test_write_only_patch_does_not_return_another_writers_run_context(writer, ap
 
 
 def test_write_only_patch_still_applies_the_change(writer, api, bucket):
-    memory_id = write(api, bucket, content="Old wording")
+    memory_id = write(bucket, "Old wording", api=api)[0]
     assert writer.patch(f"/api/v1/memories/{memory_id}", {"content": "New wording"}, format="json").status_code == 200
     assert api.get(f"/api/v1/memories/{memory_id}").json()["content"] == "New wording"
 
 
 def test_a_token_with_read_still_gets_the_whole_memory_from_patch(api, bucket):
-    memory_id = write(api, bucket, content=SECRET, metadata={"pin": "4471"})
+    memory_id = write(bucket, SECRET, api=api, metadata={"pin": "4471"})[0]
     body = api.patch(f"/api/v1/memories/{memory_id}", {}, format="json").json()
     assert body["content"] == SECRET and body["metadata"] == {"pin": "4471"}
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from memories.models import MemoryEvent
-from tests.conftest import make_client, make_operator
+from tests.factories import make_client, make_operator, write
 from tests.support import LoopbackServer, free_port
 from webhooks import services
 from webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookSubscription
@@ -73,17 +73,11 @@ def _subscribe(admin_api, url: str, **extra) -> dict:
     return response.json()
 
 
-def _write(api, bucket, content: str) -> str:
-    response = api.post(f"/api/v1/buckets/{bucket.pk}/memories", {"content": content}, format="json")
-    assert response.status_code == 201, response.content
-    return str(response.json()["results"][0]["id"])
-
-
 def test_receiver_down_for_a_while_gets_every_event_afterwards_with_valid_signatures(api, admin_api, bucket):
     port = free_port()  # nothing listens here yet: the receiver is down
     hook = _subscribe(admin_api, f"http://127.0.0.1:{port}/hook")
-    first = _write(api, bucket, "The boat leaves at dawn.")
-    second = _write(api, bucket, "The harbour closes in winter.")
+    first = write(bucket, "The boat leaves at dawn.", api=api)[0]
+    second = write(bucket, "The harbour closes in winter.", api=api)[0]
     assert api.delete(f"/api/v1/memories/{first}").status_code == 204
 
     start = timezone.now()
@@ -113,7 +107,7 @@ def test_receiver_down_for_a_while_gets_every_event_afterwards_with_valid_signat
 
 def test_a_write_succeeds_with_the_receiver_down_and_queues_nothing_on_the_write_path(api, admin_api, bucket):
     _subscribe(admin_api, f"http://127.0.0.1:{free_port()}/down")
-    memory_id = _write(api, bucket, "Written while the receiver is down.")
+    memory_id = write(bucket, "Written while the receiver is down.", api=api)[0]
     assert MemoryEvent.objects.filter(memory_id=memory_id, kind="created").count() == 1
     # The write recorded its event and nothing else: deliveries are the worker's.
     assert not WebhookDelivery.objects.exists() and not WebhookAttempt.objects.exists()
@@ -123,7 +117,7 @@ def test_attempts_are_listed_and_a_delivery_fails_after_the_last_attempt(api, ad
     settings.ENGRAM_WEBHOOKS_MAX_ATTEMPTS = 2
     with Receiver(status=503) as receiver:
         hook = _subscribe(admin_api, receiver.url + "/hook")
-        _write(api, bucket, "A fact the receiver refuses.")
+        write(bucket, "A fact the receiver refuses.", api=api)[0]
         start = timezone.now()
         services.webhooks_run(now=start)
         assert services.webhooks_run(now=start + timedelta(seconds=5))["failed"] == 1
@@ -147,9 +141,9 @@ def test_a_subscription_gets_only_the_kinds_it_asked_for_and_only_its_tenants(
 ):
     with Receiver() as receiver:
         _subscribe(admin_api, receiver.url, events=["deleted"])
-        memory_id = _write(api, bucket, "Soon deleted.")
+        memory_id = write(bucket, "Soon deleted.", api=api)[0]
         api.delete(f"/api/v1/memories/{memory_id}")
-        _write(make_client(other_tenant), other_bucket, "Another tenant's fact.")
+        write(other_bucket, "Another tenant's fact.", api=make_client(other_tenant))[0]
         services.webhooks_run()
     got = [json.loads(body) for _headers, body in receiver.requests]
     assert [(g["kind"], g["memory_id"]) for g in got] == [("deleted", memory_id)]
@@ -157,10 +151,10 @@ def test_a_subscription_gets_only_the_kinds_it_asked_for_and_only_its_tenants(
 
 @pytest.mark.django_db(transaction=True)  # "before" must be a committed transaction of its own
 def test_a_subscription_starts_with_events_written_after_it(api, admin_api, bucket):
-    _write(api, bucket, "Written before the subscription.")
+    write(bucket, "Written before the subscription.", api=api)[0]
     with Receiver() as receiver:
         _subscribe(admin_api, receiver.url)
-        later = _write(api, bucket, "Written after the subscription.")
+        later = write(bucket, "Written after the subscription.", api=api)[0]
         services.webhooks_run()
     assert [json.loads(body)["memory_id"] for _h, body in receiver.requests] == [later]
 
@@ -168,7 +162,7 @@ def test_a_subscription_starts_with_events_written_after_it(api, admin_api, buck
 def test_a_paused_subscription_sends_nothing_until_resumed(api, admin_api, bucket):
     with Receiver() as receiver:
         hook = _subscribe(admin_api, receiver.url)
-        _write(api, bucket, "While paused.")
+        write(bucket, "While paused.", api=api)[0]
         assert admin_api.patch(f"/api/v1/webhooks/{hook['id']}", {"is_active": False}, format="json").status_code == 200
         services.webhooks_run()
         assert receiver.requests == []
@@ -217,7 +211,7 @@ def test_webhooks_need_the_admin_scope_and_a_whole_tenant_token(api, tenant, buc
 
 def test_deleting_a_subscription_deletes_its_deliveries(api, admin_api, bucket):
     hook = _subscribe(admin_api, f"http://127.0.0.1:{free_port()}/down")
-    _write(api, bucket, "Something to deliver.")
+    write(bucket, "Something to deliver.", api=api)[0]
     services.webhooks_run()
     assert WebhookAttempt.objects.count() == 1
     assert admin_api.delete(f"/api/v1/webhooks/{hook['id']}").status_code == 204
@@ -250,7 +244,7 @@ def test_an_operator_creates_a_subscription_and_sees_its_secret_once(operator, t
 def test_the_delivery_page_lists_every_attempt_escaped(operator, admin_api, api, bucket):
     with Receiver(status=500) as receiver:
         _subscribe(admin_api, receiver.url)
-        _write(api, bucket, "A fact for a broken receiver.")
+        write(bucket, "A fact for a broken receiver.", api=api)[0]
         services.webhooks_run()
     delivery = WebhookDelivery.objects.get()
     WebhookAttempt.objects.filter(delivery=delivery).update(error="<script>alert(1)</script>")
