@@ -79,6 +79,7 @@ class _Erased:
     sequence_id: object
     sequence_index: int | None
     content: str
+    agent_id: str | None
 
 
 class _RollBack(Exception):
@@ -137,11 +138,15 @@ def _erase(
         fields=fields)  # fmt: skip
     erased = [
         _Erased(*row)
-        for row in live.values_list("id", "bucket_id", "sequence_id", "sequence_index", "content").iterator()
+        for row in live.values_list(
+            "id", "bucket_id", "sequence_id", "sequence_index", "content", "agent_id"
+        ).iterator()
     ]
     live_ids = [e.id for e in erased]
     for row_id, row_bucket, row, content in gone.values_list("id", "bucket_id", "row", "content").iterator():
-        erased.append(_Erased(row_id, row_bucket, row.get("sequence_id"), row.get("sequence_index"), content))
+        erased.append(
+            _Erased(row_id, row_bucket, row.get("sequence_id"), row.get("sequence_index"), content, row.get("agent_id"))
+        )
     gone_ids = [e.id for e in erased[len(live_ids) :]]
     ids = live_ids + gone_ids
     counted = collect(
@@ -167,8 +172,11 @@ def _erase(
         cur.execute("DELETE FROM memories WHERE tenant_id = %s AND id = ANY(%s)", [tenant.pk, live_ids])
         report.memories = cur.rowcount
     report.deleted_memories = DeletedMemory.objects.filter(tenant_id=tenant.pk, pk__in=gone_ids).delete()[0]
-    # The change feed: earlier events lose the content, and each memory gets its ``erased`` event.
-    events_erase(tenant_id=tenant.pk, erased=[(e.id, e.bucket_id) for e in erased])
+    # The change feed: earlier events lose the content, and each memory gets its ``erased`` event,
+    # both still held to the memory's agent (or to none when the agent is what is erased).
+    events_erase(
+        tenant_id=tenant.pk, erased=[(e.id, e.bucket_id, e.agent_id) for e in erased], agent_erased="agent_id" in fields
+    )
     report.audit_events_scrubbed = audit_scrub(tenant=tenant, object_ids=ids, texts=said)
     audit_record(
         actor=actor, action="memory.erase", tenant=tenant, object_type="memory", object_ids=ids,

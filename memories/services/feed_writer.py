@@ -118,29 +118,46 @@ def events_bucket_moved(*, source_id: uuid.UUID, target_id: uuid.UUID, tenant_id
     )
 
 
-def events_erase(*, tenant_id: uuid.UUID, erased: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
-    """For an erasure (``erased``: (memory id, bucket id) pairs): take the content and the agent
-    id out of every earlier event of those memories, and record one ``erased`` event each,
-    without content. Returns how many earlier events were scrubbed."""
+# The agent of the events of an erased agent's memories: no token is held to an empty agent id
+# (tenants.services.parse_agent_ids), and it is not null, which would make them shared; so
+# only the tokens that read every agent's memories see them, as they saw the memories.
+ERASED_AGENT = ""
+
+
+def events_erase(
+    *, tenant_id: uuid.UUID, erased: Sequence[tuple[uuid.UUID, uuid.UUID, str | None]], agent_erased: bool
+) -> int:
+    """For an erasure (``erased``: (memory id, bucket id, the memory's agent id) triples): take
+    the content out of every earlier event of those memories, and record one ``erased`` event
+    each, without content. The events stay held to the memory's agent, so that a token held to
+    other agents sees them no more than it saw the memory; when the agent id is what is erased
+    (``agent_erased``), an event that had an agent keeps :data:`ERASED_AGENT` instead of it.
+    Returns how many earlier events were scrubbed."""
     if not erased:
         return 0
-    ids = [memory_id for memory_id, _bucket in erased]
+    ids = [memory_id for memory_id, _bucket, _agent in erased]
+    agents = [
+        (ERASED_AGENT if agent_erased else agent) if agent is not None else None for _memory, _bucket, agent in erased
+    ]
     with connection.cursor() as cur:
         # idx_events_memory finds each memory's events.
         cur.execute(
             """
-            UPDATE memory_events SET payload = (payload - 'content') || '{"erased": true}'::jsonb, agent_id = NULL
+            UPDATE memory_events
+            SET payload = (payload - 'content') || '{"erased": true}'::jsonb,
+                agent_id = CASE WHEN agent_id IS NOT NULL AND %s THEN %s ELSE agent_id END
             WHERE memory_id = ANY(%s) AND tenant_id = %s
             """,
-            [ids, tenant_id],
+            [agent_erased, ERASED_AGENT, ids, tenant_id],
         )
         scrubbed = cur.rowcount
         cur.execute(
             """
-            INSERT INTO memory_events (tenant_id, bucket_id, memory_id, kind, payload)
-            SELECT %s, e.bucket_id, e.id, 'erased', '{}'::jsonb FROM unnest(%s::uuid[], %s::uuid[]) AS e(id, bucket_id)
+            INSERT INTO memory_events (tenant_id, bucket_id, memory_id, agent_id, kind, payload)
+            SELECT %s, e.bucket_id, e.id, e.agent_id, 'erased', '{}'::jsonb
+            FROM unnest(%s::uuid[], %s::uuid[], %s::text[]) AS e(id, bucket_id, agent_id)
             """,
-            [tenant_id, ids, [bucket for _memory, bucket in erased]],
+            [tenant_id, ids, [bucket for _memory, bucket, _agent in erased], agents],
         )
     return scrubbed
 

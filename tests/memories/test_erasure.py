@@ -357,3 +357,44 @@ def test_the_audit_scrub_replaces_whole_and_cut_quotes_only(tenant):
                              "count": 3}  # fmt: skip
     untouched.refresh_from_db()
     assert untouched.details == {"contents": [text]}
+
+
+def _event_memories(client, bucket) -> dict:
+    """{memory id: [event kinds]} of the bucket's feed as ``client`` reads it."""
+    response = client.get(f"/api/v1/buckets/{bucket.pk}/events", {"limit": 500})
+    assert response.status_code == 200, response.content
+    seen: dict = {}
+    for event in response.json()["events"]:
+        seen.setdefault(event["memory_id"], []).append(event["kind"])
+    return seen
+
+
+def test_an_erased_agents_feed_events_stay_out_of_other_agents_sight(tenant, bucket, admin_api):
+    """Issue 46, item 5: erasing an agent set the agent of its memories' events to null and
+    wrote the erased events without one, so a token held to another agent that may read shared
+    memories saw their ids, kinds, changed fields and times in the feed."""
+    [gone] = ingest(bucket, "Erase-me keeps a diary.", agent="erase-me")
+    [kept] = ingest(bucket, "Alfa likes tea.", agent="alfa")
+    [shared] = ingest(bucket, "The office opens at nine.", agent=None)
+    assert admin_api.patch(f"/api/v1/memories/{gone}", {"importance": 0.9}, format="json").status_code == 200
+    other = make_client(tenant, scopes=("read",), agent_ids=["alfa"], include_shared=True)
+    whole = make_client(tenant, scopes=("read",))
+    assert str(gone) not in _event_memories(other, bucket)
+
+    assert erase(admin_api, agent_id="erase-me").status_code == 200
+    seen = _event_memories(other, bucket)
+    assert str(gone) not in seen
+    assert set(seen) == {str(kept), str(shared)}
+    # A reader of the whole bucket learns of the erasure (a replica must drop the memory).
+    assert _event_memories(whole, bucket)[str(gone)] == ["created", "updated", "erased"]
+
+
+def test_erasing_by_run_keeps_the_events_held_to_their_agent(tenant, bucket, admin_api):
+    [memory] = [r.id for r in memories_ingest(
+        bucket=bucket, items=[MemoryInput(content="Alfa ran a survey.", agent_id="alfa", run_id="run-9")]
+    )]  # fmt: skip
+    alfa = make_client(tenant, scopes=("read",), agent_ids=["alfa"])
+    beta = make_client(tenant, scopes=("read",), agent_ids=["beta"], include_shared=True)
+    assert erase(admin_api, run_id="run-9").status_code == 200
+    assert _event_memories(alfa, bucket) == {str(memory): ["created", "erased"]}
+    assert str(memory) not in _event_memories(beta, bucket)

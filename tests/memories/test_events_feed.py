@@ -19,7 +19,7 @@ from memories import feed_reader
 from memories.models import Memory, MemoryEvent
 from memories.services import MemoryInput, memories_erase, memories_ingest
 from memories.services.buckets import bucket_create
-from memories.services.feed_writer import events_expire, events_trim
+from memories.services.feed_writer import ERASED_AGENT, events_expire, events_trim
 from memories.services.supersession import memory_supersede
 from tenants import services as tenant_services
 from tests.factories import write
@@ -70,7 +70,10 @@ def test_feed_records_every_kind_of_change_in_order(api, admin_api, bucket):
         if event["memory_id"] in (first, second) and event["kind"] != "erased":
             assert "content" not in event["data"] and event["data"]["erased"] is True
     assert "Ana" not in str(after)
-    assert not MemoryEvent.objects.filter(memory_id__in=[first, second]).exclude(agent_id=None).exists()
+    # The erased agent id is gone from the events too; they stay held to an agent (an empty id no
+    # token is held to), so a token held to other agents does not see them (issue 46, item 5).
+    agents = set(MemoryEvent.objects.filter(memory_id__in=[first, second]).values_list("agent_id", flat=True))
+    assert agents == {ERASED_AGENT}
 
 
 @pytest.mark.django_db
