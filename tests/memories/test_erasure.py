@@ -373,9 +373,9 @@ def test_an_erased_agents_feed_events_stay_out_of_other_agents_sight(tenant, buc
     """Issue 46, item 5: erasing an agent set the agent of its memories' events to null and
     wrote the erased events without one, so a token held to another agent that may read shared
     memories saw their ids, kinds, changed fields and times in the feed."""
-    [gone] = ingest(bucket, "Erase-me keeps a diary.", agent="erase-me")
-    [kept] = ingest(bucket, "Alfa likes tea.", agent="alfa")
-    [shared] = ingest(bucket, "The office opens at nine.", agent=None)
+    [gone] = write(bucket, "Erase-me keeps a diary.", agent_id="erase-me", sequence=False)
+    [kept] = write(bucket, "Alfa likes tea.", agent_id="alfa", sequence=False)
+    [shared] = write(bucket, "The office opens at nine.", sequence=False)
     assert admin_api.patch(f"/api/v1/memories/{gone}", {"importance": 0.9}, format="json").status_code == 200
     other = make_client(tenant, scopes=("read",), agent_ids=["alfa"], include_shared=True)
     whole = make_client(tenant, scopes=("read",))
