@@ -4,6 +4,8 @@ Django bounds a drill-down period by the start of the next one (the next year, m
 which does not exist for the last of the calendar: ``?created_at__year=9999`` raised a
 ValueError and the month and day of 31 December 9999 an OverflowError, a 500 for rows already
 stored that late. Such a period here runs to the end of time instead: ``>= start``, no ``<``.
+A year, month or day too large for a date at all (``?created_at__year=99999999999999999999``)
+is an invalid lookup, as one that is not a number: Django's redirect with ``?e=1``, not a 500.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.utils.timezone import make_aware
 
@@ -36,11 +39,14 @@ class SafeDateHierarchyChangeList(ChangeList):
 
 def _period_start(year, month, day) -> datetime | None:
     """The period's first moment, or None when there is no period or Django should judge it
-    (a value that is not a date is Django's IncorrectLookupParameters)."""
+    (a value that is not a date is Django's IncorrectLookupParameters). A number too large for
+    a date raises IncorrectLookupParameters here: Django's own check lets OverflowError through."""
     if year is None:
         return None
     try:
         return datetime(int(year[-1]), int(month[-1]) if month else 1, int(day[-1]) if day else 1)
+    except OverflowError as exc:
+        raise IncorrectLookupParameters(exc) from exc
     except (TypeError, ValueError):
         return None
 

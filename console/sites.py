@@ -16,12 +16,25 @@ from __future__ import annotations
 import functools
 
 from django.contrib import admin
+from django.core.exceptions import BadRequest
 from django.urls import path, reverse
 
 from console.login import ThrottledAuthenticationForm
 from console.scoping import enter_operator_scope, superuser_only
 from console.selectors import console_summary
 from console.views import bucket_merge, conflicts, duplicates, entities, health, home, playground, topics, usage
+
+
+def refuse_nul(request) -> None:
+    """Raise BadRequest (400) when a query parameter or a form field of ``request``, name or
+    value, holds a NUL: PostgreSQL text cannot hold one, so it would otherwise reach the
+    database from a filter, a search or a form the console reads by hand, and fail there (a
+    500). The API refuses them in its serializers; Django's form fields refuse them too, but
+    the console's pages read many inputs without one."""
+    for values in (request.GET, request.POST):
+        for name, items in values.lists():
+            if "\x00" in name or any("\x00" in item for item in items):
+                raise BadRequest("A NUL character in a text input; nothing was done.")
 
 
 class ConsoleAdminSite(admin.AdminSite):
@@ -37,9 +50,11 @@ class ConsoleAdminSite(admin.AdminSite):
     def admin_view(self, view, cacheable=False):
         # Every page of the console (model admins included) runs in its operator's tenant scope,
         # entered inside the view so that a database outage is still the 503 page; it lasts
-        # until the answer is rendered (engram_site/scoping.py).
+        # until the answer is rendered (engram_site/scoping.py). It is also the one place that
+        # refuses a NUL in what the operator sends (refuse_nul).
         @functools.wraps(view)
         def in_operator_scope(request, *args, **kwargs):
+            refuse_nul(request)
             enter_operator_scope(request)
             return view(request, *args, **kwargs)
 

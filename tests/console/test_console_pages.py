@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth.models import User
@@ -10,10 +11,11 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from engram_site.models import JobRun, JobStatus
+from maintenance.models import ConflictCandidate
 from memories.models import Memory, MemoryAccess
 from memories.services.buckets import bucket_create
 from tenants.models import Bucket
-from tests.factories import make_duplicate_candidate, write
+from tests.factories import make_duplicate_candidate, make_graph_fact, write
 
 pytestmark = pytest.mark.django_db
 
@@ -258,3 +260,79 @@ def test_an_id_that_cannot_name_a_row_changes_nothing_and_is_not_a_server_error(
     assert response.status_code in (302, 404)
     pair.refresh_from_db()
     assert pair.status == "pending"
+
+
+# --- issue 46, item 7: what a logged-in operator sends is never a server error ---------------------
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        ("/admin/memories/memory/", "created_at"),
+        ("/admin/memories/deletedmemory/", "deleted_at"),
+        ("/admin/audit/auditevent/", "created_at"),
+        ("/admin/sources/source/", "created_at"),
+        ("/admin/engram_site/jobrun/", "started_at"),
+        ("/admin/webhooks/webhookdelivery/", "created_at"),
+    ],
+)
+@pytest.mark.parametrize(
+    "period",
+    [{"year": HUGE}, {"year": "2024", "month": HUGE}, {"year": "2024", "month": "1", "day": HUGE}],
+    ids=["year", "month", "day"],
+)
+def test_a_huge_date_in_a_drill_down_is_answered_like_any_bad_date(admin_client, bucket, url, field, period):
+    query = {f"{field}__{part}": value for part, value in period.items()}
+    bad = {f"{field}__{part}": "x" for part in period}
+    response = admin_client.get(url, query)
+    assert response.status_code == admin_client.get(url, bad).status_code == 302
+    assert response["Location"].endswith("?e=1")
+
+
+@pytest.fixture
+def nul_targets(bucket):
+    """The pages the probe found a NUL went through to PostgreSQL on: their ids."""
+    [memory] = write(bucket, "Ana works at Globex in Lisbon.", sequence=False)
+    person, edge = make_graph_fact(bucket, memory, "Nul")
+    other = write(bucket, "Ana does not work at Globex.", sequence=False)[0]
+    a, b = sorted([memory, other])
+    conflict = ConflictCandidate.objects.create(
+        tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_a_id=a, memory_b_id=b, code="work", reason="work",
+        score=0.9,
+    )  # fmt: skip
+    return SimpleNamespace(person=person, edge=edge, conflict=conflict)
+
+
+NUL_REQUESTS = [
+    ("get", "/admin/memories/memory/", lambda t, b: {"agent_id": "\x00"}),
+    ("get", "/admin/memories/memory/", lambda t, b: {"q": "coffee\x00"}),
+    ("get", "/admin/console/entities/{bucket}/", lambda t, b: {"type": "\x00"}),
+    ("get", "/admin/console/topics/{bucket}/memories/", lambda t, b: {"topic": "\x00"}),
+    ("get", "/admin/console/playground/", lambda t, b: {"bucket": str(b.pk), "query": "x\x00"}),
+    ("post", "/admin/console/entities/{bucket}/{person}/", lambda t, b: {"action": "rename", "name": "Marta\x00"}),
+    ("post", "/admin/console/entities/{bucket}/{person}/",
+     lambda t, b: {"action": "edge_fix", "edge": t.edge.pk, "predicate": "lives_in", "object_kind": "text",
+                   "object": "Porto\x00"}),
+    ("post", "/admin/console/conflicts/resolve/",
+     lambda t, b: {"pair": f"{t.conflict.pk}:merge_a", "confirm": "yes", "content": "Ana\x00"}),
+    ("post", "/admin/console/topics/{bucket}/",
+     lambda t, b: {"action": "rename", "rename_from": "work", "rename_to": "jobs\x00", "confirm": "yes"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("method", "path", "data"), NUL_REQUESTS, ids=range(len(NUL_REQUESTS)))
+def test_a_nul_in_any_console_input_is_a_400_and_changes_nothing(admin_client, bucket, nul_targets, method, path, data):
+    before = (Memory.objects.count(), AuditEvent.objects.count(), nul_targets.person.name)
+    url = path.format(bucket=bucket.pk, person=nul_targets.person.pk)
+    response = getattr(admin_client, method)(url, data(nul_targets, bucket))
+    assert response.status_code == 400, (url, response.status_code)
+    nul_targets.person.refresh_from_db()
+    assert (Memory.objects.count(), AuditEvent.objects.count(), nul_targets.person.name) == before
+
+
+def test_a_nul_in_the_login_form_is_a_form_error(client, db):
+    response = client.post("/admin/login/", {"username": "admin\x00", "password": "x\x00"})
+    assert response.status_code == 200
+    assert response.context["form"].errors
