@@ -7,6 +7,13 @@ ENGRAM_WEB_THREADS (4), ENGRAM_RUN_WORKER (1: also start the Celery worker + bea
 ENGRAM_WORKER_CONCURRENCY (2). ``--host`` and ``--port`` override the first two; any other
 argument is refused rather than ignored. gunicorn settings shared with the tests' servers are in
 engram_site/gunicorn_config.py.
+
+SIGINT and SIGTERM stop it, from the first line on: a process started in the background by a
+non-interactive shell (``setsid ./engram serve &``) inherits SIGINT ignored, so both are set
+here before anything else, and the web server and the worker start with their default
+handlers rather than the ignored one. A signal during the start-up (migrations, static files)
+ends it there; once the children run, they are stopped (SIGTERM, then SIGKILL after 30 s) and
+``serve`` exits 0.
 """
 
 from __future__ import annotations
@@ -31,8 +38,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class _Interrupted(BaseException):
+    """A stop asked for during the start-up (a BaseException, like KeyboardInterrupt: no
+    ``except Exception`` on the way swallows it)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _interrupt(signum, frame):
+    raise _Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # Until the children run, either signal ends the start-up where it is (a migration rolls
+    # back); an inherited SIG_IGN is replaced, and is not passed on to the children.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _serve(args)
+    except _Interrupted as stop:
+        print(f"[engram] stopped during start-up ({signal.Signals(stop.signum).name})", flush=True)
+        return 128 + stop.signum
+
+
+def _serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     django.setup()
@@ -49,6 +80,17 @@ def main(argv: list[str] | None = None) -> int:
 
     _metrics_directory(settings.ENGRAM_HOME / "metrics")
     activity.clear()  # markers of an earlier run's web processes (engram_site/activity.py)
+
+    # From here a signal only asks the loop below to stop the children: raised while one of
+    # them is being started, it would leave that one running.
+    stopping = False
+
+    def _stop(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     children: dict[str, subprocess.Popen] = {}
     web_cmd = [
         sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
@@ -83,14 +125,6 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
 
-    stopping = False
-
-    def _stop(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
     exit_code = 0
     while not stopping:
         for name, proc in children.items():
