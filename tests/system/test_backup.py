@@ -40,14 +40,17 @@ call_command("restore", "{path}", "--replace", "--yes")
 """
 SEARCH_SCRIPT = """
 import json
+from engram_site.scoping import scope, scopes_disabled
 from memories.retrieval import memories_search
 from tenants.models import Bucket
-bucket = Bucket.objects.get(id="{bucket}")
+with scopes_disabled():  # cross-tenant: the bucket is found by its id, whoever's it is
+    bucket = Bucket.objects.get(id="{bucket}")
 answers = {{}}
-for mode in ("keyword", "hybrid"):
-    for query in {queries!r}:
-        hits = memories_search(bucket=bucket, query=query, mode=mode, limit=3, record_access=False).hits
-        answers[mode + ":" + query] = [str(hit.id) for hit in hits]
+with scope(tenant=bucket.tenant_id):  # searched as its tenant's request would
+    for mode in ("keyword", "hybrid"):
+        for query in {queries!r}:
+            hits = memories_search(bucket=bucket, query=query, mode=mode, limit=3, record_access=False).hits
+            answers[mode + ":" + query] = [str(hit.id) for hit in hits]
 print("RESULT" + json.dumps(answers))
 """
 

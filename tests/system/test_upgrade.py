@@ -57,13 +57,16 @@ TABLES = {
 
 SEARCH_AFTER_UPGRADE = """
 import json
+from engram_site.scoping import scope, scopes_disabled
 from memories.retrieval import memories_search
 from tenants.models import Bucket
-bucket = Bucket.objects.get(id="{bucket}")
+with scopes_disabled():  # cross-tenant: the bucket is found by its id, whoever's it is
+    bucket = Bucket.objects.get(id="{bucket}")
 found = {{}}
-for mode in ("keyword", "vector"):
-    result = memories_search(bucket=bucket, query="Which city does Alice live in?", mode=mode, record_access=False)
-    found[mode] = [str(hit.id) for hit in result.hits]
+with scope(tenant=bucket.tenant_id):  # searched as its tenant's request would
+    for mode in ("keyword", "vector"):
+        result = memories_search(bucket=bucket, query="Which city does Alice live in?", mode=mode, record_access=False)
+        found[mode] = [str(hit.id) for hit in result.hits]
 print("RESULT" + json.dumps(found))
 """
 
