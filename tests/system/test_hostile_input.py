@@ -42,7 +42,9 @@ from tenants.models import ApiToken, Bucket
 from tests.factories import make_client
 from tests.support import base_env, test_database_url, web_server
 
-pytestmark = pytest.mark.django_db
+# A generated matrix (every endpoint against every kind of bad input): about 40 s of test time,
+# so it runs in the whole suite (CI), not in the fast tier of everyday work.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 TABLES = (Memory, Bucket, Source, SourceChunk, SourceChunkMemory, Entity, Edge, Mention, ApiToken, AuditEvent)
 

@@ -59,7 +59,9 @@ from tests.factories import make_client, make_duplicate_candidate, make_graph_fa
 from tests.support.db import assert_unchanged, db_snapshot
 from webhooks.models import WebhookDelivery, WebhookSubscription
 
-pytestmark = pytest.mark.django_db
+# A generated matrix (every route, page and admin for two tenants and every token scope): about
+# 40 s of test time, so it runs in the whole suite (CI), not in the fast tier of everyday work.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 # Every row of tenant A carries this marker, so a leak shows up in any body.
 A_MARK = "zqxalpha"
