@@ -20,11 +20,11 @@ Lines starting with ``//`` and blank lines are ignored. Session ids become ``c01
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import sys
 from pathlib import Path
+
+from setkit import SourceError, build_main
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
@@ -42,10 +42,6 @@ TURN_RE = re.compile(r"^(U|A)(?:#([A-Za-z0-9_-]+))?:\s*(.+)$")
 SESSION_RE = re.compile(r"^##\s*(\S+)\s*$")
 CONV_RE = re.compile(r"^#\s*(c\d\d)\s*\|\s*(.+?)\s*$")
 QUESTION_RE = re.compile(r"^Q\s+([a-z-]+)(?:\s+@(\S+))?\s*\|\s*(.+?)\s*\|\s*(.+?)\s*$")
-
-
-class SourceError(ValueError):
-    pass
 
 
 def parse_source(path: Path) -> tuple[dict, list[dict]]:
@@ -120,30 +116,8 @@ def build() -> dict:
     return {"version": 1, "description": DESCRIPTION, "conversations": conversations, "questions": numbered}
 
 
-def render(data: dict) -> str:
-    return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that the JSON on disk is up to date")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    try:
-        text = render(build())
-    except SourceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is out of date; run python bench/eval/build.py", file=sys.stderr)
-            return 1
-        print(f"{args.out} is up to date")
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    return build_main(argv, description=__doc__.splitlines()[0], build=build, out=OUT, script="bench/eval/build.py")
 
 
 if __name__ == "__main__":

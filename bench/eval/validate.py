@@ -13,13 +13,13 @@ Exits 1 on errors (and, with --strict, on warnings).
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import sys
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
+
+from setkit import Report, parse_time, validate_main, word_ngrams
 
 DEFAULT = Path(__file__).resolve().parent / "conversations.json"
 
@@ -50,27 +50,6 @@ STOPWORDS = set(
 )
 
 
-class Report:
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.warnings: list[str] = []
-
-    def error(self, msg: str) -> None:
-        self.errors.append(msg)
-
-    def warn(self, msg: str) -> None:
-        self.warnings.append(msg)
-
-
-def parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value.endswith("Z"):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
-    except ValueError:
-        return None
-
-
 def stem(word: str) -> str:
     for suffix in ("ing", "ed", "es", "s", "ly"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
@@ -81,11 +60,6 @@ def stem(word: str) -> str:
 def content_words(text: str) -> set[str]:
     words = re.findall(r"[a-z0-9]+", text.lower().replace("'", ""))
     return {stem(w) for w in words if w not in STOPWORDS and len(w) > 2}
-
-
-def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
-    words = re.findall(r"[a-z0-9]+", text.lower().replace("'", ""))
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def months_between(a: datetime, b: datetime) -> float:
@@ -304,30 +278,16 @@ def print_summary(stats: dict, rep: Report) -> None:
     roles = ", ".join(f"{k}: {v}" for k, v in sorted(stats["evidence_roles"].items()))
     print(f"evidence per question: {sizes}")
     print(f"evidence turns by role: {roles}; questions with evidence from several sessions: {stats['cross_session']}")
-    for msg in rep.warnings:
-        print(f"warning: {msg}")
-    for msg in rep.errors:
-        print(f"ERROR: {msg}")
-    print()
-    print(f"{len(rep.errors)} error(s), {len(rep.warnings)} warning(s)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Validate the retrieval evaluation set.")
-    parser.add_argument("path", nargs="?", type=Path, default=DEFAULT)
-    parser.add_argument("--strict", action="store_true", help="treat warnings as errors")
-    args = parser.parse_args(argv)
-    rep = Report()
-    try:
-        data = json.loads(args.path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"ERROR: cannot read {args.path}: {exc}")
-        return 1
-    stats = validate(data, rep)
-    print_summary(stats, rep)
-    if rep.errors or (args.strict and rep.warnings):
-        return 1
-    return 0
+    return validate_main(
+        argv,
+        description="Validate the retrieval evaluation set.",
+        default=DEFAULT,
+        validate=validate,
+        print_summary=print_summary,
+    )
 
 
 if __name__ == "__main__":

@@ -29,11 +29,14 @@ Ids: sessions ``L01-s1``, messages ``L01-s1-m01`` (numbered within the session),
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import sys
 from pathlib import Path
+
+# The scripts of both sets share bench/eval/setkit.py.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from setkit import SourceError, build_main
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
@@ -58,10 +61,6 @@ SESSION_RE = re.compile(r"^===\s+(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\s*$")
 QUESTIONS_RE = re.compile(r"^===\s+questions\s*$")
 MESSAGE_RE = re.compile(r"^---\s+([UA])(?:\s+#([A-Za-z0-9_-]+))?\s*$")
 QUESTION_RE = re.compile(r"^Q\s+([a-z]+)\s*\|\s*(.+?)\s*\|\s*([^|]+?)\s*(?:\|\s*([^|]+?)\s*)?$")
-
-
-class SourceError(ValueError):
-    pass
 
 
 def _labels(refs: str, labels: dict[str, str], where: str) -> list[str]:
@@ -175,30 +174,10 @@ def build(src: Path = SRC) -> dict:
     return {"version": 1, "description": DESCRIPTION, "conversations": conversations, "questions": questions}
 
 
-def render(data: dict) -> str:
-    return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that the JSON on disk is up to date")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    try:
-        text = render(build())
-    except SourceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is out of date; run python bench/eval/long/build.py", file=sys.stderr)
-            return 1
-        print(f"{args.out} is up to date")
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    return build_main(
+        argv, description=__doc__.splitlines()[0], build=build, out=OUT, script="bench/eval/long/build.py"
+    )
 
 
 if __name__ == "__main__":

@@ -16,14 +16,17 @@ Exits 1 on errors (and, with --strict, on warnings).
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import statistics
 import sys
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
+
+# The scripts of both sets share bench/eval/setkit.py.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from setkit import Report, parse_time, validate_main, word_ngrams
 
 DEFAULT = Path(__file__).resolve().parent / "sessions.json"
 
@@ -32,36 +35,10 @@ MIN_CONVERSATIONS = 10
 MIN_QUESTIONS = 250
 MESSAGES_PER_CONVERSATION = (60, 300)
 MIN_SPAN_DAYS = 14
-API_LIMIT = 20_000  # characters per memory (memories/apis.py MAX_CONTENT_CHARS)
+API_LIMIT = 20_000  # characters per memory (memories/serializers.py MAX_CONTENT_CHARS)
 COPY_RUN = 7  # a question sharing this many consecutive words with its evidence is copying it
 
 MID_RE = re.compile(r"^(L\d\d)-s(\d+)-m(\d\d)$")
-
-
-class Report:
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.warnings: list[str] = []
-
-    def error(self, msg: str) -> None:
-        self.errors.append(msg)
-
-    def warn(self, msg: str) -> None:
-        self.warnings.append(msg)
-
-
-def parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value.endswith("Z"):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
-    except ValueError:
-        return None
-
-
-def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
-    words = re.findall(r"[a-z0-9]+", text.lower().replace("'", ""))
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def percentile(values: list[int], p: float) -> float:
@@ -322,30 +299,16 @@ def print_summary(stats: dict, rep: Report) -> None:
         roles = ", ".join(f"{k} {v}" for k, v in sorted(stats["evidence_roles"].items()))
         print(f"evidence messages per question: {sizes}")
         print(f"evidence by role: {roles}; questions citing several sessions: {stats['cross_session']}")
-    for msg in rep.warnings:
-        print(f"warning: {msg}")
-    for msg in rep.errors:
-        print(f"ERROR: {msg}")
-    print()
-    print(f"{len(rep.errors)} error(s), {len(rep.warnings)} warning(s)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Validate the long-session evaluation set.")
-    parser.add_argument("path", nargs="?", type=Path, default=DEFAULT)
-    parser.add_argument("--strict", action="store_true", help="treat warnings as errors")
-    args = parser.parse_args(argv)
-    rep = Report()
-    try:
-        data = json.loads(args.path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"ERROR: cannot read {args.path}: {exc}")
-        return 1
-    stats = validate(data, rep)
-    print_summary(stats, rep)
-    if rep.errors or (args.strict and rep.warnings):
-        return 1
-    return 0
+    return validate_main(
+        argv,
+        description="Validate the long-session evaluation set.",
+        default=DEFAULT,
+        validate=validate,
+        print_summary=print_summary,
+    )
 
 
 if __name__ == "__main__":
