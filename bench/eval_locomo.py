@@ -150,35 +150,14 @@ def ingest(client: Any, dataset: LocomoSet, prefix: str, progress: bool = True) 
     ingested: dict[str, er.IngestedConversation] = {}
     for conv in dataset.conversations:
         bucket_id = client.create_bucket(f"{prefix}-{conv.id}")
-        turn_memory: dict[str, str] = {}
-        memory_turns: dict[str, list[str]] = defaultdict(list)
-        seconds, dedup, position = 0.0, 0, 0
+        batches, position = [], 0
         for _when, memories in conv.sessions:
-            resp = client.ingest(bucket_id, memories)
-            seconds += resp.elapsed
-            results = resp.data["results"]
-            if len(results) != len(memories):
-                raise RuntimeError(f"{conv.id}: sent {len(memories)} memories, got {len(results)} results")
-            for result in results:
-                dia = conv.dia_ids[position]
-                position += 1
-                turn_memory[dia] = str(result["id"])
-                memory_turns[str(result["id"])].append(dia)
-                dedup += bool(result.get("deduplicated"))
-        ingested[conv.id] = er.IngestedConversation(conv.id, bucket_id, turn_memory, dict(memory_turns), dedup, seconds)
+            batches.append((conv.id, memories, conv.dia_ids[position : position + len(memories)]))
+            position += len(memories)
+        ingested[conv.id] = written = er.ingest_batches(client, conv.id, bucket_id, batches)
         if progress:
-            common.log(f"ingested {conv.id}: {position} turns in {len(conv.sessions)} requests, {seconds:.1f}s")
+            common.log(f"ingested {conv.id}: {position} turns in {len(conv.sessions)} requests, {written.seconds:.1f}s")
     return ingested
-
-
-def search_body(variant: er.Variant, mode: str) -> dict[str, Any]:
-    """The protocol's body is the query and ``limit`` 20; a variant or mode adds its own fields."""
-    extra: dict[str, Any] = {}
-    if mode != "hybrid":
-        extra["mode"] = mode
-    if variant.ranking:
-        extra["ranking"] = variant.ranking
-    return extra
 
 
 def run_searches(
@@ -194,7 +173,7 @@ def run_searches(
     total = len(variants) * len(modes) * len(dataset.questions)
     for variant in variants:
         for mode in modes:
-            extra = search_body(variant, mode)
+            extra = er.search_body(variant, mode)
             first = dataset.questions[0]
             client.search(ingested[first["conversation_id"]].bucket_id, first["question"], limit=limit, **extra)
             for q in dataset.questions:
@@ -382,8 +361,8 @@ def self_test() -> int:
     assert [q["evidence"] for q in data.questions] == [["D1:1"], ["D1:2", "D2:1", "D1:1"]]
     assert data.skipped_adversarial == 1 and data.dropped_evidence == 3, data
     assert [q["type"] for q in data.questions] == ["single-hop", "multi-hop"]
-    assert search_body(er.Variant("default", None), "hybrid") == {}
-    assert search_body(er.Variant("k", {"fusion": "score"}), "keyword") == {
+    assert er.search_body(er.Variant("default", None), "hybrid") == {}
+    assert er.search_body(er.Variant("k", {"fusion": "score"}), "keyword") == {
         "mode": "keyword",
         "ranking": {"fusion": "score"},
     }

@@ -239,39 +239,14 @@ def ingest(client: Any, dataset: LongSet, prefix: str, progress: bool = True) ->
     ingested: dict[str, er.IngestedConversation] = {}
     for conv in dataset.conversations:
         bucket_id = client.create_bucket(f"{prefix}-{conv['id']}")
-        turn_memory: dict[str, str] = {}
-        memory_turns: dict[str, list[str]] = defaultdict(list)
-        seconds, dedup, count = 0.0, 0, 0
-        for session in conv["sessions"]:
-            memories, ids = session_memories(session)
-            resp = client.ingest(bucket_id, memories)
-            seconds += resp.elapsed
-            results = resp.data["results"]
-            if len(results) != len(memories):
-                raise RuntimeError(f"{session['id']}: sent {len(memories)} memories, got {len(results)} results")
-            for mid, result in zip(ids, results, strict=True):
-                memory_id = str(result["id"])
-                turn_memory.setdefault(mid, memory_id)
-                if mid not in memory_turns[memory_id]:
-                    memory_turns[memory_id].append(mid)
-                dedup += bool(result.get("deduplicated"))
-            count += len(memories)
-        ingested[conv["id"]] = er.IngestedConversation(
-            conv["id"], bucket_id, turn_memory, dict(memory_turns), dedup, seconds
-        )
+        batches = [(session["id"], *session_memories(session)) for session in conv["sessions"]]
+        ingested[conv["id"]] = written = er.ingest_batches(client, conv["id"], bucket_id, batches)
         if progress:
-            common.log(f"ingested {conv['id']}: {count} memories in {len(conv['sessions'])} requests, {seconds:.1f}s")
+            count = sum(len(memories) for _label, memories, _ids in batches)
+            common.log(
+                f"ingested {conv['id']}: {count} memories in {len(conv['sessions'])} requests, {written.seconds:.1f}s"
+            )
     return ingested
-
-
-def search_body(variant: er.Variant, mode: str) -> dict[str, Any]:
-    """Fields added to ``{"query", "limit": 20}``: a non-default mode, a variant's ranking."""
-    extra: dict[str, Any] = {}
-    if mode != "hybrid":
-        extra["mode"] = mode
-    if variant.ranking:
-        extra["ranking"] = variant.ranking
-    return extra
 
 
 def _record(q: dict, variant: str, mode: str, ranked: list[str], latency_ms: float) -> dict:
@@ -301,7 +276,7 @@ def run_searches(
     total = len(variants) * len(modes) * len(dataset.questions)
     for variant in variants:
         for mode in modes:
-            extra = search_body(variant, mode)
+            extra = er.search_body(variant, mode)
             warm = dataset.questions[0]
             client.search(ingested[warm["conversation_id"]].bucket_id, warm["question"], limit=SEARCH_LIMIT, **extra)
             for q in dataset.questions:
@@ -641,7 +616,10 @@ def self_test() -> int:
     assert client.searches[-1]["mode"] == "keyword"
     first = recs[0]
     assert first["ranked"][0] == "L01-s2-m02" and first["ranked"][1].startswith("~"), first["ranked"]
-    assert search_body(er.Variant("v", {"bm25_b": 0.75}), "vector") == {"mode": "vector", "ranking": {"bm25_b": 0.75}}
+    assert er.search_body(er.Variant("v", {"bm25_b": 0.75}), "vector") == {
+        "mode": "vector",
+        "ranking": {"bm25_b": 0.75},
+    }
     # stale first: the old value above the new one counts
     fake = {"category": "update", "evidence": ["n"], "superseded": ["o"]}
     assert stale_first([{**fake, "ranked": ["o", "n"]}, {**fake, "ranked": ["n", "o"]}]) == 0.5

@@ -292,31 +292,55 @@ def _runs(items: list[dict], max_batch: int = 1000) -> Iterable[list[dict]]:
         yield batch
 
 
-def ingest_conversation(
-    client: Any, conv: dict, bucket_name: str, distractors: Sequence[dict] = ()
+def ingest_batches(
+    client: Any, conversation_id: str, bucket_id: str, batches: Iterable[tuple[str, list[dict], Sequence[str]]]
 ) -> IngestedConversation:
-    bucket_id = client.create_bucket(bucket_name, description=f"retrieval eval: {conv['id']} ({conv['user_name']})")
+    """Write each batch in one request, in order: ``(label, memories, item ids)``, the id of the turn or
+    message each memory stands for (a message split into parts repeats its id). Maps items to memories
+    both ways; an item's first memory answers for it, a deduplicated memory answers for every item
+    that wrote it."""
     turn_memory: dict[str, str] = {}
     memory_turns: dict[str, list[str]] = defaultdict(list)
     deduplicated = 0
     seconds = 0.0
-    for batch in _runs(list(distractors)):
-        seconds += client.ingest(bucket_id, batch).elapsed
-    for session in conv["sessions"]:
-        memories = session_memories(session)
+    for label, memories, ids in batches:
         resp = client.ingest(bucket_id, memories)
         seconds += resp.elapsed
         results = resp.data["results"]
         if len(results) != len(memories):
-            raise RuntimeError(f"{session['id']}: sent {len(memories)} memories, got {len(results)} results")
-        for turn, result in zip(session["turns"], results, strict=True):
-            mid = str(result["id"])
-            turn_memory[turn["id"]] = mid
-            memory_turns[mid].append(turn["id"])
+            raise RuntimeError(f"{label}: sent {len(memories)} memories, got {len(results)} results")
+        for item, result in zip(ids, results, strict=True):
+            memory_id = str(result["id"])
+            turn_memory.setdefault(item, memory_id)
+            if item not in memory_turns[memory_id]:
+                memory_turns[memory_id].append(item)
             deduplicated += bool(result.get("deduplicated"))
-    return IngestedConversation(
-        conv["id"], bucket_id, turn_memory, dict(memory_turns), deduplicated, seconds, len(distractors)
-    )
+    return IngestedConversation(conversation_id, bucket_id, turn_memory, dict(memory_turns), deduplicated, seconds)
+
+
+def search_body(variant: Variant, mode: str) -> dict[str, Any]:
+    """The fields a public protocol's search adds to its query and limit: a mode other than hybrid, a
+    variant's ranking (LoCoMo's and the long-session set's protocol send nothing else)."""
+    extra: dict[str, Any] = {}
+    if mode != "hybrid":
+        extra["mode"] = mode
+    if variant.ranking:
+        extra["ranking"] = variant.ranking
+    return extra
+
+
+def ingest_conversation(
+    client: Any, conv: dict, bucket_name: str, distractors: Sequence[dict] = ()
+) -> IngestedConversation:
+    bucket_id = client.create_bucket(bucket_name, description=f"retrieval eval: {conv['id']} ({conv['user_name']})")
+    seconds = 0.0
+    for batch in _runs(list(distractors)):
+        seconds += client.ingest(bucket_id, batch).elapsed
+    batches = [(s["id"], session_memories(s), [t["id"] for t in s["turns"]]) for s in conv["sessions"]]
+    ingested = ingest_batches(client, conv["id"], bucket_id, batches)
+    ingested.seconds += seconds
+    ingested.distractors = len(distractors)
+    return ingested
 
 
 def session_messages(session: dict) -> list[dict]:
