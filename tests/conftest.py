@@ -125,7 +125,6 @@ def _clear_cache():
     caches["shared"].clear()
     access.discard()
     usage.discard()
-    usage.discard()
     bucket_stats.clear()
     yield
     cache.clear()
