@@ -53,6 +53,7 @@ BENCHMARKS = (
     "cross_bucket_latency.py",
     "embedding_runtime.py",
     "eval_both.py",
+    "eval_three.py",
     "eval_locomo.py",
     "eval_long.py",
     "eval_retrieval.py",

@@ -40,7 +40,7 @@ ZERO_FLOOR_SIGNALS = ("graph",)
 class RankingConfig:
     # Chosen on two evaluation sets at once, our conversational set (bench/eval, with
     # distractors) and the public LoCoMo benchmark's development half, by the smallest worst
-    # regret (bench/eval_both.py, docs/RETRIEVAL.md): score fusion keeps how far a list's best
+    # regret (bench/eval_three.py, docs/RETRIEVAL.md): score fusion keeps how far a list's best
     # candidates lead (a rare word shared with one memory); BM25 at the vectors' weight serves
     # questions asked in the words of what was said, the vectors paraphrases.
     fusion: str = "score"
