@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import threading
 import warnings
@@ -166,11 +167,32 @@ def _ensure_database(db: EmbeddedDatabase) -> None:
             conn.execute(f'CREATE DATABASE "{db.name}"')
 
 
+@contextlib.contextmanager
+def _stop_signals_held():
+    """SIGINT and SIGTERM wait (blocked, not lost) until the block ends, in the main thread,
+    where Python runs signal handlers.
+
+    Between starting the server and writing this process into the holders, a handler that
+    raised (``./engram serve`` stops its start-up that way) left a server that no holder would
+    stop: SIGTERM to the process group of ``./engram serve`` ten seconds after its start left
+    the embedded PostgreSQL running. Held, the signal is handled once the process is a holder,
+    whose exit stops the server.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def ensure_running(home: Path) -> EmbeddedDatabase:
     """Start (or join) the embedded server for ``home`` and return how to reach it."""
     home = home.resolve()
     pgdata = home / "pgdata"
-    with _locked(home):
+    with _stop_signals_held(), _locked(home):
         server = _server(pgdata)
         server.ensure_pgdata_inited()
         _write_config(server)
