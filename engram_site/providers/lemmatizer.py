@@ -97,22 +97,33 @@ def _token_terms(nlp, orth: int, stops: frozenset[str]) -> tuple[str, ...]:
         terms = ()
     else:
         text = lexeme.orth_
-        lemma = _lemma_table(nlp).get(text, text)
-        if not isinstance(lemma, str):  # a list of candidate lemmas: spaCy takes the first
-            lemma = lemma[0]
-        lemma = lemma or text
-        # A stop word stays one whatever its lemma: the lookup table turns "does" into "doe"
-        # and "well" into "good" (unless the lemma is a word we keep: "made" → "make").
-        if text in stops and lemma not in KEPT_WORDS:
-            terms = ()
+        table = _lemma_table(nlp)
+        if text in table or _TERM.fullmatch(text):
+            terms = _word_terms(table, text, stops)
         else:
-            # URLs, paths, code: keep their word pieces ("example", "com", "foo").
-            pieces = (piece[:MAX_TERM_LENGTH] for piece in _TERM.findall(lemma))
-            terms = tuple(piece for piece in pieces if piece and piece not in stops)
+            # A token the tokenizer left glued to symbols it does not split off ("peanuts\",
+            # "$$peanuts$$", "example.com/docs"): each word in it is looked up on its own, as it
+            # would be standing alone ("peanut"), not the token as a whole ("peanuts").
+            terms = tuple(term for word in _TERM.findall(text) for term in _word_terms(table, word, stops))
     if len(_TERMS_BY_ORTH) >= _TERMS_CACHE_LIMIT:
         _TERMS_BY_ORTH.clear()
     _TERMS_BY_ORTH[orth] = terms
     return terms
+
+
+def _word_terms(table, text: str, stops: frozenset[str]) -> tuple[str, ...]:
+    """The terms of one word (or one token the lemma table knows) by the lookup table."""
+    lemma = table.get(text, text)
+    if not isinstance(lemma, str):  # a list of candidate lemmas: spaCy takes the first
+        lemma = lemma[0]
+    lemma = lemma or text
+    # A stop word stays one whatever its lemma: the lookup table turns "does" into "doe"
+    # and "well" into "good" (unless the lemma is a word we keep: "made" → "make").
+    if text in stops and lemma not in KEPT_WORDS:
+        return ()
+    # URLs, paths, code: keep their word pieces ("example", "com", "foo").
+    pieces = (piece[:MAX_TERM_LENGTH] for piece in _TERM.findall(lemma))
+    return tuple(piece for piece in pieces if piece and piece not in stops)
 
 
 def _lemma_table(nlp):

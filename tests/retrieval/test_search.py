@@ -409,14 +409,9 @@ def test_hostile_queries_that_share_no_word_with_any_memory_match_none_by_keywor
 
 
 # spaCy's tokenizer leaves characters it does not split off (a backslash, "$$", "&|!():*<->")
-# attached to a word; the lemma table has no entry for "peanuts\", so the lookup falls back to
-# the text and the query term is the unlemmatised "peanuts", while the memory was indexed as
-# "peanut". "peanuts&" or "peanuts!" alone are split and lemmatised ("Anna" above is its own lemma).
-@pytest.mark.xfail(
-    strict=True,
-    reason="lemmatizer._token_terms: a word glued to symbols the tokenizer keeps attached is not lemmatised "
-    "('peanuts\\' -> 'peanuts', the memory's term is 'peanut'), so keyword search misses the memory",
-)
+# attached to a word; the lemma table has no entry for "peanuts\\", so each word in such a token
+# is looked up on its own: the query term is "peanut", as the memory's ("peanuts&" or "peanuts!"
+# alone are split by the tokenizer and lemmatised anyway).
 @pytest.mark.parametrize("query", ["peanuts&|!():*<->'\\", "\\peanuts\\", "$$peanuts$$"])
 def test_a_plural_glued_to_symbols_is_lemmatised_like_the_memory_it_names(api, bucket, query):
     ids = write(bucket, *CORPUS, api=api, sequence=False)
