@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 
 SIGNALS = ("vector", "vector_context", "keyword", "keyword_context", "graph")
 FUSION_METHODS = ("rrf", "score")
+DIVERSITY_QUESTIONS = ("several", "all")
 # Signals under which a memory outside a short list scores 0 (no path in the graph), so the
 # list's floor is 0. Not BM25: with 0 as the floor of short keyword lists, weak one-word matches
 # kept more of their score and our evaluation set fell from 0.900 to 0.865 (LoCoMo unchanged).
@@ -89,6 +90,18 @@ class RankingConfig:
     # Session match: a candidate gains this share of the best fused score among the other
     # candidates of its sequence (its run or write batch), whatever their distance.
     session_weight: float = 0.0
+    # Session context (memories/retrieval/sessions.py): the memories of the sequences of the
+    # session_sources best candidates, found by a signal or not, gain session_context x the
+    # source's fused score x their similarity to the question (as a share of the best). 0: off.
+    session_context: float = 0.0
+    session_sources: int = 3
+    # Coverage over redundancy (memories/retrieval/diversity.py): the best diversity_pool hits
+    # re-ordered so that each is discounted by up to this share for repeating a better one
+    # (maximal marginal relevance over the memories' vectors); for the questions that ask for
+    # several things ("which…", "how many…", "compare…"), or for all ("all"). 0 turns it off.
+    diversity: float = 0.0
+    diversity_pool: int = 40
+    diversity_questions: str = "several"
     # Memories written by trusted source actors (source_actor_id in trusted_actors).
     trust_boost: float = 0.0
     trusted_actors: tuple[str, ...] = ()
@@ -128,6 +141,10 @@ _NUMERIC_BOUNDS = {
     "neighbour_weight": (0.0, 1.0),
     "neighbour_reach": (1, 3),
     "session_weight": (0.0, 1.0),
+    "session_context": (0.0, 1.0),
+    "session_sources": (1, 20),
+    "diversity": (0.0, 1.0),
+    "diversity_pool": (10, 100),
     "keyword_coverage_floor": (0.0, 1.0),
     "trust_boost": (0.0, 2.0),
     "importance_boost": (0.0, 2.0),
@@ -157,6 +174,10 @@ def _coerce(name: str, value):
                 raise RankingConfigError(f"weights.{key} must be a number between 0 and 100")
             out[key] = float(weight)
         return out
+    if name == "diversity_questions":
+        if value not in DIVERSITY_QUESTIONS:
+            raise RankingConfigError(f"diversity_questions must be one of {list(DIVERSITY_QUESTIONS)}")
+        return value
     if name == "context_stand_in":
         if not isinstance(value, bool):
             raise RankingConfigError("context_stand_in must be true or false")

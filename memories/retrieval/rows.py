@@ -65,7 +65,12 @@ def fetch_rows(
 
 
 def fetch_contenders(
-    bucket: Bucket | list[Bucket], fused: dict, config: ranking.RankingConfig, k: int | None, cues: QueryCues
+    bucket: Bucket | list[Bucket],
+    fused: dict,
+    config: ranking.RankingConfig,
+    k: int | None,
+    cues: QueryCues,
+    discount: float = 1.0,
 ) -> dict[uuid.UUID, dict]:
     """The rows of the fused candidates that can still reach the top ``k`` once boosted.
 
@@ -76,13 +81,15 @@ def fetch_contenders(
     leave out (so the rows read, and the answer, are the same as before for a bucket that never
     sets importance). With a token budget (``k`` None) any candidate may fit, so all are read;
     if rows of the top k were deleted meanwhile, the rest are read too.
+    ``discount``: the least share of its score a hit keeps after the boosts (the diversity
+    step's), which lowers the bar as much.
     """
     ids = list(fused)
     if k is None or len(ids) <= k:
         return fetch_rows(bucket, ids)
     min_boost, max_boost = boost_bounds(config, cues)
     best = sorted(ids, key=lambda memory_id: -fused[memory_id])
-    threshold = fused[best[k - 1]] * min_boost / max_boost
+    threshold = fused[best[k - 1]] * min_boost / max_boost * discount
     contenders = [memory_id for memory_id in ids if fused[memory_id] >= threshold]
     others = [memory_id for memory_id in ids if fused[memory_id] < threshold] if config.importance_boost else []
     rows = fetch_rows(bucket, contenders, others)

@@ -23,7 +23,7 @@ from engram_site import metrics, tracing
 from engram_site.providers import embedding
 from memories import access, ranking
 from memories.filters import MemoryFilters, bucket_list
-from memories.retrieval import fusion, hits, keyword, neighbours, rows, vector
+from memories.retrieval import diversity, fusion, hits, keyword, neighbours, rows, sessions, vector
 from memories.retrieval.concurrency import start
 from memories.retrieval.hits import Hit, SearchResult
 from tenants.models import Bucket
@@ -147,9 +147,20 @@ def memories_search(
     fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage))
     cues = fusion.query_cues(query, config)
     lifts: dict = {}
+    unlifted = fused
     if (config.neighbour_weight > 0 or config.session_weight > 0) and fused:
         fused, lifts = neighbours.lift_neighbours(bucket, fused, filters, config)
-    read = rows.fetch_contenders(bucket, fused, config, limit if token_budget is None else None, cues)
+    session_lifts: dict = {}
+    if config.session_context > 0 and lists.get("vector") and embedding_model and "+" not in embedding_model:
+        fused, session_lifts = sessions.session_context(
+            bucket, unlifted, fused, filters, config,
+            embedding.embed_query(query, model=embedding_model), lists["vector"][0][1],
+        )  # fmt: skip
+    diverse = diversity.applies(query, config)
+    read = rows.fetch_contenders(
+        bucket, fused, config, limit if token_budget is None else None, cues,
+        discount=1.0 - config.diversity if diverse else 1.0,
+    )  # fmt: skip
 
     ranks = {}  # per signal: memory id -> (rank, score), which only explain shows
     if explain:
@@ -178,6 +189,8 @@ def memories_search(
             }
             if memory_id in lifts:
                 hit.explain["neighbour_lift"] = round(lifts[memory_id], 6)
+            if memory_id in session_lifts:
+                hit.explain["session_lift"] = round(session_lifts[memory_id], 6)
             if memory_id in graph_paths:
                 hit.explain["graph_path"] = graph_paths[memory_id]
             if methods:
@@ -185,6 +198,10 @@ def memories_search(
         found.append(hit)
     fusion.below_successors(found, config.superseded_weight)
     found.sort(key=lambda h: (-h.score, str(h.id)))
+    if diverse:
+        found = diversity.diversify(
+            found, diversity.vectors(bucket, [h.id for h in found[: config.diversity_pool]]), config
+        )
     found = hits.apply_budget(found, limit, token_budget)
     if record_access and found:
         access.record([h.id for h in found])

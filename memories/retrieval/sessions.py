@@ -1,0 +1,76 @@
+"""Session context: the memories of a strongly found memory's session join the candidates.
+
+A question whose answer is spread over one conversation ("what did the first trial fail on,
+and what did we do about each problem?") is often found by one of its memories; the others
+said less in the question's words. Here the memories written in the same sequence (a run, or
+one write request's batch: ``sequence_id``) as the ``session_sources`` best candidates, up to
+:data:`SESSION_WINDOW` places either way, gain
+
+    session_context x the source's fused score x the memory's own similarity to the question
+                                                  / the best similarity of the vector list
+
+found by a signal or not. The similarity is computed exactly over those rows only (one
+statement through ``idx_memories_sequence``), so a session's memories are ranked by how much
+they have to do with the question rather than lifted alike.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+from django.db import connection
+
+from engram_site.db import binding_cursor
+from memories import ranking
+from memories.filters import MemoryFilters, in_buckets
+from tenants.models import Bucket
+
+# How far from its source, either way in the sequence, a memory is read: a run can be
+# thousands of memories long, a conversation's session is tens.
+SESSION_WINDOW = 30
+
+
+def session_context(
+    bucket: Bucket | list[Bucket],
+    fused: dict,
+    lifted: dict,
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    query_vector: np.ndarray,
+    best_similarity: float,
+) -> tuple[dict, dict]:
+    """``lifted`` (the fused scores after the neighbour lift) plus each session lift, and the
+    lifts. The sources and their scores are taken from ``fused``, before any lift."""
+    if best_similarity <= 0 or not fused:
+        return lifted, {}
+    sources = sorted(fused, key=lambda memory_id: (-fused[memory_id], str(memory_id)))[: config.session_sources]
+    where, params = filters.sql(bucket)
+    scope, scope_params = in_buckets(bucket, None)
+    with binding_cursor(connection) as cur:
+        cur.execute(
+            f"""
+            WITH source AS (
+                SELECT id AS source_id, sequence_id, sequence_index FROM memories
+                WHERE {" AND ".join(scope)} AND id = ANY(%s::uuid[]) AND sequence_id IS NOT NULL
+            )
+            SELECT m.id, s.source_id, 1 - (m.embedding <=> %s::vector)
+            FROM source s
+            JOIN memories m ON m.sequence_id = s.sequence_id
+                AND m.sequence_index BETWEEN s.sequence_index - %s AND s.sequence_index + %s
+            WHERE {where} AND m.id <> s.source_id AND m.embedding IS NOT NULL
+            """,
+            [*scope_params, list(sources), np.asarray(query_vector, dtype=np.float32),
+             SESSION_WINDOW, SESSION_WINDOW, *params],
+        )  # fmt: skip
+        rows = cur.fetchall()
+    out = dict(lifted)
+    lifts: dict[uuid.UUID, float] = {}
+    for memory_id, source_id, similarity in rows:
+        share = min(1.0, max(0.0, float(similarity)) / best_similarity)
+        lift = config.session_context * fused[source_id] * share
+        if lift > lifts.get(memory_id, 0.0):
+            lifts[memory_id] = lift
+    for memory_id, lift in lifts.items():
+        out[memory_id] = out.get(memory_id, 0.0) + lift
+    return out, lifts
