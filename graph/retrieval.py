@@ -302,6 +302,14 @@ def _path(entity: str, parent: dict, names: dict) -> str:
 
 
 def graph_signal(*, bucket, query: str, filters, config, now: datetime):
+    """The search's graph signal: :func:`walk_signal`, or :func:`entity_signal` under the
+    ranking option ``graph_candidates: "entities"``."""
+    if config.graph_candidates == "entities":
+        return entity_signal(bucket=bucket, query=query, filters=filters, config=config, now=now)
+    return walk_signal(bucket=bucket, query=query, filters=filters, config=config, now=now)
+
+
+def walk_signal(*, bucket, query: str, filters, config, now: datetime):
     """``([(memory_id, score), ...] best first, {memory_id: path})`` for the query.
 
     A memory scores the sum of 1/depth over the reached entities it mentions (at most
@@ -397,3 +405,132 @@ def graph_signal(*, bucket, query: str, filters, config, now: datetime):
         [(uuid.UUID(memory_id), float(score)) for memory_id, score, _best in rows],
         {uuid.UUID(memory_id): path for memory_id, path in paths.items()},
     )
+
+
+# --- the entities named in the question, and their one-hop neighbours ---------------------------
+
+# A seed mentioned by more memories than this is a hub (the main character of a conversation, a
+# city half the bucket mentions): that a memory names it says little, so its mentions count only
+# with another reached entity in the same memory (read up to HUB_MENTIONS of them), while its
+# facts (the memories behind its edges) and its neighbours count as for any seed.
+SPECIFIC_MENTIONS = 50
+HUB_MENTIONS = 1000
+HUB_WEIGHT = 0.5
+# The entities one edge away from a seed (newest EDGES_PER_SEED edges each way), the
+# MAX_NEIGHBOURS most specific of them, and NEIGHBOUR_MENTIONS memories of each.
+NEIGHBOUR_WEIGHT = 0.5
+MAX_NEIGHBOURS = 50
+NEIGHBOUR_MENTIONS = 10
+
+
+def entity_signal(*, bucket, query: str, filters, config, now: datetime):
+    """``([(memory_id, score), ...] best first, {memory_id: path})``: the graph as a source of
+    candidates for hybrid search, in one statement after the seeds are found.
+
+    The entities the question names (:func:`_seeds`: names, aliases, first names, "Bob's
+    sister") and those one valid edge away from them reach memories: a memory scores the sum,
+    over the reached entities it mentions, of 1 for a seed, :data:`NEIGHBOUR_WEIGHT` for a
+    neighbour (:data:`HUB_WEIGHT` for a hub seed, counted only beside another entity), plus, for
+    an edge of a seed it is the source of, 1 (:data:`ASKED_WEIGHT` when the question asks about
+    its predicate: "where did she move from" and ``lives_in``). A memory naming two of the
+    question's entities, or stating a fact about one, outranks one that merely names it.
+    """
+    moment = filters.as_of or now
+    question = parse_question(query)
+    agents = filters.agents
+    seeds, owners = _seeds(bucket, question, moment, agents)
+    if not seeds:
+        return [], {}
+    visible, visible_params = _visible_edges(agents)
+    visible = visible.replace("%s", "%(agents)s")
+    where, params = filters.sql(bucket)
+    narrowed = where != type(filters)(include_expired=True).sql(bucket)[0]
+    join, named = "", {}
+    if narrowed:
+        pieces = where.split("%s")
+        named = {f"f{i}": value for i, value in enumerate(params)}
+        where = pieces[0] + "".join(f"%(f{i})s{piece}" for i, piece in enumerate(pieces[1:]))
+        join = f"JOIN memories m ON m.id = s.memory_id WHERE {where}"
+    edges = """
+        SELECT {far} AS far, object_literal, source_memory_id, predicate, {forward} AS forward FROM graph_edges
+        WHERE tenant_id = %(t)s AND bucket_id = %(b)s AND {near} = s.entity_id
+          AND valid_from <= %(m)s AND (valid_to IS NULL OR valid_to > %(m)s){visible}
+        ORDER BY valid_from DESC LIMIT %(edges)s
+    """
+    forward = edges.format(far="object_entity_id", forward="true", near="subject_id", visible=visible)
+    backward = edges.format(far="subject_id", forward="false", near="object_entity_id", visible=visible)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            WITH seed(entity_id, weight) AS (SELECT * FROM unnest(%(seeds)s::uuid[], %(weights)s::float8[])),
+            hop AS (
+                -- graph_edges_subject / _object: (tenant, bucket, entity, valid_from), newest first.
+                SELECT s.entity_id AS seed, s.weight, e.far, e.object_literal, e.source_memory_id, e.predicate,
+                       e.forward
+                FROM seed s CROSS JOIN LATERAL (({forward}) UNION ALL ({backward})) e
+            ),
+            near AS (
+                SELECT h.far AS entity_id, max(h.weight) * %(nw)s AS weight
+                FROM hop h JOIN graph_entities g ON g.id = h.far
+                WHERE h.far <> ALL(%(seeds)s::uuid[]) AND g.type <> 'SPEAKER'
+                GROUP BY h.far, g.mention_count ORDER BY g.mention_count, h.far LIMIT %(max_near)s
+            ),
+            reached(entity_id, weight, quota, hub) AS (
+                SELECT s.entity_id, s.weight * CASE WHEN g.mention_count > %(specific)s THEN %(hw)s ELSE 1 END,
+                       CASE WHEN g.mention_count > %(specific)s THEN %(hub_read)s ELSE %(specific)s END,
+                       g.mention_count > %(specific)s
+                FROM seed s JOIN graph_entities g ON g.id = s.entity_id
+                UNION ALL
+                SELECT entity_id, weight, %(near_read)s, false FROM near
+            ),
+            hits(memory_id, entity_id, weight, hub, fact) AS (
+                -- graph_mentions_entity (entity, memory): an index-only scan per entity.
+                SELECT mn.memory_id, r.entity_id, r.weight, r.hub, NULL::text
+                FROM reached r CROSS JOIN LATERAL (
+                    SELECT memory_id FROM graph_mentions WHERE entity_id = r.entity_id
+                    ORDER BY memory_id LIMIT r.quota
+                ) mn
+                UNION ALL
+                SELECT source_memory_id, seed,
+                       weight * CASE WHEN predicate = ANY(%(asked)s::text[]) THEN %(aw)s ELSE 1 END, false,
+                       concat_ws(chr(31), seed::text, predicate, coalesce(far::text, ''), coalesce(object_literal, ''),
+                                 forward::text)
+                FROM hop
+            ),
+            scored AS (
+                SELECT memory_id, sum(weight) AS score,
+                       (array_agg(entity_id::text ORDER BY weight DESC, entity_id))[1] AS best,
+                       (array_agg(fact ORDER BY weight DESC) FILTER (WHERE fact IS NOT NULL))[1] AS fact
+                FROM hits GROUP BY memory_id
+                -- A hub's mention alone says nothing: it counts beside another entity, or a fact.
+                HAVING bool_or(NOT hub) OR count(DISTINCT entity_id) > 1
+            )
+            SELECT s.memory_id::text, s.score, s.best, s.fact FROM scored s {join}
+            ORDER BY s.score DESC, s.memory_id
+            LIMIT %(limit)s
+            """,
+            {
+                "seeds": _array(seeds), "weights": _array(OWNER_WEIGHT if e in owners else 1.0 for e in seeds),
+                "t": bucket.tenant_id, "b": bucket.pk, "m": moment, "edges": EDGES_PER_SEED,
+                "agents": visible_params[0] if visible_params else None,
+                "nw": NEIGHBOUR_WEIGHT, "max_near": MAX_NEIGHBOURS, "near_read": NEIGHBOUR_MENTIONS,
+                "specific": SPECIFIC_MENTIONS, "hub_read": HUB_MENTIONS, "hw": HUB_WEIGHT,
+                "asked": sorted(question.predicates), "aw": ASKED_WEIGHT, "limit": config.candidates, **named,
+            },
+        )  # fmt: skip
+        rows = cur.fetchall()
+    if not rows:
+        return [], {}
+    facts = {memory_id: fact.split(chr(31)) for memory_id, _s, _b, fact in rows if fact}
+    wanted = {best for _m, _s, best, _f in rows} | {fact[2] for fact in facts.values() if fact[2]}
+    names = _names(wanted - set(seeds)) | seeds
+    paths = {}
+    for memory_id, _score, best, _fact in rows:
+        if memory_id in facts:
+            seed, predicate, far, literal, forward = facts[memory_id]
+            far_name = names.get(far, "?") if far else literal
+            arrow = f" —{predicate}→ {far_name}" if forward == "true" else f" ←{predicate}— {far_name}"
+            paths[uuid.UUID(memory_id)] = names.get(seed, "?") + arrow
+        else:
+            paths[uuid.UUID(memory_id)] = names.get(best, "?") + " (mentioned)"
+    return [(uuid.UUID(memory_id), float(score)) for memory_id, score, _b, _f in rows], paths

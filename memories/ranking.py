@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 SIGNALS = ("vector", "vector_context", "keyword", "keyword_context", "graph")
 FUSION_METHODS = ("rrf", "score")
 DIVERSITY_QUESTIONS = ("several", "all")
+GRAPH_CANDIDATES = ("walk", "entities")
 # Signals under which a memory outside a short list scores 0 (no path in the graph), so the
 # list's floor is 0. Not BM25: with 0 as the floor of short keyword lists, weak one-word matches
 # kept more of their score and our evaluation set fell from 0.900 to 0.865 (LoCoMo unchanged).
@@ -58,6 +59,11 @@ class RankingConfig:
             "graph": 0.0,
         }
     )
+    # What the graph signal of a hybrid search reads (graph/retrieval.py): "walk", a three-hop
+    # walk from the entities the question names, each memory reached at depth d scoring 1/d; or
+    # "entities", the memories that name those entities or state their facts, and those naming
+    # their one-hop neighbours. Graph mode always walks.
+    graph_candidates: str = "walk"
     # Candidates each signal contributes before fusion (bounded: latency must not grow with the bucket).
     candidates: int = 100
     # BM25. Memories are short and uniform in length, so length normalisation is kept mild.
@@ -174,6 +180,10 @@ def _coerce(name: str, value):
                 raise RankingConfigError(f"weights.{key} must be a number between 0 and 100")
             out[key] = float(weight)
         return out
+    if name == "graph_candidates":
+        if value not in GRAPH_CANDIDATES:
+            raise RankingConfigError(f"graph_candidates must be one of {list(GRAPH_CANDIDATES)}")
+        return value
     if name == "diversity_questions":
         if value not in DIVERSITY_QUESTIONS:
             raise RankingConfigError(f"diversity_questions must be one of {list(DIVERSITY_QUESTIONS)}")

@@ -91,7 +91,7 @@ def memories_search(
     config = ranking.resolve(scope[0].tenant.settings, ranking_overrides)
     if mode == "graph":
         # The graph's weight sets its share of the hybrid fusion; alone, it is the whole answer.
-        config = ranking.with_weight(config, "graph", 1.0)
+        config = dataclasses.replace(ranking.with_weight(config, "graph", 1.0), graph_candidates="walk")
     # "As of" a past time, recency and relative dates are judged from that time too.
     now = now or filters.as_of or timezone.now()
     filters = dataclasses.replace(filters, reference_time=now)
