@@ -682,7 +682,7 @@ def _build_graph(target: Any) -> None:
         raise SystemExit("--build-graph needs a private server (it runs manage.py in the server's ENGRAM_HOME)")
     started = time.perf_counter()
     common.log("building the knowledge graph (rebuild_graph --all)")
-    target.private._manage("rebuild_graph", "--all", timeout=3600)
+    common.manage("rebuild_graph", "--all", env=target.private.env(), timeout=3600)
     common.log(f"graph built in {time.perf_counter() - started:.1f}s")
 
 
@@ -691,7 +691,7 @@ def _process_sources(target: Any) -> None:
     the same command an operator would use (manage.py process_sources), in the server's home."""
     started = time.perf_counter()
     common.log("processing the submitted sources (manage.py process_sources)")
-    target.private._manage("process_sources", "--no-progress", timeout=7200)
+    common.manage("process_sources", "--no-progress", env=target.private.env(), timeout=7200)
     common.log(f"sources processed in {time.perf_counter() - started:.1f}s")
 
 
