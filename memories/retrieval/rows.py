@@ -80,7 +80,8 @@ def fetch_contenders(
     overtake it: its row is not read — unless it has an ``importance``, whose boost the bounds
     leave out (so the rows read, and the answer, are the same as before for a bucket that never
     sets importance). With a token budget (``k`` None) any candidate may fit, so all are read;
-    if rows of the top k were deleted meanwhile, the rest are read too.
+    if rows of the top k were deleted meanwhile, or a row read is a superseded memory whose
+    successor is a candidate too (:func:`_capped`), the rest are read too.
     ``discount``: the least share of its score a hit keeps after the boosts (the diversity
     step's), which lowers the bar as much.
     """
@@ -93,6 +94,13 @@ def fetch_contenders(
     contenders = [memory_id for memory_id in ids if fused[memory_id] >= threshold]
     others = [memory_id for memory_id in ids if fused[memory_id] < threshold] if config.importance_boost else []
     rows = fetch_rows(bucket, contenders, others)
-    if sum(1 for memory_id in best[:k] if memory_id in rows) < k:
+    if sum(1 for memory_id in best[:k] if memory_id in rows) < k or _capped(rows, fused):
         rows.update(fetch_rows(bucket, [memory_id for memory_id in ids if memory_id not in rows]))
     return rows
+
+
+def _capped(rows: dict[uuid.UUID, dict], fused: dict) -> bool:
+    """Whether a row read may be capped below its successor (fusion.below_successors): a
+    superseded memory whose successor is a candidate too. Its score can then fall further
+    than the least boost the cut allows for, so the cut no longer bounds who reaches the top."""
+    return any(row["superseded_at"] is not None and row["superseded_by"] in fused for row in rows.values())

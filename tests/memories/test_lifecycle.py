@@ -338,3 +338,31 @@ def test_a_forced_reclassification_records_only_labels_it_changes(api, bucket):
     )
     assert [v["kind"] for v in history(api, same)["versions"]] == ["reclassified"]  # the PATCH only
     assert history(api, unlabelled)["versions"] == []
+
+
+def test_a_candidate_below_the_read_cut_is_read_when_a_superseded_contender_can_fall_below_it(api, bucket):
+    """The cut assumes a contender keeps at least its fused score x the least boost. A superseded
+    memory found with its successor is capped at ``superseded_weight`` x the successor's score,
+    which can be far lower: a weaker candidate the cut left unread may then deserve its place."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memories import ranking
+    from memories.retrieval import fusion, rows
+
+    old, best, successor, weak = (
+        uuid.UUID(i)
+        for i in write(bucket, "old value", "clear winner", "new value", "weaker one", api=api, sequence=False)
+    )
+    Memory.objects.filter(pk=old).update(superseded_at=timezone.now() - timedelta(days=1), superseded_by=successor)
+    cues = fusion.query_cues("anything", ranking.DEFAULTS)
+    # Top 2 by fused score: old and best; the cut is 0.5 x 0.35 (the least boost) = 0.175.
+    fused = {old: 1.0, best: 0.5, successor: 0.2, weak: 0.17}
+    read = rows.fetch_contenders(bucket, fused, ranking.DEFAULTS, 2, cues)
+    # old is capped below its successor (at most 0.5 x its score, <= 0.1), and the successor can
+    # score as little as 0.2 x 0.7 (recency) = 0.14: weak, up to 0.17, may be second.
+    assert weak in read
+    # Without a superseded contender the cut holds, and weak is not read.
+    Memory.objects.filter(pk=old).update(superseded_at=None, superseded_by=None)
+    assert weak not in rows.fetch_contenders(bucket, fused, ranking.DEFAULTS, 2, cues)
