@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     sets = load_sets(args, names)
     machine, command = common.machine_info(), common.command_line()
     records: dict[str, list[dict]] = {s.key: [] for s in sets}
-    with common.server_from_args(args, tenant="eval-three" if args.reuse else None) as target:
+    # With a kept home (--home), one named tenant, so that a later --reuse finds its buckets.
+    with common.server_from_args(args, tenant="eval-three" if args.reuse or args.home else None) as target:
         mapping = target.home / MAPPING if target.home else None
         with target.client() as client:
             saved = _load(mapping) if args.reuse and mapping and mapping.exists() else {}
@@ -240,10 +241,10 @@ def main(argv: list[str] | None = None) -> int:
                     common.log(f"reusing the {s.key} buckets in {mapping}")
                 else:
                     written[s.key] = s.ingest(client)
+                    if mapping:  # saved as each set is written: a later step that fails loses no ingest
+                        _save(mapping, {**saved, **written})
             if args.build_graph and set(written) - set(saved):
                 er._build_graph(target)
-            if mapping:
-                _save(mapping, {**saved, **written})
             for i, variant in enumerate(variants):
                 for mode in modes if i == 0 else ["hybrid"]:
                     for s in sets:
