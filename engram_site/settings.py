@@ -331,6 +331,8 @@ ENGRAM_MODEL_CACHE = Path(env_str("ENGRAM_MODEL_CACHE") or str(ENGRAM_HOME / "mo
 ENGRAM_LEMMATIZER_ENABLED = True
 # ENGRAM_GRAPH=off turns knowledge-graph extraction off (retrieval then skips the graph signal).
 ENGRAM_GRAPH_ENABLED = env_str("ENGRAM_GRAPH", "on").lower() not in {"off", "0", "false", "no"}
+# ENGRAM_KEYS=off builds no key documents (memory_keys; docs/RETRIEVAL.md, "Keys that carry facts").
+ENGRAM_KEYS_ENABLED = env_str("ENGRAM_KEYS", "on").lower() not in {"off", "0", "false", "no"}
 # The next four default to off in the test suite's settings (engram_site/settings_test.py).
 # Load the embedding model when a web process starts instead of on the first request.
 ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", True)

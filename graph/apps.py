@@ -7,11 +7,12 @@ class GraphConfig(AppConfig):
 
     def ready(self):
         from engram_site import metrics, tracing
-        from graph import receivers  # noqa: F401  (connects to memories.signals)
+        from graph import keys, receivers  # noqa: F401  (receivers: connects to memories.signals)
         from graph.participants import GraphParticipant
         from graph.retrieval import graph_signal
         from graph.tasks import retry_work
         from memories import hooks, participants
+        from memories.keys import KeySource, register_key_source
         from memories.models import EnrichmentStage
         from memories.retrieval import register_graph_signal
 
@@ -19,3 +20,4 @@ class GraphConfig(AppConfig):
         register_graph_signal(timed(tracing.traced("engram.search.signal", signal="graph")(graph_signal)))
         hooks.register_retry(EnrichmentStage.GRAPH, retry_work)
         participants.register(GraphParticipant())
+        register_key_source(KeySource("graph", facts=keys.key_facts, waiting=keys.waiting))

@@ -18,6 +18,7 @@ from graph.services import extraction
 from graph.services.reports import GraphReport
 from memories import hooks
 from memories.selectors import memories_tenant_ids
+from memories.tasks import enqueue_keys
 from tenants.models import Bucket
 from tenants.selectors import bucket_tenant_ids
 
@@ -36,7 +37,10 @@ def _as_counts(report: GraphReport) -> dict:
 
 @shared_task(name="graph.extract_memories", tenant_scope=memories_tenant_ids, **HINT)
 def extract_memories(memory_ids: list[str]) -> dict:
-    return _as_counts(extraction.graph_extract_memories(memory_ids=memory_ids))
+    counts = _as_counts(extraction.graph_extract_memories(memory_ids=memory_ids))
+    # Their key documents waited for the graph (graph/keys.py): built now, with its facts.
+    enqueue_keys(memory_ids)
+    return counts
 
 
 def _extract_pending(*, recorder: runner.JobRecorder, limit: int = 1000) -> None:

@@ -354,6 +354,78 @@ class NextEmbedding(models.Model):
         return f"{self.memory_id} by {self.model}"
 
 
+class MemoryKey(models.Model):
+    """A memory's key document: what it says, spelled out so that a question can find it by more
+    than its own words (docs/RETRIEVAL.md, "Keys that carry facts"). Built after the write
+    (memories/services/keys.py) from the memory and what the apps above know of it: its
+    statements (first person resolved to the speaker), the entities it mentions by their
+    canonical names and the relations it states, its key phrases, and the dates its relative
+    expressions mean ("last Tuesday" written on 9 May 2023 is Tuesday 2 May 2023).
+
+    Searched as two signals of their own, ``keyword_key`` (BM25 over ``tsv``) and ``vector_key``
+    (``embedding``). A side table, not columns on ``memories``: building a key does not rewrite
+    the memory's row and its entries in every index (both HNSW graphs included). The row goes
+    with its memory (a foreign key ON DELETE CASCADE, migration 0015). ``text_hash`` is the
+    memory's when the key was built: a key whose memory has changed since is never searched
+    (the signals join on it) and is built again.
+    """
+
+    memory = models.OneToOneField(
+        Memory, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    # Denormalised like memories' own: every statement leads with them. A bucket merge moves
+    # them with the memories (memories.services.merge).
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    text = models.TextField()
+    lemmatized = models.TextField()
+    tsv = models.GeneratedField(
+        expression=Func(Value("simple"), "lemmatized", function="to_tsvector"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    # NULL when the model returned an unusable vector for it: the key is then searched by its words only.
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedding_model = models.CharField(max_length=64)
+    text_hash = models.CharField(max_length=32, null=True, blank=True)
+    # memories.keys.KEY_VERSION when built: a new version of the recipe rebuilds older keys.
+    version = models.IntegerField()
+    # Set when what the key was made of changed (the graph extracted the memory again): it is
+    # still searched, and built again by the next pass.
+    stale = models.BooleanField(default=False)
+    built_at = models.DateTimeField(db_default=TransactionNow())
+
+    objects = BucketScopedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "memory_keys"
+        indexes = [
+            models.Index(fields=["tenant", "bucket"], name="idx_memory_keys_bucket"),
+            # keyword_key: tsv @@ query.
+            GinIndex(fields=["tsv"], name="idx_memory_keys_tsv", gin_pending_list_limit=GIN_PENDING_LIST_KB),
+            # vector_key: ORDER BY embedding::halfvec(384) <=> ? LIMIT k (half_precision).
+            HnswIndex(
+                OpClass(half_precision("embedding"), name="halfvec_cosine_ops"),
+                name="idx_memory_keys_hnsw",
+                m=HNSW_M,
+                ef_construction=HNSW_EF_CONSTRUCTION,
+            ),
+            # The key pass: keys marked stale.
+            models.Index(fields=["built_at"], name="idx_memory_keys_stale", condition=Q(stale=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"key of {self.memory_id}"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        return agents.q("memory__agent_id")
+
+
 class VersionKind(models.TextChoices):
     EDITED = "edited", "edited"
     SUPERSEDED = "superseded", "superseded"

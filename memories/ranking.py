@@ -7,6 +7,9 @@ A search runs several *signals*, each returning a bounded candidate list:
 ``vector_context``  cosine similarity of the memory+context embedding
 ``keyword``         BM25 over the lemmatised memory (plus its date words)
 ``keyword_context`` BM25 over the lemmatised memory + its context
+``keyword_key``     BM25 over the memory's key document (memories.keys: its statements,
+                    entities, relations, key phrases and resolved dates)
+``vector_key``      cosine similarity of the key document's embedding (HNSW)
 ``graph``           knowledge-graph proximity (1/depth), when the graph app is on
 ==================  =====================================================
 
@@ -28,7 +31,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
-SIGNALS = ("vector", "vector_context", "keyword", "keyword_context", "graph")
+SIGNALS = ("vector", "vector_context", "keyword", "keyword_context", "keyword_key", "vector_key", "graph")
+# The signals answered from the query's embedding, and from its lemmas.
+VECTOR_SIGNALS = ("vector", "vector_context", "vector_key")
+KEYWORD_SIGNALS = ("keyword", "keyword_context", "keyword_key")
 FUSION_METHODS = ("rrf", "score")
 DIVERSITY_QUESTIONS = ("several", "all")
 GRAPH_CANDIDATES = ("walk", "entities")
@@ -53,6 +59,9 @@ class RankingConfig:
             "vector_context": 0.5,
             "keyword": 1.0,
             "keyword_context": 0.5,
+            # Key documents (docs/RETRIEVAL.md, "Keys that carry facts"): off until measured.
+            "keyword_key": 0.0,
+            "vector_key": 0.0,
             # The graph list changed recall@10 by 0.000 on our set and 0.001 on LoCoMo (0.25
             # against 0) while it costs ~8-10 ms of a 100k-bucket search: off by default,
             # weighted in per tenant or request (graph mode runs it alone).

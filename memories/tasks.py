@@ -23,6 +23,7 @@ from engram_site.jobs.presets import HINT, RETRYABLE
 from memories import hooks
 from memories.selectors import memories_tenant_ids
 from memories.services.enrichment import memories_enrich_all_pending
+from memories.services.keys import memory_keys_build
 
 logger = logging.getLogger(__name__)
 
@@ -45,19 +46,42 @@ def enrich_memories(memory_ids: list[str]) -> dict:
     return report.counts()
 
 
+@shared_task(name="memories.build_keys", tenant_scope=memories_tenant_ids, **HINT)
+def build_keys(memory_ids: list[str]) -> dict:
+    """Build the key documents of these memories that are missing or out of date (idempotent);
+    those the graph has not extracted yet wait for it (memories.services.keys)."""
+    if not settings.ENGRAM_KEYS_ENABLED:
+        return {}
+    return memory_keys_build(memory_ids=memory_ids).counts()
+
+
 def _ids(memory_ids: Iterable) -> list[str]:
     return [str(i) for i in memory_ids]
 
 
+def enqueue_keys(memory_ids: Iterable) -> None:
+    """Ask a worker to build these memories' key documents (the graph, once it has extracted
+    them). Never raises; the enrichment sweep's key pass finds what a lost hint leaves."""
+    try:
+        ids = _ids(memory_ids)
+        if ids and settings.ENGRAM_KEYS_ENABLED:
+            hooks.publish(lambda: build_keys.si(ids), what="key documents", count=len(ids))
+    except Exception:
+        logger.exception("enqueue_keys failed for some memories")
+
+
 def enqueue_enrichment(*, bucket_id: uuid.UUID, memory_ids: list[uuid.UUID]) -> None:
     """Queue the background work new memories need: fill any derived column that is still
-    NULL, then the follow-up work the apps above registered (classify, look for
+    NULL, build their key documents, then the follow-up work the apps above registered (classify, look for
     near-duplicates, record links). One message per write (a chain). Never raises: a broker
     outage must not turn a committed write into an error."""
     try:
         ids = _ids(memory_ids)
         enrich = enrich_memories.si(ids)
-        hooks.publish(lambda: chain(enrich, *hooks.follow_up_work(ids)), what="enrichment", count=len(ids))
+        # Then the keys of the memories no source waits on (with the graph on, its extraction
+        # queues the build), and the follow-up work.
+        keys = [build_keys.si(ids)] if settings.ENGRAM_KEYS_ENABLED else []
+        hooks.publish(lambda: chain(enrich, *keys, *hooks.follow_up_work(ids)), what="enrichment", count=len(ids))
     except Exception:  # a signature bug must not fail a committed write either
         logger.exception("enqueue_enrichment failed for %d memories in bucket %s", len(memory_ids), bucket_id)
 

@@ -23,6 +23,7 @@ from graph.services.timelines import supersession_recompute, timeline_windows_re
 from memories.models import EnrichmentStage, Memory
 from memories.services.enrichment_failures import error_text, failures_clear, failures_record
 from memories.services.ingest.locks import hold_bucket
+from memories.services.keys import keys_mark_stale
 from memories.services.supersession import supersessions_clear
 from tenants.models import Bucket, Tenant
 
@@ -145,6 +146,8 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: EntityResol
     # its retry time) instead, and the sweep comes back to it then.
     done = [i for i in ids if i not in failed]
     _record_processed(done)
+    # Their key documents name what the graph says of them: built again (graph.tasks queues it).
+    keys_mark_stale(memory_ids=done)
     failures_clear(stage=EnrichmentStage.GRAPH, memory_ids=done)
     failures_record(stage=EnrichmentStage.GRAPH, errors=failed)
     report.errors += [f"{memory_id}: {error}" for memory_id, error in failed.items()]

@@ -1,4 +1,5 @@
-"""The enrichment jobs: the every-minute sweep and ``embed_missing`` / ``lemmatize_missing``."""
+"""The enrichment jobs: the every-minute sweep (derived columns, then key documents),
+``embed_missing`` / ``lemmatize_missing`` and ``build_keys``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from memories.services.enrichment import (
     memories_enrich_all_pending,
     pending_enrichment_count,
 )
+from memories.services.keys import KeysReport, keys_pending_count, memory_keys_build
 from tenants.models import Bucket
 
 
@@ -31,6 +33,30 @@ def enrichment_sweep(*, recorder: JobRecorder, batch_size: int | None = None) ->
             hooks.after_enrichment(memory_ids=report.embedded_ids)
 
     report = memories_enrich_all_pending(batch_size=batch_size or settings.ENGRAM_ENRICH_BATCH_SIZE, on_batch=on_batch)
+    recorder.add(**report.counts())
+    errors = list(report.errors)
+    if settings.ENGRAM_KEYS_ENABLED:
+        # Then the key documents a lost hint left unbuilt, or that went out of date (at most
+        # KEY_SWEEP_LIMIT a minute: a backfill is build_keys' job).
+        keys = memory_keys_build(limit=KEY_SWEEP_LIMIT)
+        recorder.add(**{f"keys_{name}": value for name, value in keys.counts().items()})
+        errors += keys.errors
+    if errors:
+        recorder.fail("; ".join(errors))
+    return report
+
+
+# Memories the sweep's key pass visits per run.
+KEY_SWEEP_LIMIT = 2_000
+
+
+def keys_build(*, recorder: JobRecorder, bucket: Bucket | None = None, wait: bool = True) -> KeysReport:
+    """``build_keys``: build every key document that is missing or out of date (the backfill of
+    memories written before keys existed, and after a new recipe). Batched, each batch
+    committed, resumable (the out-of-date condition is the cursor). ``wait``: leave the memories
+    the graph has not extracted yet (it queues their build when it has)."""
+    recorder.set_total(keys_pending_count(bucket=bucket))
+    report = memory_keys_build(bucket=bucket, wait=wait, on_batch=lambda r: recorder.advance(r.scanned))
     recorder.add(**report.counts())
     if report.failed:
         recorder.fail("; ".join(report.errors))

@@ -42,6 +42,7 @@ class ErasureOut(serializers.Serializer):
     versions = serializers.IntegerField(help_text="history entries of the erased memories")
     access_times = serializers.IntegerField()
     enrichment_failures = serializers.IntegerField(help_text="enrichment failure records of the erased memories")
+    keys = serializers.IntegerField(help_text="key documents of the erased memories")
     contexts_cleared = serializers.IntegerField(help_text="other memories whose sequence context quoted an erased one")
     graph_mentions = serializers.IntegerField()
     graph_edges = serializers.IntegerField()

@@ -1,4 +1,4 @@
-"""BM25 over a bucket's lemmatised memories, in SQL: the two keyword signals."""
+"""BM25 over a bucket's lemmatised memories and their key documents, in SQL: the keyword signals."""
 
 from __future__ import annotations
 
@@ -117,15 +117,57 @@ def bm25(
     (:meth:`~memories.retrieval.stats._BucketStats.size_of`), so a score means the same
     whichever bucket its memory is in, and one statement reads them all.
     """
+    return _bm25(bucket, lexemes, filters, config, "context_tsv" if context else "lemmatized_tsv")
+
+
+def key_bm25(
+    bucket: Bucket | list[Bucket], lexemes: list[str], filters: MemoryFilters, config: ranking.RankingConfig
+) -> tuple[list[tuple[uuid.UUID, float]], float]:
+    """BM25 over the memories' key documents (``memory_keys``, memories.keys), as :func:`bm25`
+    scores their own text: the ``keyword_key`` signal. A key is read with its memory (the
+    search's filters are the memory's) and only while it is of the memory's current text. A
+    bucket without keys costs no statement."""
+    return _bm25(bucket, lexemes, filters, config, "key_tsv")
+
+
+# Per BM25 document: (bucket count, average length) in the statistics, the FROM clause, the
+# tsvector, and a condition on the rows. A key is joined to its memory (whose columns the filters
+# test) and read only while it is of the memory's text.
+_DOCUMENTS = {
+    "lemmatized_tsv": ("n", "avgdl", "memories m", "m.lemmatized_tsv", ""),
+    "context_tsv": (
+        "n_context",
+        "avgdl_context",
+        "memories m",
+        "m.context_tsv",
+        " AND m.context_lemmatized IS NOT NULL",
+    ),
+    "key_tsv": (
+        "n_key",
+        "avgdl_key",
+        "memory_keys k JOIN memories m ON m.id = k.memory_id AND m.text_hash IS NOT DISTINCT FROM k.text_hash",
+        "k.tsv",
+        "",
+    ),
+}
+
+
+def _bm25(
+    bucket: Bucket | list[Bucket],
+    lexemes: list[str],
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    column: str,
+) -> tuple[list[tuple[uuid.UUID, float]], float]:
     if not lexemes:
         return [], 0.0
     buckets = bucket_list(bucket)
     stats = bucket_stats.size_of(buckets)
-    column = "context_tsv" if context else "lemmatized_tsv"
-    n = stats["n_context"] if context else stats["n"]
+    count, average, source, tsv, guard = _DOCUMENTS[column]
+    n = stats[count]
     if n == 0:
         return [], 0.0
-    avgdl = stats["avgdl_context"] if context else stats["avgdl"]
+    avgdl = stats[average]
     df = bucket_stats.frequencies_of(buckets, column, lexemes)
     present = [lx for lx in lexemes if df.get(lx, 0) > 0]
     if not present:
@@ -139,18 +181,17 @@ def bm25(
     query_mass = sum(inverse(lx) for lx in lexemes)
     candidate_query, too_many = _candidate_query(present, df, n)
     where, params = filters.sql(buckets)
-    context_guard = " AND m.context_lemmatized IS NOT NULL" if context else ""
     # Only when even the rarest term is too common to read in full (a query of common words
     # only) are the matches ordered, by ts_rank, before the cut.
-    order = f"ORDER BY ts_rank(m.{column}, %s::tsquery) DESC" if too_many else ""
+    order = f"ORDER BY ts_rank({tsv}, %s::tsquery) DESC" if too_many else ""
     order_params = [candidate_query] if order else []
     sql = f"""
         WITH q(lexeme, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
         cand AS (
             SELECT m.id, {DOC_LENGTH[column]} AS dl,
-                   ts_filter(setweight(m.{column}, 'A', %s::text[]), '{{a}}') AS terms
-            FROM memories m
-            WHERE {where}{context_guard} AND m.{column} @@ %s::tsquery
+                   ts_filter(setweight({tsv}, 'A', %s::text[]), '{{a}}') AS terms
+            FROM {source}
+            WHERE {where}{guard} AND {tsv} @@ %s::tsquery
             {order}
             LIMIT %s
         )
@@ -182,15 +223,18 @@ def bm25(
 def keyword_signals(
     bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig, now
 ):
-    """BM25 over the memory and over memory + context (that one in another thread when
-    ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query, and the coverage of the memory
-    side (of the context side when only that one runs). A signal weighted 0 is not run."""
+    """BM25 over the memory, over memory + context and over the key documents (those two in
+    other threads when ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query, and the coverage
+    of the memory side (of the context side when only that one runs). A signal weighted 0 is
+    not run."""
     lexemes = query_lexemes(" ".join(search_terms.query_terms(query, now)))
     context_side = (
         start(bm25, bucket, lexemes, filters, config, context=True) if config.weight("keyword_context") > 0 else None
     )
+    key_side = start(key_bm25, bucket, lexemes, filters, config) if config.weight("keyword_key") > 0 else None
     memory_side, coverage = (
         bm25(bucket, lexemes, filters, config, context=False) if config.weight("keyword") > 0 else ([], None)
     )
     context_side, context_coverage = context_side.result() if context_side else ([], None)
-    return memory_side, context_side, coverage if coverage is not None else context_coverage
+    key_side = key_side.result()[0] if key_side else []
+    return memory_side, context_side, key_side, coverage if coverage is not None else context_coverage

@@ -107,7 +107,7 @@ def memories_search(
     # on, while this thread runs the lexical signals.
     # Signals weighted 0 add nothing to the fusion, so they are not run at all.
     vector_side = None
-    if mode in ("hybrid", "vector") and (config.weight("vector") > 0 or config.weight("vector_context") > 0):
+    if mode in ("hybrid", "vector") and any(config.weight(s) > 0 for s in ranking.VECTOR_SIGNALS):
         vector_side = start(vector.vector_signals, bucket, query, filters, config)
     graph_sides = []
     if mode in ("hybrid", "graph") and _graph_signal is not None:
@@ -123,22 +123,23 @@ def memories_search(
     coverage: float | None = None
     methods: dict[str, str] = {}
     graph_paths: dict = {}
-    if mode in ("hybrid", "keyword") and (config.weight("keyword") > 0 or config.weight("keyword_context") > 0):
-        lists["keyword"], lists["keyword_context"], coverage = keyword.keyword_signals(
+    if mode in ("hybrid", "keyword") and any(config.weight(s) > 0 for s in ranking.KEYWORD_SIGNALS):
+        lists["keyword"], lists["keyword_context"], lists["keyword_key"], coverage = keyword.keyword_signals(
             bucket, query, filters, config, now
         )
     if vector_side is not None:
         try:
-            memory_vector, context_vector, embedding_model = vector_side.result()
+            memory_vector, context_vector, key_vector, embedding_model = vector_side.result()
         except embedding.EmbeddingUnavailable as exc:
             warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
             mode_used = "keyword"
             if mode == "vector":
-                lists["keyword"], lists["keyword_context"], coverage = keyword.keyword_signals(
+                lists["keyword"], lists["keyword_context"], lists["keyword_key"], coverage = keyword.keyword_signals(
                     bucket, query, filters, config, now
                 )
         else:
-            for signal, (ranked, method) in (("vector", memory_vector), ("vector_context", context_vector)):
+            vectors = (("vector", memory_vector), ("vector_context", context_vector), ("vector_key", key_vector))
+            for signal, (ranked, method) in vectors:
                 if method:
                     lists[signal], methods[signal] = ranked, method
     if graph_sides:

@@ -22,6 +22,13 @@ _TERMS = "(length({0}) - length(replace({0}, ' ', '')) + 1)"
 DOC_LENGTH = {
     "lemmatized_tsv": _TERMS.format("coalesce(m.text_lemmatized, '')"),
     "context_tsv": _TERMS.format("coalesce(m.text_lemmatized, '') || ' ' || m.context_lemmatized"),
+    "key_tsv": _TERMS.format("k.lemmatized"),
+}
+# Where each BM25 document's term frequencies are counted: (table, tsvector column, condition).
+_DOCUMENTS = {
+    "lemmatized_tsv": ("memories", "lemmatized_tsv", ""),
+    "context_tsv": ("memories", "context_tsv", " AND m.context_lemmatized IS NOT NULL"),
+    "key_tsv": ("memory_keys", "tsv", ""),
 }
 
 STATS_TTL = 60.0
@@ -117,23 +124,33 @@ class _BucketStats:
                 [bucket.tenant_id, bucket.pk],
             )
             total, with_context, embedded, context_embedded, table_rows = cur.fetchone()
-            # Average lengths from a recent sample: exact enough for BM25, bounded in cost.
+            # Average lengths from a recent sample: exact enough for BM25, bounded in cost. The
+            # key documents' (memory_keys) from any 2,000 of them, with their counts.
             cur.execute(
                 f"""
-                SELECT avg({DOC_LENGTH["lemmatized_tsv"]}), avg({DOC_LENGTH["context_tsv"]})
+                SELECT avg({DOC_LENGTH["lemmatized_tsv"]}), avg({DOC_LENGTH["context_tsv"]}),
+                       (SELECT avg({DOC_LENGTH["key_tsv"]}) FROM (
+                            SELECT lemmatized FROM memory_keys WHERE tenant_id = %s AND bucket_id = %s LIMIT 2000
+                        ) k),
+                       (SELECT count(*) FROM memory_keys WHERE tenant_id = %s AND bucket_id = %s),
+                       (SELECT count(*) FROM memory_keys
+                        WHERE tenant_id = %s AND bucket_id = %s AND embedding IS NOT NULL)
                 FROM (SELECT text_lemmatized, context_lemmatized FROM memories
                       WHERE tenant_id = %s AND bucket_id = %s ORDER BY created_at DESC LIMIT 2000) m
                 """,
-                [bucket.tenant_id, bucket.pk],
+                [bucket.tenant_id, bucket.pk] * 4,
             )
-            avgdl, avgdl_context = cur.fetchone()
+            avgdl, avgdl_context, avgdl_key, keyed, key_embedded = cur.fetchone()
         stats = {
             "n": total,
             "n_context": with_context,
             "n_embedded": embedded,
             "n_context_embedded": context_embedded,
+            "n_key": keyed or 0,
+            "n_key_embedded": key_embedded or 0,
             "avgdl": float(avgdl or 1.0),
             "avgdl_context": float(avgdl_context or 1.0),
+            "avgdl_key": float(avgdl_key or 1.0),
             "table_rows": max(0.0, float(table_rows)),
         }
         now = time.monotonic()
@@ -177,13 +194,13 @@ class _BucketStats:
         result = {lx: cache[(column, lx)] for lx in lexemes if (column, lx) in cache}
         missing = [lx for lx in lexemes if lx not in result]
         if missing:
-            extra = " AND context_lemmatized IS NOT NULL" if column == "context_tsv" else ""
+            table, tsv, extra = _DOCUMENTS[column]
             with connection.cursor() as cur:
                 cur.execute(
                     f"""
-                    SELECT t.lexeme, (SELECT count(*) FROM memories m
+                    SELECT t.lexeme, (SELECT count(*) FROM {table} m
                                       WHERE m.tenant_id = %s AND m.bucket_id = %s{extra}
-                                        AND m.{column} @@ quote_literal(t.lexeme)::tsquery)
+                                        AND m.{tsv} @@ quote_literal(t.lexeme)::tsquery)
                     FROM unnest(%s::text[]) AS t(lexeme)
                     """,
                     [bucket.tenant_id, bucket.pk, missing],
@@ -209,9 +226,11 @@ class _BucketStats:
             total = sum(s[weight] for s in sizes)
             return sum(s[value] * s[weight] for s in sizes) / total if total else 1.0
 
-        combined = {key: sum(s[key] for s in sizes) for key in ("n", "n_context", "n_embedded", "n_context_embedded")}
+        counts = ("n", "n_context", "n_embedded", "n_context_embedded", "n_key", "n_key_embedded")
+        combined = {key: sum(s[key] for s in sizes) for key in counts}
         combined["avgdl"] = weighted("avgdl", "n")
         combined["avgdl_context"] = weighted("avgdl_context", "n_context")
+        combined["avgdl_key"] = weighted("avgdl_key", "n_key")
         combined["table_rows"] = max(s["table_rows"] for s in sizes)
         return combined
 
@@ -232,15 +251,15 @@ class _BucketStats:
         missing = sorted({lx for cache in caches for lx in lexemes if (column, lx) not in cache})
         counted: dict[tuple[str, uuid.UUID], int] = {}
         if missing:
-            extra = " AND m.context_lemmatized IS NOT NULL" if column == "context_tsv" else ""
+            table, tsv, extra = _DOCUMENTS[column]
             with connection.cursor() as cur:
                 cur.execute(
                     f"""
                     SELECT t.lexeme, c.bucket_id, c.n FROM unnest(%s::text[]) AS t(lexeme)
                     CROSS JOIN LATERAL (
-                        SELECT m.bucket_id, count(*) AS n FROM memories m
+                        SELECT m.bucket_id, count(*) AS n FROM {table} m
                         WHERE m.tenant_id = %s AND m.bucket_id = ANY(%s::uuid[]){extra}
-                          AND m.{column} @@ quote_literal(t.lexeme)::tsquery
+                          AND m.{tsv} @@ quote_literal(t.lexeme)::tsquery
                         GROUP BY m.bucket_id
                     ) c
                     """,

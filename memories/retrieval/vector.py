@@ -1,5 +1,5 @@
-"""Nearest neighbours by cosine similarity, in SQL (an HNSW walk or an exact read): the two
-vector signals."""
+"""Nearest neighbours by cosine similarity, in SQL (an HNSW walk or an exact read): the vector
+signals, over memories, memories with their context, and key documents."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.providers import embedding
 from memories import ranking
-from memories.filters import MemoryFilters, bucket_list
+from memories.filters import MemoryFilters, bucket_list, in_buckets
 from memories.models import half_precision_distance
 from memories.retrieval.concurrency import start_walk
 from memories.retrieval.stats import bucket_stats
@@ -168,6 +168,66 @@ def nearest(
     return _neighbours(sorted(rows, key=lambda r: r[1], reverse=True), "hnsw")
 
 
+def nearest_key(
+    bucket: Bucket | list[Bucket],
+    query_vector,
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    *,
+    model: str,
+) -> tuple[list[tuple[uuid.UUID, float]], str]:
+    """The memories whose key documents' vectors (``memory_keys``) are nearest the query, by
+    cosine similarity, and how they were found: the ``vector_key`` signal. As :func:`nearest`:
+    an exact read below :data:`EXACT_SCAN_BELOW` keys (or filters the planner says leave
+    fewer), an HNSW walk (``idx_memory_keys_hnsw``) above. A key is read with its memory,
+    whose columns the filters test, only while it is of the memory's current text and by
+    ``model`` (a key made before the bucket switched models is built again, not compared).
+    A bucket without key vectors costs no statement."""
+    buckets = bucket_list(bucket)
+    stats = bucket_stats.size_of(buckets)
+    population = stats["n_key_embedded"]
+    if population == 0:
+        return [], "none"
+    where, params = filters.sql(buckets)
+    keys_in, keys_params = in_buckets(buckets, "k")
+    source = f"""
+        memory_keys k JOIN memories m ON m.id = k.memory_id AND m.text_hash IS NOT DISTINCT FROM k.text_hash
+        WHERE {" AND ".join(keys_in)} AND k.embedding IS NOT NULL AND k.embedding_model = %s AND {where}
+    """
+    source_params = [*keys_params, model, *params]
+    vector = np.asarray(query_vector, dtype=np.float32)
+    limit = config.candidates
+    exact_sql = f"""
+        WITH b AS MATERIALIZED (SELECT k.memory_id AS id, k.embedding AS v FROM {source})
+        SELECT id, 1 - (v <=> %s::vector) AS similarity FROM b ORDER BY v <=> %s::vector LIMIT %s
+    """
+    exact_params = [*source_params, vector, vector, limit]
+    with binding_cursor(connection) as cur:
+        if population < EXACT_SCAN_BELOW or (
+            where != MemoryFilters().sql(buckets)[0]
+            and bucket_stats.filtered_rows(
+                buckets[0], "embedding", where, params, lambda: estimated_rows(where, params, "embedding")
+            )
+            < EXACT_SCAN_BELOW
+        ):
+            cur.execute(exact_sql, exact_params)
+            return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
+        graph = max(population, stats["table_rows"] * population / max(1, stats["n"]))
+        hnsw_settings(cur, max(scaled_ef_search(config.ef_search, graph), limit))
+        cur.execute(
+            f"""
+            SELECT k.memory_id, 1 - (k.embedding <=> %s::vector) AS similarity FROM {source}
+            ORDER BY {half_precision_distance("k.embedding", "%s::vector")} LIMIT %s
+            """,
+            [vector, *source_params, vector, limit],
+        )
+        rows = cur.fetchall()
+        if len(rows) < min(limit, population):
+            cur.execute(exact_sql, exact_params)
+            return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
+    return sorted(((r[0], float(r[1])) for r in rows), key=lambda r: r[1], reverse=True), "hnsw"
+
+
 def _neighbours(rows, method: str) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
     return [(r[0], float(r[1])) for r in rows], method, {r[0] for r in rows if r[2]}
 
@@ -188,8 +248,8 @@ def _with_stand_ins(
 @metrics.timed(metrics.SIGNAL_SECONDS, signal="vector")
 @tracing.traced("engram.search.signal", signal="vector")
 def vector_signals(bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig):
-    """Embed the query by the buckets' model, then both nearest-neighbour lists (the context
-    one in another thread when ENGRAM_SEARCH_PARALLEL is on), and the model they are by.
+    """Embed the query by the buckets' model, then the nearest-neighbour lists (the context and
+    key ones in other threads when ENGRAM_SEARCH_PARALLEL is on), and the model they are by.
     EmbeddingUnavailable when the model is.
 
     ``bucket`` may be several buckets: those of one model are one walk over them all with one
@@ -209,7 +269,7 @@ def vector_signals(bucket: Bucket | list[Bucket], query: str, filters: MemoryFil
         ranked = sorted((item for f in found for item in f[side][0]), key=lambda r: r[1], reverse=True)[:limit]
         return ranked, "+".join(sorted({f[side][1] for f in found if f[side][1]}))
 
-    return merged(0), merged(1), "+".join(sorted(f[2] for f in found))
+    return merged(0), merged(1), merged(2), "+".join(sorted(f[3] for f in found))
 
 
 def _signals_of_one_model(
@@ -218,7 +278,7 @@ def _signals_of_one_model(
     buckets = bucket_list(bucket)
     model = buckets[0].embedding_model
     lists = _walks(bucket, query, filters, config, model)
-    if not lists[0][0] and not lists[1][0]:
+    if not lists[0][0] and not lists[1][0] and not lists[2][0]:
         # Nothing found: perhaps a bucket switched models since it was read (the statements
         # then compare nothing). Asked again with the models they have now.
         current = set(Bucket.objects.filter(pk__in=[b.pk for b in buckets]).values_list("embedding_model", flat=True))
@@ -235,6 +295,9 @@ def _walks(
     context_side = None
     if config.weight("vector_context") > 0:
         context_side = start_walk(nearest, bucket, query_vector, filters, config, context=True, model=model)
+    key_side = None
+    if config.weight("vector_key") > 0:
+        key_side = start_walk(nearest_key, bucket, query_vector, filters, config, model=model)
     nothing = ([], "", set())
     memory_ranked, memory_method, bare = (
         nearest(bucket, query_vector, filters, config, context=False, model=model)
@@ -246,4 +309,5 @@ def _walks(
     # vectors the stand-ins would merely repeat the memory list and double its weight.
     if config.context_stand_in and context_ranked and bare:
         context_ranked = _with_stand_ins(context_ranked, memory_ranked, bare, config.candidates)
-    return (memory_ranked, memory_method), (context_ranked, context_method)
+    key_ranked, key_method = key_side.result() if key_side else ([], "")
+    return (memory_ranked, memory_method), (context_ranked, context_method), (key_ranked, key_method)

@@ -20,6 +20,7 @@ from memories.services.history import version_record
 from memories.services.ingest.derived import count_tokens, embed_rows, lemmatize_rows
 from memories.services.ingest.locks import hold_bucket
 from memories.services.ingest.rows import MemoryInput, Row
+from memories.services.keys import keys_forget
 from memories.services.lifecycle import DeleteReason, memories_trash, memory_remove
 from memories.services.signalling import send_safely
 from memories.services.stats_cache import note_writes
@@ -103,6 +104,9 @@ def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> M
     if "content" in changes:
         # The text a step failed on is gone: the steps start afresh (a new failure is recorded anew).
         failures_forget(memory_ids=[memory.pk])
+    if "content" in changes or "created_at" in changes:
+        # Its key said what the old text said, dated from the old time: built again after the commit.
+        keys_forget(memory_ids=[memory.pk])
     if previous:
         kind = VersionKind.RECLASSIFIED if set(previous) <= RECLASSIFYING else VersionKind.EDITED
         version_record(memory=memory, kind=kind, previous=previous, actor=actor)

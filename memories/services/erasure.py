@@ -4,10 +4,11 @@ and everything kept about it, hard-deleted at once.
 :func:`memories_erase` deletes the memories whose ``agent_id``, ``run_id``, ``attributed_to`` and
 ``source_actor_id`` equal the given values (every one given), live or deleted (``memories_deleted``),
 in every bucket of the tenant or in one; with them their history (``memory_versions``), their
-access times, their enrichment failure records, the sequence context other memories quoted from them, and — through
-their participants (:mod:`memories.participants`: ``erasure_lock``, ``erase``) — what the apps above keep: graph
-mentions, edges and the entities nothing else names, the documents and conversations they came from or that were
-submitted with those values, review candidates. Audit events that quoted them keep their ids
+access times, their enrichment failure records and key documents, the sequence context other
+memories quoted from them, and — through their participants (:mod:`memories.participants`:
+``erasure_lock``, ``erase``) — what the apps above keep: graph mentions, edges and the entities
+nothing else names, the documents and conversations they came from or that were submitted with
+those values, review candidates. Audit events that quoted them keep their ids
 but lose the text. One transaction; one ``memory.erase`` event with the counts and the names of
 the fields, never their values.
 """
@@ -21,7 +22,7 @@ from django.db.models import Q
 
 from audit.services import Actor, audit_record, audit_scrub
 from engram_site.exceptions import DomainError
-from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAccess, MemoryVersion
+from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAccess, MemoryKey, MemoryVersion
 from memories.participants import Participant, collect, run
 from memories.services.feed_writer import events_erase
 from memories.services.ingest.context import CONTEXT_PREDECESSORS
@@ -43,6 +44,7 @@ class ErasureReport:
     versions: int = 0
     access_times: int = 0
     enrichment_failures: int = 0  # failure records (their errors may quote the text)
+    keys: int = 0  # key documents (memory_keys: what the memories said, spelled out)
     contexts_cleared: int = 0  # other memories whose sequence context quoted an erased one
     graph_mentions: int = 0
     graph_edges: int = 0
@@ -160,6 +162,7 @@ def _erase(
     report.enrichment_failures = EnrichmentFailure.objects.filter(tenant_id=tenant.pk, memory_id__in=live_ids).delete()[
         0
     ]
+    report.keys = MemoryKey.objects.filter(memory_id__in=live_ids).delete()[0]
     # idx_versions_memory finds a memory's history; what the memories said before an edit is
     # scrubbed from the audit log too.
     history = MemoryVersion.objects.filter(tenant_id=tenant.pk, memory_id__in=ids)

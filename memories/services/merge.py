@@ -24,6 +24,7 @@ from memories.models import Memory, VersionKind
 from memories.participants import Participant, run
 from memories.services.feed_writer import events_bucket_moved
 from memories.services.history import Change, versions_record
+from memories.services.keys import keys_mark_stale
 from memories.services.lifecycle import DeleteReason, memories_trash
 from memories.services.stats_cache import forget_stats
 from tenants.models import Bucket
@@ -199,6 +200,8 @@ def memories_absorb(*, mapping: dict, actor: Actor | None = None) -> AbsorbRepor
         _repoint_supersession(mapping, tenant_ids=tenant_ids, bucket_ids=bucket_ids)
         # Graph mentions and edges, review candidates, source provenance: their apps move them (or raise).
         run(Participant.memories_absorb, mapping=mapping)
+        # A survivor's key did not know what it took from the absorbed rows (the graph's mentions).
+        keys_mark_stale(memory_ids=survivor_ids)
         # The history: each absorbed row went into its survivor (and stays restorable until the
         # purge job); each survivor took the fields that changed.
         versions_record(
@@ -242,9 +245,10 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
         ids = [row[0] for row in cur.fetchall()]
         events_bucket_moved(source_id=source.pk, target_id=target.pk, tenant_id=source.tenant_id, memory_ids=ids)
         cur.execute("DELETE FROM memory_embeddings_next WHERE bucket_id = %s", [source.pk])
-        # Their histories, enrichment failures and the bucket's deleted memories go along (a
-        # removed source bucket would take them with it; the console lists failures by bucket).
-        for table in ("memory_versions", "memories_deleted", "enrichment_failures"):
+        # Their histories, enrichment failures, keys and the bucket's deleted memories go along (a
+        # removed source bucket would take them with it; the console lists failures by bucket). A
+        # key by another model than the target's is built again (memories.services.keys).
+        for table in ("memory_versions", "memories_deleted", "enrichment_failures", "memory_keys"):
             cur.execute(
                 f"UPDATE {table} SET bucket_id = %s WHERE tenant_id = %s AND bucket_id = %s",
                 [target.pk, source.tenant_id, source.pk],

@@ -1,6 +1,7 @@
 """What a write queues after its commit: memories' own receiver of ``memories_created`` queues
-one chain, the enrichment task first, then the follow-up work the apps above registered; a
-restored memory, which comes back with its columns, queues none of it."""
+one chain, the enrichment task first, then the key documents' build, then the follow-up work
+the apps above registered; a restored memory, which comes back with its columns, queues none of
+it."""
 
 from __future__ import annotations
 
@@ -40,9 +41,17 @@ def test_a_write_queues_enrichment_then_the_follow_ups_after_its_commit(
         [result] = memories_ingest(bucket=bucket, items=[MemoryInput(content="The boiler is serviced in March")])
         assert published == {}  # nothing before the commit
     [chain] = published["enrichment"]
-    assert [s.task for s in chain.tasks] == ["memories.enrich_memories", *FOLLOW_UPS]
+    assert [s.task for s in chain.tasks] == ["memories.enrich_memories", "memories.build_keys", *FOLLOW_UPS]
     assert chain.tasks[0].args == ([str(result.id)],) and chain.tasks[0].immutable
     assert "graph extraction" in published  # the graph's receiver of the same signal
+
+
+def test_without_keys_the_chain_builds_none(bucket, published, django_capture_on_commit_callbacks, settings):
+    settings.ENGRAM_KEYS_ENABLED = False
+    with django_capture_on_commit_callbacks(execute=True):
+        memories_ingest(bucket=bucket, items=[MemoryInput(content="The boiler is serviced in March")])
+    [chain] = published["enrichment"]
+    assert [s.task for s in chain.tasks] == ["memories.enrich_memories", *FOLLOW_UPS]
 
 
 def test_a_duplicate_write_queues_nothing(bucket, published, django_capture_on_commit_callbacks):

@@ -45,6 +45,7 @@ from memories.models import (
 from memories.services import MemoryInput, memories_ingest, memory_delete, memory_update
 from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
+from memories.services.keys import memory_keys_build
 from sources.models import SourceChunk, SourceChunkMemory
 from sources.services.submit import source_submit_document
 from tenants import services
@@ -190,6 +191,7 @@ def _build_rows(tenant: Tenant, mark: str) -> None:
     last_event = MemoryEvent.objects.filter(bucket_id=bucket.pk).order_by("id").last()
     MemoryEventTrim.objects.create(bucket=bucket, xid=last_event.xid, event_id=last_event.pk)
     failures_record(stage="graph", errors={ids[0]: f"{mark} tripped"})
+    memory_keys_build(memory_ids=[ids[1]], wait=False)
     person = Entity.objects.create(
         tenant=tenant, bucket=bucket, name=f"{mark} Marta", normalized_name=f"{mark} marta", type="PERSON"
     )
@@ -394,8 +396,9 @@ def test_a_task_runs_in_the_scope_of_the_rows_it_was_given(tenant, bucket, celer
     [memory] = memories_ingest(bucket=bucket, items=[MemoryInput(content="Marta lives in Porto.")], sequence=False)
     with queries_scopes() as queries:
         extract_memories.delay([str(memory.id)])
-    # The task asked whose memories it was handed (across tenants), then ran in that tenant's scope.
-    assert len(queries.disabled()) == 1 and "memories" in queries.disabled()[0]
+    # The task asked whose memories it was handed (across tenants), then ran in that tenant's scope;
+    # so did the build of their key documents it queued.
+    assert len(queries.disabled()) == 2 and all("memories" in sql for sql in queries.disabled())
     assert {state for _, state in queries.seen if state != DISABLED} == {(tenant.pk,)}
 
 

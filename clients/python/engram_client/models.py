@@ -246,6 +246,7 @@ class ErasureResult(Model):
     versions: int = 0
     access_times: int = 0
     enrichment_failures: int = 0
+    keys: int = 0
     contexts_cleared: int = 0
     graph_mentions: int = 0
     graph_edges: int = 0

@@ -1,0 +1,270 @@
+"""Key documents (``memory_keys``): built after the write, kept in step with the memory.
+
+A memory's key (memories.keys) needs what the apps above know of it — the graph's entities and
+relations, the distiller's statements — so it is built after them, not in the write:
+
+- the enrichment task builds the keys of new memories once it has filled their columns
+  (memories.tasks.build_keys, chained after it), leaving those a source is still waiting
+  on (the graph has not extracted them yet);
+- the graph, once it has extracted memories, marks their keys stale (:func:`keys_mark_stale`)
+  and queues their build, so a key is made with the graph's facts, and made again when
+  they change (an edit, a rebuild);
+- the key pass of the every-minute enrichment sweep and ``manage.py build_keys`` (the backfill
+  for memories written before keys existed) build every key missing or out of date: no key
+  row, marked stale, built by an older recipe (``KEY_VERSION``), of an older text (the
+  memory's ``text_hash`` changed) or of another embedding model than the bucket's. The cursor
+  is that condition, so a run that stops leaves the rest for the next.
+
+An edit of a memory's content deletes its key in the edit's transaction; deleting, erasing or
+merging a memory away deletes its key with the row (ON DELETE CASCADE); a bucket merge moves
+them. Searches join a key to its memory on ``text_hash`` besides, so a key is never searched
+for a text its memory no longer has.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import connection, transaction
+
+from engram_site import activity
+from engram_site.providers import embedding, lemmatizer
+from memories import keys
+from memories.keys.document import key_document
+from memories.models import Memory, MemoryKey
+from tenants.models import Bucket
+
+logger = logging.getLogger(__name__)
+
+BATCH = 128
+
+
+@dataclass
+class KeysReport:
+    scanned: int = 0
+    built: int = 0
+    # Left for later: a source (the graph) has not worked on them yet.
+    waiting: int = 0
+    # Left as they were: the model or the lemmatizer was unavailable.
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    COUNTERS = ("scanned", "built", "waiting", "failed")
+
+    def add(self, other: KeysReport) -> None:
+        for name in self.COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.errors += other.errors
+
+    def counts(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.COUNTERS}
+
+
+# A memory whose key is missing or out of date (the module's docstring).
+_OUT_OF_DATE = """
+    (k.memory_id IS NULL OR k.stale OR k.version < %s OR k.text_hash IS DISTINCT FROM m.text_hash
+     OR k.embedding_model <> b.embedding_model)
+"""
+
+
+def _pending(
+    *,
+    memory_ids: list | None,
+    bucket: Bucket | None,
+    after: tuple[datetime, uuid.UUID] | None,
+    limit: int | None,
+    count: bool = False,
+):
+    where = [_OUT_OF_DATE]
+    params: list = [keys.KEY_VERSION]
+    if memory_ids is not None:
+        where.append("m.id = ANY(%s::uuid[])")
+        params.append([str(i) for i in memory_ids])
+    if bucket is not None:
+        where.append("m.tenant_id = %s AND m.bucket_id = %s")
+        params += [bucket.tenant_id, bucket.pk]
+    if after is not None:
+        where.append("(m.created_at, m.id) > (%s, %s)")
+        params += list(after)
+    select = "count(*)" if count else "m.id, m.created_at"
+    tail = "" if count else "ORDER BY m.created_at, m.id LIMIT %s"
+    sql = f"""
+        SELECT {select} FROM memories m
+        JOIN buckets b ON b.id = m.bucket_id
+        LEFT JOIN memory_keys k ON k.memory_id = m.id
+        WHERE {" AND ".join(where)} {tail}
+    """
+    with connection.cursor() as cur:
+        cur.execute(sql, params if count else [*params, limit])
+        return cur.fetchone()[0] if count else cur.fetchall()
+
+
+def keys_pending_count(*, bucket: Bucket | None = None) -> int:
+    """Memories whose key is missing or out of date."""
+    return _pending(memory_ids=None, bucket=bucket, after=None, limit=None, count=True)
+
+
+def _facts(memories: list[Memory]) -> dict[uuid.UUID, list[keys.KeyFacts]]:
+    found: dict[uuid.UUID, list[keys.KeyFacts]] = {m.pk: [] for m in memories}
+    for source in keys.key_sources():
+        try:
+            facts = source.facts(memories)
+        except Exception:  # one source's failure leaves the others' facts; logged
+            logger.exception("the %s key source failed on %d memories", source.name, len(memories))
+            continue
+        for memory_id, fact in facts.items():
+            if memory_id in found:
+                found[memory_id].append(fact)
+    return found
+
+
+def _build(memories: list[Memory], report: KeysReport) -> None:
+    """Build and store the keys of ``memories`` (every registered source's facts, then lemmas
+    and a vector by each bucket's model). The model or the lemmatizer failing leaves them all."""
+    facts = _facts(memories)
+    texts = [
+        key_document(content=m.content, attributed_to=m.attributed_to, created_at=m.created_at, facts=facts[m.pk])
+        for m in memories
+    ]
+    try:
+        lemmas = lemmatizer.lemmatize_many(texts)
+    except lemmatizer.LemmatizerUnavailable as exc:
+        report.failed += len(memories)
+        report.errors.append(f"lemmatizer unavailable: {exc}")
+        return
+    models: dict[uuid.UUID, str] = dict(
+        Bucket.objects.filter(pk__in={m.bucket_id for m in memories}).values_list("pk", "embedding_model")
+    )
+    vectors: dict[uuid.UUID, object] = {}
+    for model in set(models.values()):
+        group = [(m, t) for m, t in zip(memories, texts, strict=True) if models.get(m.bucket_id) == model]
+        try:
+            embedded = embedding.embed_texts([t for _m, t in group], model=model)
+        except embedding.EmbeddingUnavailable as exc:
+            report.failed += len(group)
+            report.errors.append(f"embedding model {model} unavailable: {exc}")
+            continue
+        for (memory, _text), vector in zip(group, embedded, strict=True):
+            vectors[memory.pk] = vector if embedding.usable(vector) else None
+    rows = [
+        (m, text, lemma)
+        for m, text, lemma in zip(memories, texts, lemmas, strict=True)
+        if m.pk in vectors  # embedded, or given up on by the model for this text alone
+    ]
+    if rows:
+        report.built += _store(rows, vectors, models)
+
+
+@transaction.atomic
+def _store(rows: list, vectors: dict, models: dict) -> int:
+    """Upsert the keys whose memory still has the text, the bucket and the bucket's model they
+    were made for. The memories are held (FOR SHARE) until the commit: an edit or a bucket
+    merge of one of them waits, and then finds its key to delete or move."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT m.id, m.text_hash, m.bucket_id, b.embedding_model FROM memories m
+            JOIN buckets b ON b.id = m.bucket_id WHERE m.id = ANY(%s::uuid[]) FOR SHARE OF m
+            """,
+            [[str(m.pk) for m, _t, _l in rows]],
+        )
+        now = {row[0]: row[1:] for row in cur.fetchall()}
+    keep = []
+    for memory, text, lemma in rows:
+        current = now.get(memory.pk)
+        if current != (memory.text_hash, memory.bucket_id, models.get(memory.bucket_id)):
+            continue  # edited, moved, switched or deleted meanwhile: the next pass builds it
+        keep.append(
+            MemoryKey(
+                memory_id=memory.pk,
+                tenant_id=memory.tenant_id,
+                bucket_id=memory.bucket_id,
+                text=text,
+                lemmatized=lemma,
+                embedding=vectors[memory.pk],
+                embedding_model=models[memory.bucket_id],
+                text_hash=memory.text_hash,
+                version=keys.KEY_VERSION,
+                stale=False,
+            )
+        )
+    MemoryKey.objects.bulk_create(
+        keep,
+        update_conflicts=True,
+        unique_fields=["memory"],
+        update_fields=[
+            "tenant", "bucket", "text", "lemmatized", "embedding", "embedding_model", "text_hash", "version", "stale",
+            "built_at",
+        ],
+    )  # fmt: skip
+    return len(keep)
+
+
+def memory_keys_build(
+    *,
+    memory_ids: Iterable | None = None,
+    bucket: Bucket | None = None,
+    wait: bool = True,
+    batch_size: int = BATCH,
+    limit: int | None = None,
+    on_batch: Callable[[KeysReport], None] | None = None,
+) -> KeysReport:
+    """Build the keys that are missing or out of date, of ``memory_ids`` or ``bucket`` (or every
+    bucket), oldest memory first, a batch at a time (each commits); each memory is visited once
+    per call, and at most ``limit`` of them. ``wait``: leave the memories a source has not
+    worked on yet (the graph queues their build once it has)."""
+    ids = None if memory_ids is None else list(memory_ids)
+    total = KeysReport()
+    after = None
+    while limit is None or total.scanned < limit:
+        activity.pause()
+        size = batch_size if limit is None else min(batch_size, limit - total.scanned)
+        pending = _pending(memory_ids=ids, bucket=bucket, after=after, limit=size)
+        if not pending:
+            return total
+        after = (pending[-1][1], pending[-1][0])
+        report = KeysReport(scanned=len(pending))
+        batch_ids = [row[0] for row in pending]
+        waiting = keys.waiting_for(batch_ids) if wait else set()
+        report.waiting = len(waiting)
+        memories = list(
+            Memory.objects.filter(pk__in=[i for i in batch_ids if i not in waiting])
+            .defer("embedding", "context_embedding")
+            .order_by("created_at", "id")
+        )
+        if memories:
+            _build(memories, report)
+        total.add(report)
+        if on_batch is not None:
+            on_batch(report)
+        if report.failed and report.failed == len(memories):
+            return total  # the model or the lemmatizer is down: the next pass tries again
+    return total
+
+
+def keys_mark_stale(*, memory_ids: Iterable | None = None, bucket: Bucket | None = None) -> int:
+    """Mark the keys of ``memory_ids`` (or of a whole bucket) to be built again: what they were
+    made of changed (the graph extracted them again). They are searched until then."""
+    with connection.cursor() as cur:
+        if bucket is not None:
+            cur.execute(
+                "UPDATE memory_keys SET stale = true WHERE tenant_id = %s AND bucket_id = %s AND NOT stale",
+                [bucket.tenant_id, bucket.pk],
+            )
+        else:
+            cur.execute(
+                "UPDATE memory_keys SET stale = true WHERE memory_id = ANY(%s::uuid[]) AND NOT stale",
+                [[str(i) for i in memory_ids or []]],
+            )
+        return cur.rowcount
+
+
+def keys_forget(*, memory_ids: Iterable) -> int:
+    """Delete the keys of ``memory_ids`` (their text changed: the old key must not be found)."""
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM memory_keys WHERE memory_id = ANY(%s::uuid[])", [[str(i) for i in memory_ids]])
+        return cur.rowcount

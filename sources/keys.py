@@ -1,0 +1,47 @@
+"""The distiller's part of memories' key documents (memories.keys; registered in
+SourcesConfig.ready): the statements the rules distiller makes of a memory.
+
+A memory is distilled as one message of a conversation: filler dropped, fragments joined, and
+in a transcript line ("Caroline: I went to a support group yesterday") first person resolved
+to its speaker ("Caroline went to a support group yesterday"). A memory a source already
+distilled is a statement: it is its own. The rules distiller always (never the LLM one):
+keys are built without a network. Only the first :data:`MAX_DISTILLED_CHARS` of a memory are
+distilled, which bounds the parse (the key keeps fewer characters of statements anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from memories.keys import KeyFacts
+from memories.models import Memory
+from memories.text import transcript_speaker
+from sources.distill.rules import RulesDistiller
+from sources.distill.units import Unit
+from sources.models import SourceChunkMemory
+
+logger = logging.getLogger(__name__)
+
+MAX_DISTILLED_CHARS = 4_000
+
+
+def key_facts(memories: list[Memory]) -> dict[uuid.UUID, KeyFacts]:
+    ids = [m.pk for m in memories]
+    distilled = set(SourceChunkMemory.objects.filter(memory_id__in=ids).values_list("memory_id", flat=True))
+    distiller = RulesDistiller()
+    facts: dict[uuid.UUID, KeyFacts] = {}
+    for memory in memories:
+        if memory.pk in distilled:
+            facts[memory.pk] = KeyFacts(statements=[memory.content])
+            continue
+        speaker = transcript_speaker(memory.content) if memory.attributed_to is None else None
+        text = memory.content[len(speaker) + 1 :].strip() if speaker else memory.content
+        unit = Unit(kind="conversation", text=text[:MAX_DISTILLED_CHARS], role=memory.attributed_to, speaker=speaker)
+        try:
+            statements = [s.text for s in distiller.distill(unit).statements]
+        except Exception:  # the memory's own text stands in (memories.keys.document)
+            logger.exception("distilling memory %s for its key failed", memory.pk)
+            continue
+        facts[memory.pk] = KeyFacts(statements=statements)
+    return facts

@@ -1,0 +1,185 @@
+"""Key documents (memories.keys): what they hold, and the two signals that search them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from memories import ranking
+from memories.filters import MemoryFilters
+from memories.keys.dates import annotate, resolve
+from memories.keys.phrases import key_phrases
+from memories.models import MemoryKey
+from memories.retrieval import memories_search
+from memories.retrieval.keyword import key_bm25, query_lexemes
+from memories.retrieval.stats import bucket_stats
+from memories.search_terms import query_terms
+from memories.services.keys import memory_keys_build
+from tests.factories import write, write_extracted
+
+TUESDAY = datetime(2023, 5, 9, 15, 0, tzinfo=UTC)
+KEYS_ON = {"weights": {"keyword_key": 1.0, "vector_key": 1.0}}
+KEYS_ONLY = {"weights": {"keyword": 0, "keyword_context": 0, "vector": 0, "vector_context": 0, **KEYS_ON["weights"]}}
+
+
+def _key(memory_id) -> str:
+    return MemoryKey.objects.get(memory_id=memory_id).text
+
+
+def _built(bucket, *items, **options) -> list:
+    """Memories written (as unrelated facts), extracted into the graph and given their keys."""
+    ids = write_extracted(bucket, *items, **options)
+    report = memory_keys_build(memory_ids=ids)
+    assert report.built == len(set(ids)) and not report.waiting, report
+    bucket_stats.clear()
+    return ids
+
+
+# --- dates ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "meaning"),
+    [
+        ("Last Tuesday I ran my first 10k.", "Tuesday 2 May 2023"),
+        ("We move next month!", "June 2023"),
+        ("I went to a support group yesterday.", "Monday 8 May 2023"),
+        ("Next Friday is the recital.", "Friday 12 May 2023"),
+        ("Three days ago the boiler broke.", "Saturday 6 May 2023"),
+        ("Two weeks ago we hiked the ridge.", "the week of Monday 24 April 2023"),
+        ("last weekend we camped", "the weekend of Saturday 6 May 2023"),
+        ("I quit smoking last year.", "2022"),
+        ("We went to Crete last summer.", "summer 2022"),
+        ("The launch is in two weeks.", "the week of Monday 22 May 2023"),
+        ("Her birthday is on June 3rd.", "Saturday 3 June 2023"),
+        ("the day before yesterday", "Sunday 7 May 2023"),
+    ],
+)
+def test_relative_dates_are_resolved_against_the_writing_time(text, meaning):
+    assert [r.meaning for r in resolve(text, TUESDAY)] == [meaning]
+
+
+def test_what_fixes_no_date_is_left_alone():
+    for text in ("May I ask you something?", "On Friday we eat fish.", "We met on 12 June 2021.", "in 2019 I was 30"):
+        assert resolve(text, TUESDAY) == [], text
+    assert resolve("yesterday", None) == []
+
+
+def test_annotate_writes_each_meaning_beside_its_expression():
+    text, meanings = annotate("Last Tuesday I ran, and next month I race.", TUESDAY)
+    assert text == "Last Tuesday (Tuesday 2 May 2023) I ran, and next month (June 2023) I race."
+    assert meanings == ["Tuesday 2 May 2023", "June 2023"]
+
+
+def test_key_phrases_of_a_long_text_come_from_all_of_it():
+    long = " ".join(["We discussed the weather and lunch plans for a while."] * 30) + (
+        " Finally the quarterly planning doc needs a schema registry migration section."
+    )
+    phrases = key_phrases(long)
+    assert "schema registry migration" in phrases
+    assert key_phrases("") == [] and key_phrases("and then it was so") == []
+
+
+# --- the key document -------------------------------------------------------------------------
+
+
+def test_a_key_spells_out_dates_the_speaker_and_keeps_the_text(bucket):
+    [memory] = _built(bucket, {"content": "Caroline: Last Tuesday I ran my first 10k race.", "created_at": TUESDAY})
+    key = _key(memory)
+    # First person resolved to the transcript's speaker, the date written beside "last Tuesday".
+    assert "Caroline ran" in key, key
+    assert "Last Tuesday (Tuesday 2 May 2023)" in key
+    assert key.rstrip().endswith("Tuesday 9 May 2023.")  # when it was written
+    stored = MemoryKey.objects.get(memory_id=memory)
+    assert stored.embedding is not None and not stored.stale
+    assert {"2", "may", "2023", "tuesday", "caroline"} <= set(stored.lemmatized.split())
+
+
+def test_a_key_names_entities_by_their_canonical_names(bucket):
+    _built(bucket, "Alice Chen joined Initech.")
+    [moved] = _built(bucket, "Alice moved to Denver.")
+    key = _key(moved)
+    assert "Alice Chen" in key  # the memory says "Alice"
+    assert "Alice Chen lives in Denver" in key
+
+
+def test_a_key_is_bounded_whatever_the_memory(bucket):
+    long = " ".join(f"Sentence number {i} talks about topic {i} at some length." for i in range(400))
+    [memory] = _built(bucket, long[:19_000])
+    assert len(_key(memory)) < 4_000
+
+
+# --- searching by the key ---------------------------------------------------------------------
+
+
+def _dated_bucket(bucket) -> list:
+    return _built(
+        bucket,
+        {"content": "Last Tuesday I ran my first 10k race.", "created_at": TUESDAY},
+        {"content": "I baked sourdough bread with my sister.", "created_at": datetime(2023, 5, 4, 12, tzinfo=UTC)},
+        {"content": "We watched a film about whales.", "created_at": datetime(2023, 5, 11, 20, tzinfo=UTC)},
+        {"content": "The garden needs new soil this year.", "created_at": datetime(2023, 5, 17, 9, tzinfo=UTC)},
+        {"content": "My phone screen cracked again.", "created_at": datetime(2023, 5, 25, 9, tzinfo=UTC)},
+    )
+
+
+def test_a_question_answered_only_through_the_key(bucket):
+    race, *_ = _dated_bucket(bucket)
+    now = datetime(2023, 6, 1, tzinfo=UTC)
+    query = "What happened on 2 May 2023?"
+    # The memory's own words say nothing of 2 May: without keys every May memory matches alike
+    # (its date words), and the newer ones win.
+    found = memories_search(bucket=bucket, query=query, mode="keyword", now=now, record_access=False)
+    assert found.hits[0].id != race
+    keyed = memories_search(
+        bucket=bucket, query=query, mode="keyword", now=now, ranking_overrides=KEYS_ONLY, record_access=False,
+        explain=True,
+    )  # fmt: skip
+    assert keyed.hits[0].id == race
+    assert keyed.hits[0].explain["signals"]["keyword_key"]["rank"] == 1
+
+
+def test_the_key_vector_finds_a_canonical_name(bucket):
+    _built(bucket, "Alice Chen joined Initech.", "The office plants need water.", "Bob Diaz plays chess.")
+    [moved] = _built(bucket, "Alice moved to Denver.")
+    found = memories_search(
+        bucket=bucket, query="Where does Alice Chen live?", mode="vector", ranking_overrides=KEYS_ONLY,
+        record_access=False,
+    )  # fmt: skip
+    assert found.hits[0].id == moved
+
+
+def test_keys_are_read_under_the_search_filters_and_the_tenant(bucket, other_bucket):
+    [mine] = _built(bucket, {"content": "Last Tuesday I ran my first 10k race.", "created_at": TUESDAY}, agent_id="a")
+    [theirs] = _built(other_bucket, {"content": "Last Tuesday I ran my first 10k race.", "created_at": TUESDAY})
+    lexemes = query_lexemes(" ".join(query_terms("race on 2 May 2023")))
+    config = ranking.merge(ranking.DEFAULTS, KEYS_ON)
+    found, _coverage = key_bm25(bucket, lexemes, MemoryFilters(), config)
+    assert [item for item, _score in found] == [mine]
+    found, _coverage = key_bm25(bucket, lexemes, MemoryFilters(agent_id="b"), config)
+    assert found == []
+    hits = memories_search(
+        bucket=other_bucket, query="race on 2 May 2023", ranking_overrides=KEYS_ONLY, record_access=False
+    ).hits
+    assert [h.id for h in hits] == [theirs]
+
+
+def test_a_key_of_an_older_text_is_never_searched(bucket):
+    [memory] = _built(bucket, {"content": "Last Tuesday I ran my first 10k race.", "created_at": TUESDAY})
+    MemoryKey.objects.filter(memory_id=memory).update(text_hash="0" * 32)
+    bucket_stats.clear()
+    hits = memories_search(bucket=bucket, query="2 May 2023 race", ranking_overrides=KEYS_ONLY, record_access=False)
+    assert hits.hits == []
+
+
+def test_no_key_statement_when_the_signals_are_off_or_the_bucket_has_no_keys(bucket):
+    write(bucket, "Last Tuesday I ran my first 10k race.", sequence=False)
+    bucket_stats.clear()
+    for overrides in (None, KEYS_ON):
+        memories_search(bucket=bucket, query="race", record_access=False)  # the statistics, counted once
+        with CaptureQueriesContext(connection) as queries:
+            memories_search(bucket=bucket, query="race", ranking_overrides=overrides, record_access=False)
+        assert not [q for q in queries.captured_queries if "memory_keys" in q["sql"]], overrides
