@@ -75,10 +75,13 @@ class Participant:
 
     def memory_delete(self, *, bucket_id: uuid.UUID, memory_id: uuid.UUID) -> None:
         """Before one memory's row is deleted (a client's or an operator's delete, the purge of an
-        expired memory), while what hangs on it is still there."""
+        expired memory), while what hangs on it is still there. A delete has already copied the
+        row into the trash (``memories_deleted``, the same id) when this runs; a purge has not."""
 
     def memory_restore(self, *, memory: Memory) -> None:
-        """A deleted memory is back in ``memories``, under its id. (New memories, restored ones
+        """A deleted memory is back in ``memories``, under its id; its trash row
+        (``memories_deleted``) is deleted after this step, so what a participant kept of the
+        memory while it was in the trash can still hang on it. (New memories, restored ones
         included, are announced after the commit by ``signals.memories_created``.)"""
 
     def memories_absorb(self, *, mapping: dict[uuid.UUID, uuid.UUID]) -> None:

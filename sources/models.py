@@ -198,3 +198,33 @@ class SourceChunkMemory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.chunk_id} -> {self.memory_id}"
+
+
+class TrashedChunkLink(models.Model):
+    """A chunk's link to a memory that was deleted and sits in the trash (``memories_deleted``),
+    kept so that restoring the memory gives it back its source and chunk. The link's row in
+    ``source_chunk_memories`` goes with the memory's (ON DELETE CASCADE); this copy goes with
+    the trash row (purge, erasure) or with its source or chunk (ON DELETE CASCADE each)."""
+
+    source = models.ForeignKey(
+        Source, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    chunk = models.ForeignKey(
+        SourceChunk, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    # The deleted memory's id (memories_deleted.id; the foreign key is declared in SQL).
+    memory_id = models.UUIDField()
+    created = models.BooleanField()
+    position = models.IntegerField(default=0)
+
+    objects = scoped_manager(tenant="source__tenant_id")
+
+    class Meta:
+        db_table = "source_chunk_links_trashed"
+        constraints = [
+            models.UniqueConstraint(fields=["chunk", "memory_id"], name="source_chunk_links_trashed_unique"),
+        ]
+        indexes = [models.Index(fields=["memory_id"], name="source_chunk_links_trashed_mem")]
+
+    def __str__(self) -> str:
+        return f"{self.chunk_id} -> {self.memory_id} (trashed)"

@@ -113,9 +113,10 @@ def memory_restore(*, deleted: DeletedMemory, actor: Actor | None = None) -> Mem
             extra={"existing_id": str(other)},
         ) from None
     memory_id, deleted_at, reason = deleted.pk, deleted.deleted_at, deleted.reason
-    deleted.delete()
     memory = Memory.objects.select_related("bucket").get(pk=memory_id)
+    # While the trash row exists: what the apps above kept of the memory hangs on it.
     run(Participant.memory_restore, memory=memory)
+    deleted.delete()
     version_record(
         memory=memory, kind=VersionKind.RESTORED, previous={}, actor=actor,
         details={"deleted_at": deleted_at, "reason": reason},

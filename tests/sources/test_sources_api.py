@@ -12,7 +12,7 @@ from audit.models import AuditEvent
 from memories.models import Memory
 from memories.services import MemoryInput, memories_ingest
 from sources.apis import MAX_CONVERSATION_CHARS, MAX_DOCUMENT_BYTES, MAX_MESSAGE_CHARS, MAX_MESSAGES
-from sources.models import Source, SourceChunk, SourceChunkMemory
+from sources.models import Source, SourceChunk, SourceChunkMemory, TrashedChunkLink
 from sources.services.process import source_process
 from tests.factories import make_client
 
@@ -188,6 +188,41 @@ def test_deleting_a_memory_removes_it_from_its_source(api, bucket):
     assert not SourceChunkMemory.objects.filter(pk=link.pk).exists()  # ON DELETE CASCADE
 
 
+def test_a_restored_memory_is_linked_to_its_source_and_chunk_again(api, bucket):
+    source_id = api.post(conversations_url(bucket), CONV, format="json").json()["id"]
+    process_all()
+    link = SourceChunkMemory.objects.get(source_id=source_id, chunk__ordinal=0)
+    before = api.get(f"/api/v1/memories/{link.memory_id}").json()["source"]
+    assert before["chunk_id"] == str(link.chunk_id)
+    assert api.delete(f"/api/v1/memories/{link.memory_id}").status_code == 204
+    assert not SourceChunkMemory.objects.filter(memory_id=link.memory_id).exists()
+    assert api.post(f"/api/v1/memories/{link.memory_id}/restore").status_code == 200
+    assert api.get(f"/api/v1/memories/{link.memory_id}").json()["source"] == before
+    restored = SourceChunkMemory.objects.get(memory_id=link.memory_id)
+    assert (restored.chunk_id, restored.created, restored.position) == (link.chunk_id, link.created, link.position)
+    [chunk] = [c for c in api.get(f"/api/v1/sources/{source_id}").json()["chunks"] if c["ordinal"] == 0]
+    assert [m["id"] for m in chunk["memories"]] == [str(link.memory_id)]
+    assert not TrashedChunkLink.objects.exists()
+
+
+def test_a_trashed_link_goes_with_its_source_or_the_purged_memory(api, bucket):
+    from memories.models import DeletedMemory
+
+    source_id = api.post(conversations_url(bucket), CONV, format="json").json()["id"]
+    process_all()
+    first, second = SourceChunkMemory.objects.filter(source_id=source_id).order_by("chunk__ordinal")
+    for link in (first, second):
+        assert api.delete(f"/api/v1/memories/{link.memory_id}").status_code == 204
+    assert TrashedChunkLink.objects.count() == 2
+    DeletedMemory.objects.filter(pk=first.memory_id).delete()  # what the purge job does past retention
+    assert list(TrashedChunkLink.objects.values_list("memory_id", flat=True)) == [second.memory_id]
+    Source.objects.filter(pk=source_id).delete()
+    assert not TrashedChunkLink.objects.exists()
+    # Restored after its source went: no link to give back.
+    assert api.post(f"/api/v1/memories/{second.memory_id}/restore").status_code == 200
+    assert api.get(f"/api/v1/memories/{second.memory_id}").json()["source"] is None
+
+
 def test_deleting_the_bucket_deletes_its_sources(admin_api, bucket):
     admin_api.post(documents_url(bucket), DOC, format="json")
     process_all()
@@ -356,6 +391,11 @@ def test_the_cascades_are_declared_in_the_database(api, bucket, tenant):
         "FOREIGN KEY (source_id) REFERENCES sources(id) ON DELETE CASCADE",
         "FOREIGN KEY (chunk_id) REFERENCES source_chunks(id) ON DELETE CASCADE",
         "FOREIGN KEY (memory_id) REFERENCES memories(id) ON DELETE CASCADE",
+    }
+    assert foreign_keys("source_chunk_links_trashed") == {
+        "FOREIGN KEY (source_id) REFERENCES sources(id) ON DELETE CASCADE",
+        "FOREIGN KEY (chunk_id) REFERENCES source_chunks(id) ON DELETE CASCADE",
+        "FOREIGN KEY (memory_id) REFERENCES memories_deleted(id) ON DELETE CASCADE",
     }
     # Deleting a tenant in plain SQL leaves nothing of its sources behind.
     api.post(conversations_url(bucket), CONV, format="json")
