@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from django.db import connection
 
-from memories.participants import Participant
 from memories.models import DeletedMemory
+from memories.participants import Participant
 from sources.models import SourceChunkMemory, TrashedChunkLink
 from sources.services.buckets import sources_merge_plan, sources_move_bucket
 from sources.services.erasure import sources_erase, sources_erasure_lock
