@@ -18,8 +18,10 @@ afterwards, before the extractor first ran on it, and is kept out of development
 its score as the honest one.
 
 The real extractor runs over each memory alone (no database, no entity resolution
-across memories): the spaCy pipeline of engram_site/providers/nlp.py, then graph/extract.py, with the
-speaker rule the graph services apply (a leading ``Name:``) when the extractor has it.
+across memories): the spaCy pipeline of engram_site/providers/nlp.py, then graph/extract/, with the
+speaker rule the graph services apply (a leading ``Name:``) and, when the extractor has it,
+``graph.extract.stored``: what a bucket that knows no names yet stores (a relative or pet
+without a name is an attribute of its owner, not an entity).
 
 Matching rules:
 
@@ -30,8 +32,8 @@ Matching rules:
 * Entities: the extractor's mentions except the speaker placeholders (User,
   Assistant), as (name, type) pairs; a predicted pair is right when the labelled set
   holds the same name with the same type. The "names" columns ignore the type.
-  Placeholders for unnamed people are labelled as the extractor names them
-  ("sister of User").
+  People and pets without a name are no entities: "Lena's dog is a beagle" is labelled
+  (Lena, has, dog) and (Lena, dog_is_a, beagle) (docs/GRAPH.md).
 * Edges: (subject, predicate, object) triples; the object is an entity name or a
   literal (literals are lower case, the head noun singular: "peanut"). A triple is
   right when all three match. Symmetric predicates (sibling_of, spouse_of, partner_of,
@@ -105,6 +107,11 @@ def run_extractor(rows: list[dict]) -> tuple[list[tuple[set, set]], float, float
     parse_seconds = time.perf_counter() - started
     started = time.perf_counter()
     results = [extraction.extract(doc, speaker=speaker) for speaker, doc in parsed]
+    # Unnamed relatives as a bucket that does not know their names stores them (absent from
+    # extractors older than it, which named them "sister of User").
+    stored = getattr(extraction, "stored", None)
+    if stored is not None:
+        results = [stored(result) for result in results]
     extract_seconds = time.perf_counter() - started
     out = []
     for result in results:

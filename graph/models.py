@@ -69,6 +69,15 @@ class Entity(models.Model):
                 condition=Q(type="PERSON"),
                 name="graph_entities_first_word",
             ),
+            # A lone surname read as the bucket's one person of that surname (the resolver):
+            # ... AND split_part(normalized_name, ' ', -1) = ANY(?).
+            models.Index(
+                F("tenant"),
+                F("bucket"),
+                Func(F("normalized_name"), Value(" "), Value(-1), function="split_part"),
+                condition=Q(type="PERSON"),
+                name="graph_entities_last_word",
+            ),
         ]
 
     def __str__(self) -> str:

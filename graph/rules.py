@@ -92,6 +92,17 @@ class Rules:
         target = self.redirects.get(alias)
         return target is None or target.key == entity_key
 
+    def curated(self, key: str) -> bool:
+        """Whether an operator named, renamed into, merged into, split off or gave aliases to the
+        entity called ``key``: extraction leaves such an entity as they made it (it does not
+        read its name as another person's first name, nor drop it when nothing mentions it)."""
+        if not self:
+            return False
+        return (
+            key in self.names or key in self.aliases or any(t.key == key for t in self.redirects.values())
+            or any(t.key == key for t in self.moves.values())
+        )  # fmt: skip
+
     # --- replay ---------------------------------------------------------------------------------
 
     def _live(self, target: Target) -> None:

@@ -119,27 +119,41 @@ def edge_memories(*, edge: Edge, agents: AgentRestriction | None = None) -> Quer
 def entities_by_first_name(*, bucket: Bucket, words: list[str]) -> dict[str, list[uuid.UUID]]:
     """For each one-word name, the bucket's named PERSON entities of two or more words whose
     first word is that name or one of its nickname forms (at most two each: one means unique)."""
+    return entities_by_partial_name(bucket=bucket, words=words, surnames=False)
+
+
+def entities_by_partial_name(*, bucket: Bucket, words: list[str], surnames: bool = True) -> dict[str, list[uuid.UUID]]:
+    """For each one-word name, the bucket's named PERSON entities of two or more words it may
+    stand for (graph.extract.partial_name_of): by first name or its nickname forms, and with
+    ``surnames`` by last word ("Natarajan" for Priya Natarajan). At most two each, the most
+    mentioned first: one means the name is unambiguous."""
     wanted = {word: first_name_variants(word) for word in words if word and " " not in word}
     if not wanted:
         return {}
-    variants = sorted(set().union(*wanted.values()))
+    firsts = sorted(set().union(*wanted.values()))
+    lasts = sorted(wanted) if surnames else []
     with connection.cursor() as cur:
-        # graph_entities_first_word: (tenant, bucket, first word of the name) for PERSON rows.
+        # graph_entities_first_word / _last_word: (tenant, bucket, first or last word of the
+        # name) for PERSON rows.
         cur.execute(
             """
-            SELECT split_part(normalized_name, ' ', 1), id FROM graph_entities
+            SELECT split_part(normalized_name, ' ', 1), split_part(normalized_name, ' ', -1), id FROM graph_entities
             WHERE tenant_id = %s AND bucket_id = %s AND type = 'PERSON'
-              AND split_part(normalized_name, ' ', 1) = ANY(%s) AND strpos(normalized_name, ' ') > 0
-              -- a name, not a placeholder such as "sister of Bob" (normalized "bob sister")
+              AND (split_part(normalized_name, ' ', 1) = ANY(%s) OR split_part(normalized_name, ' ', -1) = ANY(%s))
+              AND strpos(normalized_name, ' ') > 0
+              -- a name, not a description such as "sister of Bob" (normalized "bob sister") that an
+              -- older extractor stored
               AND split_part(lower(name), ' ', 1) = split_part(normalized_name, ' ', 1)
             ORDER BY mention_count DESC, id
             """,
-            [bucket.tenant_id, bucket.pk, variants],
+            [bucket.tenant_id, bucket.pk, firsts, lasts],
         )
-        by_first: dict[str, list[uuid.UUID]] = {}
-        for first, entity_id in cur.fetchall():
-            by_first.setdefault(first, []).append(entity_id)
-    return {word: [e for v in sorted(forms) for e in by_first.get(v, [])][:2] for word, forms in wanted.items()}
+        rows = cur.fetchall()
+    found: dict[str, list[uuid.UUID]] = {}
+    for word, forms in wanted.items():
+        ids = [entity_id for first, last, entity_id in rows if first in forms or surnames and last == word]
+        found[word] = list(dict.fromkeys(ids))[:2]
+    return found
 
 
 def corrections_of_bucket(*, bucket: Bucket) -> QuerySet[Correction]:

@@ -51,11 +51,12 @@ from graph.extract.refs import (
     speaker_ref,
     split_speaker,
 )
-from graph.extract.vocabulary import JOB_TITLES, RELATIONS, first_name_variants
+from graph.extract.unnamed import attribute_fact, known_mentions
+from graph.extract.vocabulary import JOB_TITLES, RELATIONS, first_name_variants, partial_name_of
 
 __all__ = [
-    "Extraction", "Fact", "Ref", "Resolver", "extract", "first_name_variants", "normalize_name", "speaker_ref",
-    "split_speaker",
+    "Extraction", "Fact", "Ref", "Resolver", "attribute_fact", "extract", "first_name_variants", "known_mentions",
+    "normalize_name", "partial_name_of", "speaker_ref", "split_speaker", "stored",
 ]  # fmt: skip
 
 # What a fact says about the type of its subject / object (the NER's guess is the weakest evidence).
@@ -68,6 +69,7 @@ _OBJECT_TYPE = {
     "works_at": "ORG", "studies_at": "ORG", "graduated_from": "ORG", "lives_in": "PLACE", "born_in": "PLACE",
     "located_in": "PLACE", "from": "PLACE", "visited": "PLACE", "owns": "PRODUCT", "uses": "PRODUCT",
     "plays": "PRODUCT", "owns_pet": "ANIMAL", "manager_of": "PERSON", "married_to": "PERSON", "dating": "PERSON",
+    "hired": "PERSON",
 }  # fmt: skip
 
 
@@ -113,6 +115,8 @@ def _inside_name(token, resolver: Resolver) -> bool:
     head = token.head
     if head is token:
         return False
+    if token.pos_ == "NOUN" and token.lemma_.lower() in RELATIONS and resolver.possessor(token) is not None:
+        return False  # "Maria's dog Pepper", parsed with dog as a compound of Pepper: a relation
     if token.dep_ in {"compound", "flat"} and (head.pos_ == "PROPN" or resolver.named(head) is not None):
         return True
     ent = resolver.ent_of.get(token.i)
@@ -120,8 +124,12 @@ def _inside_name(token, resolver: Resolver) -> bool:
 
 
 def _apposition_facts(token, ref: Ref, resolver: Resolver, out: Extraction, when) -> None:
-    """ "Bob Martinez, the CTO of TechCo, ..." / "Ms. Wong, the principal, ..."."""
+    """ "Bob Martinez, the CTO of TechCo, ..." / "Ms. Wong, the principal, ..." / "The CEO of
+    Acme, Jane Doe, ..." (the title first: ``ref`` is the person it names)."""
     if ref.type == "SPEAKER":
+        return
+    if token.lower_ in JOB_TITLES and token.pos_ in {"NOUN", "PROPN"} and resolver.named(token) is None:
+        describe(ref, token, resolver, out, when)
         return
     for child in token.children:
         if child.dep_ != "appos" or child.lemma_.lower() in RELATIONS:
@@ -133,8 +141,8 @@ def _apposition_facts(token, ref: Ref, resolver: Resolver, out: Extraction, when
 
 
 def _settle(out: Extraction, relation_refs: dict[str, Ref]) -> Extraction:
-    """One type per entity from what the memory says of it, lone first names read as the
-    full name the memory gave, and each fact once."""
+    """One type per entity from what the memory says of it, lone first names and surnames read
+    as the full name the memory gave, and each fact once."""
     evidence: dict[str, tuple[int, str]] = {}
 
     def note(ref: Ref | None, strength: int, kind: str) -> None:
@@ -163,21 +171,24 @@ def _settle(out: Extraction, relation_refs: dict[str, Ref]) -> Extraction:
         return replace(ref, type=evidence[ref.key][1])
 
     mentions = [typed(m) for m in out.mentions]
-    # "Alice Chen joined Initech. Alice loves it": Alice is Alice Chen when she is the only one.
+    # "Alice Chen joined Initech. Alice loves it" / "... Chen loves it": Alice and Chen are Alice
+    # Chen when she is the only one of that first name or surname the memory gave.
     full_names = [m for m in mentions if m.type == "PERSON" and " " in m.key and normalize_name(m.name) == m.key]
     same: dict[str, Ref] = {}
     for mention in mentions:
         if " " in mention.key or mention.type not in {"PERSON", "THING"}:
             continue
-        variants = first_name_variants(mention.key)
-        matches = [f for f in full_names if f.key.split()[0] in variants]
+        surname = mention.type == "PERSON"
+        matches = {f.key: f for f in full_names if partial_name_of(mention.key, f.key, surname=surname)}
         if len(matches) == 1:
-            same[mention.key] = matches[0]
+            same[mention.key] = next(iter(matches.values()))
 
     def final(ref: Ref | None) -> Ref | None:
         if ref is None:
             return None
         ref = typed(ref)
+        if ref.owner is not None:
+            ref = replace(ref, owner=final(ref.owner))
         full = same.get(ref.key)
         return replace(full, alias=ref.alias or full.alias) if full is not None else ref
 
@@ -189,9 +200,31 @@ def _settle(out: Extraction, relation_refs: dict[str, Ref]) -> Extraction:
         subject, obj = final(fact.subject), final(fact.obj)
         if obj is not None and obj.key == subject.key:
             continue
+        if fact.predicate == "hired" and subject.type == "ORG" and obj is not None:
+            # "Finlytics hired Priya": an organisation that hires employs.
+            fact = Fact(subject=obj, predicate="works_at", obj=subject, functional_key="works_at",
+                        valid_from=fact.valid_from, confidence=fact.confidence)  # fmt: skip
+            subject, obj = fact.subject, fact.obj
         signature = (subject.key, fact.predicate, obj.key if obj is not None else fact.literal)
         if signature in seen:
             continue
         seen.add(signature)
         settled.facts.append(replace(fact, subject=subject, obj=obj))
     return settled
+
+
+def stored(result: Extraction, known=lambda ref: False) -> Extraction:
+    """``result`` as a bucket stores it: unnamed references the bucket cannot resolve
+    (``known(ref)`` is False; by default none, as for a memory read alone) are no entities,
+    and their facts are attributes of their owners (graph/extract/unnamed.py)."""
+    out = Extraction(mentions=known_mentions(result.mentions, known))
+    seen = set()
+    for fact in result.facts:
+        fact = attribute_fact(fact, known)
+        if fact is None:
+            continue
+        signature = (fact.subject.key, fact.predicate, fact.obj.key if fact.obj is not None else fact.literal)
+        if signature not in seen:
+            seen.add(signature)
+            out.facts.append(fact)
+    return out

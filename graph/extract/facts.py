@@ -74,8 +74,15 @@ def relation_facts(token, resolver: Resolver, out: Extraction, when) -> tuple[Re
 
 
 def _employer_facts(subject: Ref, noun, resolver: Resolver, out: Extraction, when) -> bool:
-    """works_at for "<noun> at/for/with/of <organisation>"; True when one was found."""
+    """works_at for "<noun> at/for/with/of <organisation>" and "<organisation>'s <noun>";
+    True when one was found."""
     found = False
+    for poss in (c for c in noun.children if c.dep_ == "poss" and c.pos_ == "PROPN" and noun.lower_ in JOB_TITLES):
+        obj = resolver.ref(poss)  # "Acme's CEO"; a person's or a place's is not an employer
+        if obj is not None and obj.type in {"ORG", "THING", "PRODUCT"}:
+            out.facts.append(Fact(subject=subject, predicate="works_at", obj=obj, functional_key="works_at",
+                                  valid_from=when))  # fmt: skip
+            found = True
     for prep in (c for c in noun.children if c.dep_ == "prep" and c.lower_ in {"at", "for", "of"}):
         for target in (c for c in prep.children if c.dep_ == "pobj"):
             obj = resolver.ref(target)
@@ -109,7 +116,7 @@ def object_fact(subject: Ref, predicate: str, functional: bool, obj_token, resol
     if obj is None and predicate in NAMED_OBJECT_ONLY:
         return None
     text = None if obj is not None else literal(obj_token)
-    if obj is not None and obj.type == "SPEAKER" and predicate not in {"married_to", "dating", "manager_of"}:
+    if obj is not None and obj.type == "SPEAKER" and predicate not in {"married_to", "dating", "manager_of", "hired"}:
         return None
     functional_key = predicate if functional else None
     if predicate == "owns":
@@ -247,6 +254,11 @@ def _copula_facts(verb, subject: Ref | None, children, resolver: Resolver, out: 
                 owner, predicate = favourite
                 out.facts.append(Fact(subject=owner, predicate=predicate, literal=literal(subject_token),
                                       functional_key=predicate, valid_from=when))  # fmt: skip
+            elif subject_token.lower_ in JOB_TITLES:
+                # "The CEO of Acme is Jane Doe": a description of the person named, not an entity.
+                person = resolver.ref(child)
+                if person is not None and person.type not in {"SPEAKER", "PLACE"}:
+                    describe(person, subject_token, resolver, out, when)
             continue
         if child.dep_ == "attr" and subject is not None and _favourite_of(child, resolver) is not None:
             owner, predicate = _favourite_of(child, resolver)

@@ -40,6 +40,13 @@ class Ref:
     type: str
     # "my sister Anna": Anna is also known as "user sister" (resolved later by alias).
     alias: str | None = None
+    # A person or pet known by a relation: whose ("my sister": the user) and the relation words.
+    owner: Ref | None = None
+    relation: str | None = None
+    # "my sister" without a name: a description, never an entity. Its key is the alias the
+    # named person gets ("user sister"), so a bucket that learned her name resolves it; one
+    # that did not keeps it as an attribute of the owner (``graph.extract.unnamed``).
+    unnamed: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,17 @@ def _trim(tokens: list) -> list:
     return tokens
 
 
+def _title_holder(title):
+    """The person a title names when the parse hung the name on its organisation: "The CEO of
+    Acme, Jane Doe, resigned" (Jane Doe an apposition of Acme)."""
+    for prep in (c for c in title.children if c.dep_ == "prep" and c.lower_ in {"of", "at"}):
+        for pobj in (c for c in prep.children if c.dep_ == "pobj"):
+            for appos in (c for c in pobj.children if c.dep_ == "appos" and c.pos_ == "PROPN"):
+                if appos.ent_type_ == "PERSON":
+                    return appos
+    return None
+
+
 # --- the resolver ---------------------------------------------------------------------------------------
 
 
@@ -249,10 +267,19 @@ class Resolver:
         return Ref(name=name, key=key, type=kind)
 
     def possessor(self, token) -> Ref | None:
-        """Whose ``token`` is: "my / Alice's sister", or the haver of "Bob has a sister, Carol"."""
+        """Whose ``token`` is: "my / Alice's sister", "the dog of Lena Ortiz", "a friend of
+        mine", or the haver of "Bob has a sister, Carol" (and of "a dog and two cats")."""
         for child in token.children:
             if child.dep_ == "poss":
                 return self.ref(child)
+        if token.lemma_.lower() in RELATIONS:
+            for prep in (c for c in token.children if c.dep_ == "prep" and c.lower_ == "of"):
+                for pobj in (c for c in prep.children if c.dep_ == "pobj"):
+                    owner = self.ref(pobj) if pobj.pos_ in {"PROPN", "PRON"} or _looks_like_name(pobj) else None
+                    if owner is not None:
+                        return owner
+            if token.dep_ == "conj" and token.head.lemma_.lower() in RELATIONS:
+                return self.possessor(token.head)  # "my mom and dad", "a dog and two cats"
         if token.dep_ in {"compound", "amod"} and token.head.pos_ == "PROPN":
             # "Zoe's uncle Frank" parsed with uncle as a compound of Frank: the possessor is Frank's.
             return next((self.ref(c) for c in token.head.children if c.dep_ == "poss"), None)
@@ -272,8 +299,9 @@ class Resolver:
 
         The people are the names the sentence gives ("my sister Anna", "Anna, my sister",
         "Carol is my sister", "my sister is Carol", "a dog called Rocket", "two cats, Salt and
-        Pepper"), each known also by the alias "<owner> <relation>"; without a name, one
-        placeholder ("sister of User"). A negated copula ("Bob is not my brother") names nobody.
+        Pepper", "the dog of Lena is called Rex"), each known also by the alias "<owner>
+        <relation>"; without a name, one unnamed reference ("sister of User", key "user sister").
+        A negated copula ("Bob is not my brother") names nobody.
         """
         if token.lemma_.lower() not in RELATIONS or not (
             token.pos_ == "NOUN" or token.pos_ == "ADJ" and token.dep_ == "amod"  # "my parrot Captain", mis-tagged
@@ -291,6 +319,8 @@ class Resolver:
                 names += [child, *child.conjuncts]
             if child.dep_ == "acl" and child.lemma_.lower() in {"name", "call"}:
                 names += [c for c in child.children if c.dep_ in {"oprd", "attr", "dobj"}]
+        if token.dep_ == "nsubjpass" and token.head.lemma_.lower() in {"name", "call"} and not hedged(token.head):
+            names += [c for c in token.head.children if c.dep_ in {"oprd", "attr"}]  # "the dog is called Rex"
         if token.dep_ in {"appos", "compound", "amod"}:
             names.append(token.head)
         following = token.doc[token.i + 1] if token.i + 1 < len(token.doc) else None
@@ -313,9 +343,11 @@ class Resolver:
         for name_token in names:
             named = self.named(name_token)
             if named is not None:
-                people.append(Ref(name=named.name, key=named.key, type=kind, alias=alias))
+                people.append(Ref(name=named.name, key=named.key, type=kind, alias=alias, owner=owner,
+                                  relation=phrase))  # fmt: skip
         if not people:
-            people.append(Ref(name=f"{phrase} of {owner.name}", key=alias, type=kind))
+            people.append(Ref(name=f"{phrase} of {owner.name}", key=alias, type=kind, owner=owner, relation=phrase,
+                              unnamed=True))  # fmt: skip
         return owner, phrase, people
 
     def ref(self, token) -> Ref | None:
@@ -347,8 +379,11 @@ class Resolver:
                         if match is not None:
                             return match
             return named
-        if token.pos_ == "NOUN":
+        if token.pos_ == "NOUN" or token.lower_ in JOB_TITLES:
+            # "The CEO of Acme, Jane Doe, ...": the description denotes the person it names.
             appos = next((c for c in token.children if c.dep_ == "appos" and c.pos_ == "PROPN"), None)
+            if appos is None and token.lower_ in JOB_TITLES:
+                appos = _title_holder(token)
             if appos is not None:
                 return self.named(appos)
         return None

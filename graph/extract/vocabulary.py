@@ -134,6 +134,9 @@ VERB_OBJECT = {
     "study": ("studies", False),
     "teach": ("teaches", False),
     "manage": ("manager_of", False),
+    # "Marco hired Priya": Marco hired Priya; an organisation that hires employs (graph.extract._settle).
+    "hire": ("hired", False),
+    "recruit": ("hired", False),
     "supervise": ("manager_of", False),
     "name": ("named", True),
     "call": ("named", True),
@@ -142,7 +145,7 @@ VERB_OBJECT = {
 # "I have a meeting" is not ownership.
 CONCRETE_ONLY = {"have", "get", "ride"}
 # Predicates that need a named object: "joined a gym" is not employment, "manages the budget" no person.
-NAMED_OBJECT_ONLY = {"works_at", "manager_of", "owns_pet"}
+NAMED_OBJECT_ONLY = {"works_at", "manager_of", "owns_pet", "hired"}
 # "got a job at Deloitte", "has a position with Globex": employment by the job's preposition.
 JOB_NOUNS = {"job", "position", "internship", "role", "post"}
 JOB_VERBS = {"get", "land", "have", "take", "accept", "start", "find", "begin"}
@@ -181,6 +184,16 @@ def first_name_variants(word: str) -> set[str]:
         variants.add(NICKNAMES[word])
     variants |= {nick for nick, formal in NICKNAMES.items() if formal == word}
     return variants
+
+
+def partial_name_of(word: str, full_name: str, *, surname: bool = True) -> bool:
+    """Whether the one-word name ``word`` may stand for ``full_name`` (normalized, two words or
+    more): as its first name or that name's nickname or formal form ("Bob" for Robert Diaz),
+    or, with ``surname``, as its last word ("Natarajan" for Priya Natarajan)."""
+    words = full_name.split()
+    if len(words) < 2 or " " in word:
+        return False
+    return words[0] in first_name_variants(word) or surname and words[-1] == word
 
 
 MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}

@@ -7,30 +7,43 @@ import uuid
 from collections.abc import Iterable
 
 from django.db import connection
-from django.db.models import Case, Q, When
+from django.db.models import Case, Exists, OuterRef, Q, When
 
 from graph import extract as extraction
 from graph.models import Edge, Entity, Mention
 from graph.rules import Rules, Target
-from graph.selectors import entities_by_first_name
+from graph.selectors import entities_by_partial_name
 from tenants.models import Bucket
 
 
 class EntityResolver:
     """Resolves extracted references to Entity rows of one bucket, creating them as needed,
-    as the bucket's operator corrections say (``rules``, graph/rules.py)."""
+    as the bucket's operator corrections say (``rules``, graph/rules.py).
+
+    It also notes what extraction learned that changes how earlier memories read
+    (:meth:`rereads`): a new full name ("Priya Natarajan" makes an earlier "Priya" hers, or
+    makes "Priya" ambiguous when she is the second Priya), and a relative or pet named for
+    the first time ("my sister Anna" makes an earlier "my sister" Anna)."""
 
     def __init__(self, bucket: Bucket, rules: Rules | None = None):
         self.bucket = bucket
         self.rules = rules if rules is not None else Rules()
         self.by_key: dict[str, Entity] = {}
-        # Placeholders merged into named entities during this run: old id -> new id.
-        self.merged: dict[uuid.UUID, uuid.UUID] = {}
+        self._by_alias: dict[str, Entity | None] = {}
+        self._partial: dict[str, Entity | None] = {}
+        # What changes the reading of earlier memories (see rereads()).
+        self.new_names: dict[uuid.UUID, Entity] = {}
+        self.named_relations: set[tuple[uuid.UUID, str]] = set()
+        # Entities whose mentions or edges a re-extraction removed: dropped if nothing is left.
+        self.maybe_orphans: set[uuid.UUID] = set()
+        # One object per row, so that aliases and types added through one lookup are not
+        # overwritten by a stale copy from another.
+        self._rows: dict[uuid.UUID, Entity] = {}
 
-    def final_id(self, entity_id: uuid.UUID) -> uuid.UUID:
-        while entity_id in self.merged:
-            entity_id = self.merged[entity_id]
-        return entity_id
+    def _one(self, entity: Entity | None) -> Entity | None:
+        if entity is None:
+            return None
+        return self._rows.setdefault(entity.pk, entity)
 
     def _lookup(self, keys: list[str]) -> None:
         wanted = [k for k in keys if k not in self.by_key]
@@ -40,7 +53,7 @@ class EntityResolver:
             Q(normalized_name__in=wanted) | Q(aliases__overlap=wanted)
         )
         # Exact names win over aliases; among several, the most mentioned.
-        for entity in sorted(found, key=lambda e: e.mention_count):
+        for entity in sorted(map(self._one, found), key=lambda e: e.mention_count):
             for key in [*entity.aliases, entity.normalized_name]:
                 if key in wanted and self._may_name(key, entity):
                     self.by_key[key] = entity
@@ -48,6 +61,18 @@ class EntityResolver:
     def _may_name(self, key: str, entity: Entity) -> bool:
         """Whether ``key`` (its name or an alias) may find ``entity`` (an operator may have said no)."""
         return not self.rules or key == entity.normalized_name or self.rules.alias_allowed(key, entity.normalized_name)
+
+    def _known_as(self, alias: str) -> Entity | None:
+        """The entity known by the alias ``alias`` ("user sister": the user's sister, once named)."""
+        if alias not in self._by_alias:
+            found = (
+                Entity.objects.for_bucket(self.bucket)
+                .filter(aliases__contains=[alias])
+                .exclude(normalized_name=alias)
+                .order_by("-mention_count", "id")
+            )
+            self._by_alias[alias] = self._one(next((e for e in found if self._may_name(alias, e)), None))
+        return self._by_alias[alias]
 
     def target(self, target: Target) -> Entity:
         """The entity a correction names: of that name (the same type preferred), else a new one."""
@@ -58,8 +83,8 @@ class EntityResolver:
             .first()
         )
         if found is None:
-            found = _get_or_create(self.bucket, extraction.Ref(name=target.name, key=target.key, type=target.type))
-        return found
+            found = _get_or_create(self.bucket, extraction.Ref(name=target.name, key=target.key, type=target.type))[0]
+        return self._one(found)
 
     def _add_aliases(self, entity: Entity, names: set) -> None:
         names = {
@@ -69,46 +94,60 @@ class EntityResolver:
         if names:
             entity.aliases = sorted({*entity.aliases, *names})
             entity.save(update_fields=["aliases"])
+            for name in names:
+                self._by_alias.pop(name, None)
 
-    def resolve(self, ref: extraction.Ref, memory_id: uuid.UUID | None = None) -> Entity:
+    def resolve(self, ref: extraction.Ref, memory_id: uuid.UUID | None = None) -> Entity | None:
+        """The entity ``ref`` denotes; None for an unnamed relative or pet ("my sister") whose
+        name the bucket does not know (graph/extract/unnamed.py says what becomes of it)."""
         entity = self._resolve(ref)
-        if self.rules.moves and memory_id is not None:
+        if entity is not None and self.rules.moves and memory_id is not None:
             # A split moved this memory's mentions of the entity to another one.
             moved = self.rules.moves.get((str(memory_id), entity.normalized_name))
             if moved is not None:
                 entity = self.target(moved)
         return entity
 
-    def _resolve(self, ref: extraction.Ref) -> Entity:
+    def _relation_aliases(self, ref: extraction.Ref) -> tuple[list[str], Entity | None]:
+        """The aliases of a person known by relation: as the memory said it ("lena dog") and by
+        the owner's entity ("lena ortiz dog", when Lena is Lena Ortiz), and the owner's entity."""
+        said = ref.key if ref.unnamed else ref.alias
+        aliases = [said] if said else []
+        owner = self._resolve(ref.owner) if ref.owner is not None and ref.relation else None
+        if owner is not None:
+            aliases.append(f"{owner.normalized_name} {ref.relation}"[:500])
+        return list(dict.fromkeys(aliases)), owner
+
+    def _resolve(self, ref: extraction.Ref) -> Entity | None:
         redirected = self.rules.redirect(ref.key) if self.rules else None
         if redirected is not None:
             # An operator said what this name denotes (an alias, an old name, a merge).
             entity = self.by_key.get(ref.key)
             if entity is None or entity.normalized_name != redirected.key:
                 entity = self.target(redirected)
-            self._add_aliases(entity, {ref.key, ref.alias})
+            self._add_aliases(entity, {ref.key, ref.alias} if not ref.unnamed else {ref.key})
             self.by_key[ref.key] = entity
             return entity
-        self._lookup([ref.key] + ([ref.alias] if ref.alias else []))
+        aliases, owner = self._relation_aliases(ref)
+        if ref.unnamed:
+            return next((e for e in map(self._known_as, aliases) if e is not None), None)
+        self._lookup([ref.key])
         entity = self.by_key.get(ref.key)
-        placeholder = self.by_key.get(ref.alias) if ref.alias else None
-        if entity is None and placeholder is not None and placeholder.normalized_name == ref.alias:
-            # We knew "user's sister" before we learned her name: the placeholder becomes Anna.
-            entity = placeholder
-            entity.name, entity.normalized_name, entity.type = ref.name, ref.key, ref.type
-            entity.aliases = sorted({*entity.aliases, ref.alias})
-            entity.save(update_fields=["name", "normalized_name", "type", "aliases"])
-        elif entity is not None and placeholder is not None and placeholder.pk != entity.pk:
-            if placeholder.normalized_name == ref.alias:
-                self.merged[placeholder.pk] = entity.pk
-                entity_merge(source=placeholder, target=entity)
-            placeholder = None
-        if entity is None and placeholder is None:
-            entity = self._full_name(ref)
+        partial = self._full_name(ref)
+        if partial is not None and (entity is None or " " not in entity.normalized_name):
+            # "Priya" is the bucket's one Priya Natarajan, even where a memory read before her full
+            # name was known made a "Priya" of its own (that memory is read again: rereads()).
+            entity = partial
         if entity is None:
-            entity = _get_or_create(self.bucket, ref)
-        if ref.alias and ref.alias not in entity.aliases and ref.alias != entity.normalized_name:
-            self._add_aliases(entity, {ref.alias})
+            entity, created = _get_or_create(self.bucket, ref)
+            entity = self._one(entity)
+            if created:
+                self._note_name(entity)
+        if aliases:
+            new = [a for a in aliases if a not in entity.aliases and a != entity.normalized_name]
+            if new and owner is not None and all(self._known_as(a) is None for a in aliases):
+                self.named_relations.add((owner.pk, ref.relation))  # "my sister" has a name now
+            self._add_aliases(entity, set(new))
         # A better type learned later ("Alice" as a subject first, then as a PERSON).
         better_type = entity.type == "THING" and ref.type not in {"THING", "SPEAKER"}
         if (
@@ -119,36 +158,123 @@ class EntityResolver:
         ):
             entity.type = ref.type
             entity.save(update_fields=["type"])
+            self._note_name(entity)
         self.by_key[ref.key] = entity
-        if ref.alias:
-            self.by_key[ref.alias] = entity
         return entity
 
     def _full_name(self, ref: extraction.Ref) -> Entity | None:
-        """A lone first name (or its nickname) is the bucket's one person of that first name:
-        "Alice" is Alice Chen while the bucket knows no other Alice."""
-        if " " in ref.key or ref.type not in {"PERSON", "THING"}:
+        """A lone first name (or its nickname) or surname is the bucket's one person it may
+        stand for: "Alice" is Alice Chen, "Natarajan" Priya Natarajan, while the bucket knows no
+        other. Surnames only for what the memory calls a person; never a name an operator gave
+        an entity of its own, nor one they split off that person."""
+        if " " in ref.key or ref.type not in {"PERSON", "THING"} or self.rules.curated(ref.key):
             return None
-        matches = entities_by_first_name(bucket=self.bucket, words=[ref.key]).get(ref.key, [])
-        if len(matches) != 1:
-            return None
-        entity = Entity.objects.get(pk=matches[0])
-        if self.rules and (ref.key, entity.normalized_name) in self.rules.blocked:
+        if ref.key not in self._partial:
+            matches = entities_by_partial_name(bucket=self.bucket, words=[ref.key], surnames=ref.type == "PERSON")
+            ids = matches.get(ref.key, [])
+            self._partial[ref.key] = self._one(Entity.objects.get(pk=ids[0])) if len(ids) == 1 else None
+        entity = self._partial[ref.key]
+        if entity is None or self.rules and (ref.key, entity.normalized_name) in self.rules.blocked:
             return None  # an operator split this name off that person
         return entity
 
+    def _note_name(self, entity: Entity) -> None:
+        """A full name new to the bucket: the partial names it may be read from resolve afresh."""
+        words = entity.normalized_name.split()
+        if entity.type != "PERSON" or len(words) < 2 or entity.name.lower().split()[0] != words[0]:
+            return
+        self.new_names[entity.pk] = entity
+        stale = extraction.first_name_variants(words[0]) | {words[-1]}
+        for key in stale:
+            self._partial.pop(key, None)
+            cached = self.by_key.get(key)
+            if cached is not None and cached.pk != entity.pk and " " in cached.normalized_name:
+                del self.by_key[key]  # "Priya" was the one Priya Natarajan until now
 
-def _get_or_create(bucket: Bucket, ref: extraction.Ref) -> Entity:
+    def rereads(self) -> set[uuid.UUID]:
+        """Memories whose reading what was learned since the last call may change: those that
+        name someone by a partial name of a new full name (the one-word "Priya" entities, and
+        the other Priyas' memories that do not say their full name), and those that spoke of a
+        relative or pet without a name that now has one."""
+        names, relations = list(self.new_names.values()), set(self.named_relations)
+        self.new_names, self.named_relations = {}, set()
+        found: set[uuid.UUID] = set()
+        if names:
+            keys = sorted({k for e in names for k in extraction.first_name_variants(e.normalized_name.split()[0])}
+                          | {e.normalized_name.split()[-1] for e in names})  # fmt: skip
+            firsts = sorted({k for e in names for k in extraction.first_name_variants(e.normalized_name.split()[0])})
+            lasts = sorted({e.normalized_name.split()[-1] for e in names})
+            with connection.cursor() as cur:
+                cur.execute(
+                    """
+                    SELECT mn.memory_id FROM graph_entities e JOIN graph_mentions mn ON mn.entity_id = e.id
+                    WHERE e.tenant_id = %s AND e.bucket_id = %s AND e.normalized_name = ANY(%s)
+                      AND e.type IN ('PERSON', 'THING')
+                    UNION
+                    SELECT mn.memory_id FROM graph_entities e JOIN graph_mentions mn ON mn.entity_id = e.id
+                    JOIN memories m ON m.id = mn.memory_id
+                    WHERE e.tenant_id = %s AND e.bucket_id = %s AND e.type = 'PERSON' AND e.id <> ALL(%s)
+                      AND strpos(e.normalized_name, ' ') > 0
+                      AND (split_part(e.normalized_name, ' ', 1) = ANY(%s)
+                           OR split_part(e.normalized_name, ' ', -1) = ANY(%s))
+                      AND strpos(lower(m.content), e.normalized_name) = 0
+                    """,
+                    [self.bucket.tenant_id, self.bucket.pk, keys, self.bucket.tenant_id, self.bucket.pk,
+                     [e.pk for e in names], firsts, lasts],
+                )  # fmt: skip
+                found |= {row[0] for row in cur.fetchall()}
+        for owner_id, relation in relations:
+            found |= set(
+                Edge.objects.for_bucket(self.bucket)
+                .filter(subject_id=owner_id, predicate="has", object_entity__isnull=True, object_literal=relation)
+                .values_list("source_memory_id", flat=True)
+            )
+        return found
+
+    def forget(self, entity_ids: Iterable[uuid.UUID]) -> None:
+        """Entities that extraction removed from the memories that mentioned them."""
+        self.maybe_orphans |= set(entity_ids)
+
+    def drop_orphans(self) -> int:
+        """Delete the entities a re-extraction left without a mention or an edge (a "Priya" that
+        became Priya Natarajan), unless an operator made them. Returns how many."""
+        ids = list(self.maybe_orphans)
+        self.maybe_orphans = set()
+        if not ids:
+            return 0
+        orphans = (
+            Entity.objects.for_bucket(self.bucket)
+            .filter(pk__in=ids)
+            .exclude(type="SPEAKER")
+            .exclude(Exists(Mention.objects.filter(entity_id=OuterRef("pk"))))
+            .exclude(Exists(Edge.objects.filter(subject_id=OuterRef("pk"))))
+            .exclude(Exists(Edge.objects.filter(object_entity_id=OuterRef("pk"))))
+        )
+        doomed = [e.pk for e in orphans if not self.rules.curated(e.normalized_name)]
+        if not doomed:
+            return 0
+        Entity.objects.filter(pk__in=doomed).delete()
+        gone = set(doomed)
+        self._rows = {pk: e for pk, e in self._rows.items() if pk not in gone}
+        self.by_key = {k: e for k, e in self.by_key.items() if e.pk not in gone}
+        self._by_alias = {k: e for k, e in self._by_alias.items() if e is None or e.pk not in gone}
+        self._partial = {k: e for k, e in self._partial.items() if e is None or e.pk not in gone}
+        return len(doomed)
+
+
+def _get_or_create(bucket: Bucket, ref: extraction.Ref) -> tuple[Entity, bool]:
+    """The entity of ``ref``'s name and type, and whether this call created it."""
     with connection.cursor() as cur:
         cur.execute(
             """
             INSERT INTO graph_entities (tenant_id, bucket_id, name, normalized_name, type, aliases, mention_count)
-            VALUES (%s, %s, %s, %s, %s, %s, 0)
+            VALUES (%s, %s, %s, %s, %s, '{}', 0)
             ON CONFLICT (tenant_id, bucket_id, normalized_name, type) DO NOTHING
             """,
-            [bucket.tenant_id, bucket.pk, ref.name[:500], ref.key[:500], ref.type, [ref.alias] if ref.alias else []],
+            [bucket.tenant_id, bucket.pk, ref.name[:500], ref.key[:500], ref.type],
         )
-    return Entity.objects.for_bucket(bucket).get(normalized_name=ref.key[:500], type=ref.type)
+        created = cur.rowcount == 1
+    return Entity.objects.for_bucket(bucket).get(normalized_name=ref.key[:500], type=ref.type), created
 
 
 def entity_merge(*, source: Entity, target: Entity) -> None:

@@ -30,8 +30,13 @@ from tenants.models import Bucket, Tenant
 logger = logging.getLogger(__name__)
 
 # 2: relation predicates (manager_of, sibling_of, owns_pet …), the "Name:" speaker, first names.
-EXTRACTOR_VERSION = 2
+# 3: no entity named by a description (an unnamed relative is an attribute of its owner), names
+#    learned later read into earlier memories, surnames, "hired".
+EXTRACTOR_VERSION = 3
 BATCH = 200
+# Memories read again in one extraction run because a name they use was learned; the rest go
+# to the sweep.
+REREAD_LIMIT = 200
 
 
 def _parse(memories: list[Memory]) -> tuple[list, dict[uuid.UUID, str]]:
@@ -71,14 +76,23 @@ def _parse_one_by_one(pipeline, memories, speakers, texts, contexts) -> tuple[li
     return parsed, failed
 
 
-def _extract_batch(bucket: Bucket, memories: list[Memory], entities: EntityResolver, report: GraphReport) -> set:
-    """Replace the graph rows of ``memories``; returns the (subject, functional_key) timelines touched."""
+def _extract_batch(
+    bucket: Bucket, memories: list[Memory], entities: EntityResolver, report: GraphReport, *, reread: bool = False
+) -> set:
+    """Replace the graph rows of ``memories``; returns the (subject, functional_key) timelines
+    touched. ``reread``: the memories were extracted before, and are read again because
+    something they say now resolves differently (EntityResolver.rereads)."""
     touched: set[tuple[uuid.UUID, str]] = set()
     ids = [m.pk for m in memories]
-    for subject_id, key in Edge.objects.filter(source_memory_id__in=ids, functional_key__isnull=False).values_list(
-        "subject_id", "functional_key"
+    before = set()
+    for subject_id, object_id, key in Edge.objects.filter(source_memory_id__in=ids).values_list(
+        "subject_id", "object_entity_id", "functional_key"
     ):
-        touched.add((subject_id, key))
+        before |= {subject_id, object_id} - {None}
+        if key:
+            touched.add((subject_id, key))
+    before |= set(Mention.objects.filter(memory_id__in=ids).values_list("entity_id", flat=True))
+    entities.forget(before)
     Edge.objects.filter(source_memory_id__in=ids).delete()
     Mention.objects.filter(memory_id__in=ids).delete()
 
@@ -92,11 +106,20 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: EntityResol
             logger.exception("extraction failed for memory %s", memory.pk)
             failed[memory.pk] = error_text(exc)
             continue
-        report.memories += 1
+        if reread:
+            report.reread += 1
+        else:
+            report.memories += 1
+
+        def known(ref, memory_id=memory.pk) -> bool:
+            return entities.resolve(ref, memory_id) is not None
+
+        # "my sister" is the bucket's Anna when it knows her name; else an attribute of the user.
+        result = extraction.stored(result, known)
         mentioned: set[uuid.UUID] = set()
         for ref in result.mentions:
             entity = entities.resolve(ref, memory.pk)
-            if entity.pk not in mentioned:
+            if entity is not None and entity.pk not in mentioned:
                 mentioned.add(entity.pk)
                 new_mentions.append(
                     Mention(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory=memory, entity=entity)
@@ -105,7 +128,7 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: EntityResol
         for fact in result.facts:
             subject = entities.resolve(fact.subject, memory.pk)
             obj = entities.resolve(fact.obj, memory.pk) if fact.obj is not None else None
-            if obj is not None and obj.pk == subject.pk:
+            if subject is None or fact.obj is not None and obj is None or obj is not None and obj.pk == subject.pk:
                 continue
             signature = (subject.pk, fact.predicate, obj.pk if obj else fact.literal)
             if signature in seen_facts:
@@ -127,14 +150,6 @@ def _extract_batch(bucket: Bucket, memories: list[Memory], entities: EntityResol
             )
             if fact.functional_key:
                 touched.add((subject.pk, fact.functional_key))
-    # A placeholder may have been merged into a named entity after we referenced it.
-    for mention in new_mentions:
-        mention.entity_id = entities.final_id(mention.entity_id)
-    for edge in new_edges:
-        edge.subject_id = entities.final_id(edge.subject_id)
-        if edge.object_entity_id:
-            edge.object_entity_id = entities.final_id(edge.object_entity_id)
-    touched = {(entities.final_id(subject_id), key) for subject_id, key in touched}
     if entities.rules.edges:
         new_edges = _corrected_edges(new_edges, entities, touched)
     new_edges = [e for e in new_edges if e.subject_id != e.object_entity_id]
@@ -249,6 +264,42 @@ def _bucket_held(bucket: Bucket) -> bool:
     return True
 
 
+def _reread(bucket: Bucket, entities: EntityResolver, report: GraphReport, *, limit: int | None) -> tuple[set, set]:
+    """Extract again the memories whose reading changed with what extraction just learned (a
+    full name, a relative's name: EntityResolver.rereads), until nothing changes; returns the
+    timelines touched and the memories read again. Past ``limit`` memories, the rest are left
+    to the sweep (marked as seen by no extractor version). Then the entities nothing mentions
+    any more are dropped."""
+    touched: set = set()
+    done: set[uuid.UUID] = set()
+    while True:
+        ids = entities.rereads() - done
+        if not ids:
+            break
+        if limit is not None and len(done) + len(ids) > limit:
+            ordered = list(Memory.objects.filter(pk__in=ids).order_by("created_at", "id").values_list("pk", flat=True))
+            keep = max(limit - len(done), 0)
+            _mark_stale(ordered[keep:])
+            ids = set(ordered[:keep])
+            if not ids:
+                break
+        done |= ids
+        memories = list(
+            Memory.objects.filter(pk__in=list(ids)).defer("embedding", "context_embedding").order_by("created_at", "id")
+        )
+        for start in range(0, len(memories), BATCH):
+            touched |= _extract_batch(bucket, memories[start : start + BATCH], entities, report, reread=True)
+    entities.drop_orphans()
+    return touched, done
+
+
+def _mark_stale(memory_ids: list[uuid.UUID]) -> None:
+    """The sweep (graph_extract_pending) extracts these memories again."""
+    if memory_ids:
+        with connection.cursor() as cur:
+            cur.execute("UPDATE graph_processed SET extractor_version = 0 WHERE memory_id = ANY(%s)", [memory_ids])
+
+
 def _extract_in_bucket(bucket: Bucket, rows: list[Memory], report: GraphReport) -> None:
     with transaction.atomic():
         if not _bucket_held(bucket):
@@ -260,9 +311,12 @@ def _extract_in_bucket(bucket: Bucket, rows: list[Memory], report: GraphReport) 
         touched: set = set()
         for start in range(0, len(rows), BATCH):
             touched |= _extract_batch(bucket, rows[start : start + BATCH], entities, report)
+        reread_touched, reread = _reread(bucket, entities, report, limit=REREAD_LIMIT)
+        touched |= reread_touched
         if rules:
             rules_settle(bucket, rules)
-        affected = timeline_windows_recompute(bucket, touched)
+        # A memory read again may have left a timeline it was superseded on.
+        affected = timeline_windows_recompute(bucket, touched) | reread
         report.superseded += supersession_recompute(bucket, affected)
 
 
@@ -298,6 +352,7 @@ def graph_rebuild(*, bucket: Bucket) -> GraphReport:
                 batch = []
         if batch:
             touched |= _extract_batch(bucket, batch, entities, report)
+        touched |= _reread(bucket, entities, report, limit=None)[0]
         if rules:
             rules_settle(bucket, rules)
         affected = timeline_windows_recompute(bucket, touched)

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 @dataclass
 class GraphReport:
     memories: int = 0
+    # Memories extracted again because a name they use was learned meanwhile (a full name, a
+    # relative's name).
+    reread: int = 0
     entities: int = 0
     edges: int = 0
     superseded: int = 0

@@ -205,7 +205,7 @@ def test_my_sister_resolves_to_the_named_sister(api, bucket):
     assert "My sister Anna works as a nurse." in contents
 
 
-def test_placeholder_learns_its_name(bucket):
+def test_an_unnamed_sister_learns_her_name(bucket):
     write_extracted(
         bucket,
         {"content": "My sister lives in Denver.", "created_at": at(2022)},
@@ -217,7 +217,7 @@ def test_placeholder_learns_its_name(bucket):
     assert not Entity.objects.for_bucket(bucket).filter(normalized_name="user sister").exists()
 
 
-def test_placeholder_merges_into_an_entity_known_by_name_in_the_same_batch(bucket):
+def test_an_unnamed_sister_named_later_in_the_same_batch_is_the_one_known_by_name(bucket):
     write_extracted(
         bucket,
         {"content": "Anna called me yesterday.", "created_at": at(2022, 1)},

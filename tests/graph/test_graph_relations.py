@@ -81,11 +81,10 @@ def test_appositions_and_copulas_name_the_relation(bucket):
     assert "user sister" in Entity.objects.for_bucket(bucket).get(normalized_name="anna").aliases
 
 
-def test_an_unnamed_relative_is_a_placeholder_without_a_possessive_in_its_name(bucket):
+def test_an_unnamed_relative_is_an_attribute_of_the_owner_not_an_entity(bucket):
     write_extracted(bucket, *daily("Rachel's husband is a firefighter."))
-    placeholder = Entity.objects.for_bucket(bucket).get(normalized_name="rachel husband")
-    assert placeholder.name == "husband of Rachel" and placeholder.type == "PERSON"
-    assert ("Rachel", "spouse_of", "husband of Rachel") in facts(bucket)
+    assert entities(bucket) == {("Rachel", "PERSON")}
+    assert facts(bucket) == {("Rachel", "has", "husband"), ("Rachel", "husband_is_a", "firefighter")}
 
 
 def test_negated_relations_assert_nothing(bucket):

@@ -1,0 +1,59 @@
+"""People and pets known only by a relation: "my sister", "Lena's dog", "the dog of Lena Ortiz".
+
+Such a phrase describes someone; it does not name them, and it never becomes an entity. The
+extractor gives it an unnamed reference (``Ref.unnamed``) whose key is the alias the person
+gets once named ("user sister", "lena ortiz dog"). A bucket that knows the name (an entity with
+that alias: "my sister Anna" was said) resolves the reference to that entity. A bucket that
+does not keeps what the memory says as facts about the owner:
+
+* the relation itself: ``owner has <relation>`` ("Lena Ortiz has dog", "User has sister");
+* a fact about the unnamed one: ``owner <relation>_<predicate> object`` ("my mom lives in
+  Ohio": User mom_lives_in Ohio; "Lena's dog is a beagle": Lena Ortiz dog_is_a beagle). A
+  functional predicate stays functional, on a timeline of its own per relation;
+* the unnamed one as the object of another fact: its description as text ("Marco manages my
+  brother": Marco Rossi manager_of "brother of User").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from graph.extract.refs import Fact, Ref
+
+# A description of a description ("my sister's husband's dog") is followed this deep.
+_DEPTH = 4
+
+
+def _unknown(ref: Ref | None, known: Callable[[Ref], bool]) -> bool:
+    return ref is not None and ref.unnamed and not known(ref)
+
+
+def attribute_fact(fact: Fact, known: Callable[[Ref], bool]) -> Fact | None:
+    """``fact`` as the bucket can store it: unchanged when every reference in it is a name or
+    an unnamed one ``known`` says the bucket can resolve; else rewritten onto the owner (see
+    the module's docstring); None when there is no owner to hang it on."""
+    for _ in range(_DEPTH):
+        subject_unknown, object_unknown = _unknown(fact.subject, known), _unknown(fact.obj, known)
+        if not subject_unknown and not object_unknown:
+            return fact
+        unnamed, other = (fact.subject, fact.obj) if subject_unknown else (fact.obj, fact.subject)
+        owner = unnamed.owner
+        if owner is None or not unnamed.relation:
+            return None
+        if other is not None and other.key == owner.key:
+            # The relation's own edge: "my sister" -> User has sister.
+            fact = Fact(subject=owner, predicate="has", literal=unnamed.relation, valid_from=fact.valid_from,
+                        confidence=fact.confidence)  # fmt: skip
+        elif subject_unknown:
+            words = unnamed.relation.replace(" ", "_")
+            functional = f"{words}_{fact.functional_key}" if fact.functional_key else None
+            fact = replace(fact, subject=owner, predicate=f"{words}_{fact.predicate}", functional_key=functional)
+        else:
+            fact = replace(fact, obj=None, literal=f"{unnamed.relation} of {owner.name}")
+    return None
+
+
+def known_mentions(mentions: list[Ref], known: Callable[[Ref], bool]) -> list[Ref]:
+    """The mentions that are entities: names, and unnamed references the bucket resolves."""
+    return [m for m in mentions if not _unknown(m, known)]

@@ -1,0 +1,215 @@
+"""Names in the knowledge graph: a first name or a surname is the full name the bucket knows,
+whether it was written before or after; a description ("Lena's dog", "the dog of Lena Ortiz",
+"the CTO of Finlytics") is never an entity, but edges of the entities it describes; operators'
+corrections hold."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from audit.services import Actor
+from graph import corrections
+from graph.models import Edge, Entity, Mention
+from graph.services.extraction import graph_rebuild
+from memories.models import Memory
+from tests.factories import make_operator, write_extracted
+from tests.support.db import graph_facts, graph_snapshot
+
+pytestmark = pytest.mark.django_db
+
+HIRED = "Marco Rossi, the CTO of Finlytics, hired Priya last spring."
+PRIYA = "Priya Natarajan joined the data team in Leeds."
+
+
+def daily(*contents, start=1) -> list[dict]:
+    """One memory per content, a day apart (their order is their created_at order)."""
+    return [{"content": c, "created_at": datetime(2025, 1, start + i, tzinfo=UTC)} for i, c in enumerate(contents)]
+
+
+def names(bucket) -> set[str]:
+    return set(Entity.objects.for_bucket(bucket).values_list("name", flat=True))
+
+
+def mentioned(bucket, key) -> set:
+    entity = Entity.objects.for_bucket(bucket).get(normalized_name=key)
+    return set(Mention.objects.filter(entity=entity).values_list("memory_id", flat=True))
+
+
+def graph_search(api, bucket, query) -> list[dict]:
+    response = api.post(
+        f"/api/v1/buckets/{bucket.pk}/search", {"query": query, "mode": "graph", "explain": True}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["mode_used"] == "graph", body
+    return body["results"]
+
+
+def assert_no_description_entities(bucket):
+    described = [n for n in names(bucket) if " of " in n or "'s" in n or n.lower().startswith(("the ", "a "))]
+    assert not described, described
+
+
+# --- first names and surnames, written before or after the full name ------------------------------------
+
+
+@pytest.mark.parametrize("order", ["full name first", "full name later", "one batch, full name later"])
+def test_who_hired_priya_answers_with_the_marco_rossi_memory(api, bucket, order):
+    if order == "full name first":
+        write_extracted(bucket, *daily(PRIYA))
+        [hired] = write_extracted(bucket, *daily(HIRED, start=2))
+    elif order == "full name later":
+        [hired] = write_extracted(bucket, *daily(HIRED))
+        write_extracted(bucket, *daily(PRIYA, start=2))
+    else:
+        hired, _priya = write_extracted(bucket, *daily(HIRED, PRIYA))
+    assert ("Marco Rossi", "hired", "Priya Natarajan") in graph_facts(bucket)
+    assert {("Marco Rossi", "role", "cto"), ("Marco Rossi", "works_at", "Finlytics")} <= graph_facts(bucket)
+    assert "Priya" not in names(bucket) and hired in mentioned(bucket, "priya natarajan")
+    assert_no_description_entities(bucket)
+
+    results = graph_search(api, bucket, "Who hired Priya?")
+    assert results[0]["id"] == str(hired), [r["content"] for r in results]
+    assert "hired" in results[0]["explain"]["graph_path"]
+    # The entity API shows the edge on Priya Natarajan.
+    priya = Entity.objects.for_bucket(bucket).get(normalized_name="priya natarajan")
+    detail = api.get(f"/api/v1/entities/{priya.pk}").json()
+    assert "hired" in str(detail), detail
+
+
+def test_a_later_full_name_takes_the_first_names_edges_and_timelines(bucket):
+    denver, seattle, _full = write_extracted(
+        bucket, *daily("Alice moved to Denver.", "Alice moved to Seattle.", "Alice Chen joined Initech.")
+    )
+    facts = graph_facts(bucket)
+    assert {("Alice Chen", "lives_in", "Denver"), ("Alice Chen", "lives_in", "Seattle")} <= facts
+    assert "Alice" not in names(bucket)
+    # The two homes are one timeline of Alice Chen's: the move superseded the first.
+    edge = Edge.objects.for_bucket(bucket).get(object_entity__normalized_name="denver")
+    assert edge.subject.normalized_name == "alice chen" and edge.valid_to is not None
+    assert Memory.objects.get(pk=denver).superseded_by == seattle
+
+
+def test_a_second_full_name_makes_the_first_name_ambiguous_again(bucket):
+    [alone] = write_extracted(bucket, *daily("Priya moved to Denver."))
+    write_extracted(bucket, *daily(PRIYA, start=2))
+    assert ("Priya Natarajan", "lives_in", "Denver") in graph_facts(bucket)
+    write_extracted(bucket, *daily("Priya Shah joined Globex.", start=3))
+    facts = graph_facts(bucket)
+    assert ("Priya", "lives_in", "Denver") in facts
+    assert not {("Priya Natarajan", "lives_in", "Denver"), ("Priya Shah", "lives_in", "Denver")} & facts
+    assert mentioned(bucket, "priya") == {alone}
+
+
+def test_two_full_names_of_one_first_name_are_never_merged(bucket):
+    write_extracted(bucket, *daily("Priya moved to Denver.", PRIYA, "Priya Shah joined Globex."))
+    facts = graph_facts(bucket)
+    assert ("Priya", "lives_in", "Denver") in facts
+    assert {"Priya", "Priya Natarajan", "Priya Shah"} <= names(bucket)
+
+
+@pytest.mark.parametrize("later", [False, True])
+def test_a_surname_alone_is_the_one_person_of_that_surname(bucket, later):
+    items = daily("Natarajan moved to Leeds.", "Priya Natarajan joined Finlytics.")
+    if later:
+        write_extracted(bucket, items[0])
+        write_extracted(bucket, items[1])
+    else:
+        write_extracted(bucket, *reversed(items))
+    assert ("Priya Natarajan", "lives_in", "Leeds") in graph_facts(bucket)
+    assert "Natarajan" not in names(bucket)
+
+
+def test_a_surname_shared_by_two_people_stays_apart(bucket):
+    write_extracted(bucket, *daily("Priya Natarajan joined Finlytics.", "Raj Natarajan joined Globex."))
+    write_extracted(bucket, *daily("Natarajan moved to Leeds.", start=3))
+    assert ("Natarajan", "lives_in", "Leeds") in graph_facts(bucket)
+
+
+def test_the_graph_read_in_any_order_and_rebuilt_is_the_same(bucket, other_bucket):
+    contents = daily(
+        HIRED, "Priya moved to Leeds.", PRIYA, "Lena Ortiz's dog is a beagle.", "My sister lives in Denver.",
+        "My sister Anna is a nurse.", "Lena Ortiz's dog Biscuit loves walks.",
+    )  # fmt: skip
+    for item in contents:
+        write_extracted(bucket, item)  # one write at a time, as they arrive
+    incremental = graph_snapshot(bucket)
+    write_extracted(other_bucket, *contents)  # at once
+    graph_rebuild(bucket=bucket)
+    rebuilt = graph_snapshot(bucket)
+    assert rebuilt[1:] == incremental[1:]
+    assert sorted(e[:2] for e in rebuilt[0]) == sorted(e[:2] for e in incremental[0])
+    assert [e[:2] for e in graph_snapshot(other_bucket)[0]] == [e[:2] for e in rebuilt[0]]
+    assert {("Priya Natarajan", "lives_in", "Leeds"), ("Anna", "lives_in", "Denver"),
+            ("Biscuit", "is_a", "beagle"), ("Lena Ortiz", "owns_pet", "Biscuit")} <= graph_facts(bucket)  # fmt: skip
+    assert_no_description_entities(bucket)
+
+
+# --- descriptions are edges, not entities -------------------------------------------------------------------
+
+
+def test_a_pet_or_relative_without_a_name_is_an_attribute_of_its_owner(api, bucket):
+    barks, beagle, walk = write_extracted(
+        bucket, *daily("Lena Ortiz's dog barks at night.", "Lena's dog is a beagle.", "I walked the dog of Lena Ortiz.")
+    )
+    assert_no_description_entities(bucket)
+    facts = graph_facts(bucket)
+    assert {("Lena Ortiz", "has", "dog"), ("Lena Ortiz", "dog_is_a", "beagle")} <= facts
+    assert {barks, beagle, walk} <= mentioned(bucket, "lena ortiz")
+    listed = api.get(f"/api/v1/buckets/{bucket.pk}/entities").json()
+    assert not [e["name"] for e in listed["results"] if " of " in e["name"]], listed
+
+
+def test_a_pet_named_later_takes_what_was_said_of_it(bucket):
+    write_extracted(bucket, *daily("Lena Ortiz's dog is a beagle.", "My sister lives in Denver."))
+    write_extracted(bucket, *daily("The dog of Lena Ortiz is called Biscuit.", "My sister Anna is a nurse.", start=3))
+    facts = graph_facts(bucket)
+    assert {("Lena Ortiz", "owns_pet", "Biscuit"), ("Biscuit", "is_a", "beagle"), ("Anna", "lives_in", "Denver"),
+            ("User", "sibling_of", "Anna")} <= facts  # fmt: skip
+    # The attributes the unnamed ones were are gone with the memories read again.
+    assert not {f for f in facts if f[1] in {"has", "dog_is_a", "sister_lives_in"}}
+    assert_no_description_entities(bucket)
+
+
+def test_a_title_is_a_role_and_an_employer_not_an_entity(bucket):
+    write_extracted(bucket, *daily(HIRED, "Acme's CEO, Jane Doe, spoke first.", "The CTO of Finlytics hired Omar."))
+    facts = graph_facts(bucket)
+    expected = {("Jane Doe", "role", "ceo"), ("Jane Doe", "works_at", "Acme"), ("Marco Rossi", "works_at", "Finlytics")}
+    assert expected <= facts
+    assert not {n for n in names(bucket) if n.lower() in {"cto", "ceo", "the cto", "cto of finlytics"}}
+    assert_no_description_entities(bucket)
+
+
+# --- operators' corrections hold ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def actor(tenant):
+    return Actor.operator(make_operator("names-operator", tenant))
+
+
+def test_a_split_first_name_is_not_merged_back(bucket, actor):
+    [alone] = write_extracted(bucket, *daily("Priya moved to Denver."))
+    write_extracted(bucket, *daily(PRIYA, start=2))
+    natarajan = Entity.objects.for_bucket(bucket).get(normalized_name="priya natarajan")
+    assert alone in mentioned(bucket, "priya natarajan")
+    corrections.entity_split(entity=natarajan, name="Priya", memory_ids=[alone], actor=actor)
+    write_extracted(bucket, *daily("Priya Natarajan moved to York.", start=3))
+    assert mentioned(bucket, "priya") == {alone}
+    graph_rebuild(bucket=bucket)
+    assert mentioned(bucket, "priya") == {alone}
+    assert ("Priya", "lives_in", "Denver") in graph_facts(bucket)
+
+
+def test_an_operators_merge_of_a_first_name_holds_when_another_full_name_arrives(bucket, actor):
+    write_extracted(bucket, *daily("Priya moved to Denver.", "Priya Shah joined Globex.", "Priya Nair joined Acme."))
+    priya = Entity.objects.for_bucket(bucket).get(normalized_name="priya")  # ambiguous: two Priyas
+    shah = Entity.objects.for_bucket(bucket).get(normalized_name="priya shah")
+    corrections.entities_merge(source=priya, target=shah, actor=actor)
+    write_extracted(bucket, *daily(PRIYA, "Priya loves jazz.", start=4))
+    facts = graph_facts(bucket)
+    assert {("Priya Shah", "lives_in", "Denver"), ("Priya Shah", "likes", "jazz")} <= facts
+    graph_rebuild(bucket=bucket)
+    assert {("Priya Shah", "lives_in", "Denver"), ("Priya Shah", "likes", "jazz")} <= graph_facts(bucket)
