@@ -177,6 +177,13 @@ class Edge(models.Model):
             ),
             # Cascades and "memories behind an edge".
             models.Index(fields=["source_memory"], name="graph_edges_source"),
+            # Relatives and pets without a name ("User has mom", graph/extract/unnamed.py): the
+            # memories that spoke of one, re-read once it is named, and graph retrieval's answer
+            # to "where does my mom live?".
+            models.Index(
+                fields=["tenant", "bucket", "subject", "object_literal"], name="graph_edges_unnamed",
+                condition=Q(predicate="has"),
+            ),
         ]  # fmt: skip
 
     def __str__(self) -> str:

@@ -83,6 +83,8 @@ class Question:
     keys: list[str] = field(default_factory=list)
     relations: list[tuple[str, str, bool]] = field(default_factory=list)
     predicates: set[str] = field(default_factory=set)
+    # "my mom": (user, mom), for a relative without a name, stored as the owner's attributes.
+    described: list[tuple[str, str]] = field(default_factory=list)
 
 
 def parse_question(query: str) -> Question:
@@ -103,6 +105,7 @@ def parse_question(query: str) -> Question:
                     owner, phrase, _people = relation
                     predicate, person_first, _functional = relation_predicate(token.lemma_.lower(), phrase)
                     question.relations.append((owner.key, predicate, person_first))
+                    question.described.append((owner.key, phrase))
                 ref = resolver.ref(token)
                 if ref is not None and ref.type != "SPEAKER":
                     keys.append(ref.key)
@@ -216,6 +219,41 @@ def _seeds(bucket, question: Question, moment, agents=None) -> tuple[dict[str, s
     return seeds, owners & set(seeds)
 
 
+def _described(bucket, question: Question, moment, agents=None) -> tuple[dict[str, tuple], dict[str, str]]:
+    """What the bucket says of relatives the question names without a name ("where does my mom
+    live?"): the owner's edges that stand for them (``User has mom``, ``User mom_lives_in Ohio``:
+    graph/extract/unnamed.py), as walked edges of depth 1 ``{memory_id: (1, owner, predicate,
+    object, literal, True)}``, and the owners' names."""
+    found: dict[str, tuple] = {}
+    owners: dict[str, str] = {}
+    visible, visible_params = _visible_edges(agents)
+    for owner_key, phrase in question.described:
+        owner = _entities_named(bucket, [owner_key], speaker=owner_key in {"user", "assistant"})
+        if not owner:
+            continue
+        owners |= owner
+        with connection.cursor() as cur:
+            # graph_edges_unnamed, then the edges of the same memories (graph_edges_source).
+            cur.execute(
+                f"""
+                SELECT e.subject_id::text, e.predicate, e.object_entity_id::text, e.object_literal,
+                       e.source_memory_id::text
+                FROM graph_edges h JOIN graph_edges e ON e.source_memory_id = h.source_memory_id
+                     AND e.subject_id = h.subject_id
+                WHERE h.tenant_id = %s AND h.bucket_id = %s AND h.subject_id = ANY(%s::uuid[]) AND h.predicate = 'has'
+                  AND h.object_literal = %s AND h.valid_from <= %s{visible.replace("graph_edges.", "h.")}
+                  AND (e.predicate = 'has' OR left(e.predicate, %s) = %s)
+                  AND e.valid_from <= %s AND (e.valid_to IS NULL OR e.valid_to > %s)
+                ORDER BY h.valid_from DESC, e.predicate = 'has' LIMIT %s
+                """,
+                [bucket.tenant_id, bucket.pk, _array(owner), phrase, moment, *visible_params,
+                 len(phrase) + 1, phrase.replace(" ", "_") + "_", moment, moment, EDGES_PER_SEED],
+            )  # fmt: skip
+            for subject_id, predicate, object_id, literal, memory_id in cur.fetchall():
+                found.setdefault(memory_id, (1, subject_id, predicate, object_id, literal, True))
+    return found, owners
+
+
 def _names(ids: set[str]) -> dict[str, str]:
     if not ids:
         return {}
@@ -322,9 +360,12 @@ def walk_signal(*, bucket, query: str, filters, config, now: datetime):
     question = parse_question(query)
     agents = filters.agents  # a token held to agents walks only the edges of memories it may read
     seeds, owners = _seeds(bucket, question, moment, agents)
-    if not seeds:
+    described, described_owners = _described(bucket, question, moment, agents)
+    if not seeds and not described:
         return [], {}
-    depth, parent, edge_memories = _walk(bucket, seeds, moment, agents)
+    depth, parent, edge_memories = _walk(bucket, seeds, moment, agents) if seeds else ({}, {}, {})
+    for memory_id, hop in described.items():
+        edge_memories.setdefault(memory_id, hop)
     entities = list(depth)
 
     def entity_weight(entity: str) -> float:
@@ -333,6 +374,8 @@ def walk_signal(*, bucket, query: str, filters, config, now: datetime):
     def edge_weight(memory_id: str) -> float:
         level, near, predicate, _far, _literal, _forward = edge_memories[memory_id]
         weight = OWNER_WEIGHT if level == 1 and near in owners else 1.0 / level
+        for _owner, phrase in question.described:  # "mom_lives_in" is asked by "live"
+            predicate = predicate.removeprefix(phrase.replace(" ", "_") + "_")
         return weight * (ASKED_WEIGHT if predicate in question.predicates else 1.0)
 
     where, params = filters.sql(bucket)
@@ -390,7 +433,7 @@ def walk_signal(*, bucket, query: str, filters, config, now: datetime):
             wanted.add(node)
             node = parent[node][0] if parent.get(node) else None
     names = _names(wanted)
-    names.update({entity: name for entity, name in seeds.items()})
+    names.update({entity: name for entity, name in seeds.items()} | described_owners)
     paths = {}
     for memory_id, _score, best in rows:
         hop = edge_memories.get(memory_id)

@@ -213,3 +213,13 @@ def test_an_operators_merge_of_a_first_name_holds_when_another_full_name_arrives
     assert {("Priya Shah", "lives_in", "Denver"), ("Priya Shah", "likes", "jazz")} <= facts
     graph_rebuild(bucket=bucket)
     assert {("Priya Shah", "lives_in", "Denver"), ("Priya Shah", "likes", "jazz")} <= graph_facts(bucket)
+
+
+def test_graph_mode_answers_about_a_relative_without_a_name(api, bucket):
+    ohio, _dad, _jazz, _texas = write_extracted(
+        bucket, *daily("My mom lives in Ohio.", "My dad is a carpenter.", "I love jazz.", "Tim's mom lives in Texas.")
+    )
+    [hit, *_] = graph_search(api, bucket, "Where does my mom live?")
+    assert hit["id"] == str(ohio), hit["content"]
+    assert hit["explain"]["graph_path"] == "User —mom_lives_in→ Ohio"
+    assert graph_search(api, bucket, "Where does Tim's mom live?")[0]["content"] == "Tim's mom lives in Texas."

@@ -27,4 +27,14 @@ class Migration(migrations.Migration):
                 name="graph_entities_last_word",
             ),
         ),
+        # A relative or pet without a name ("User has mom"): the memories that spoke of one
+        # (re-read once it is named) and graph retrieval's "where does my mom live?".
+        AddIndexConcurrently(
+            model_name="edge",
+            index=models.Index(
+                condition=models.Q(("predicate", "has")),
+                fields=["tenant", "bucket", "subject", "object_literal"],
+                name="graph_edges_unnamed",
+            ),
+        ),
     ]
