@@ -134,9 +134,12 @@ class EntityResolver:
         self._lookup([ref.key])
         entity = self.by_key.get(ref.key)
         partial = self._full_name(ref)
-        if partial is not None and (entity is None or " " not in entity.normalized_name):
+        if partial is not None and (
+            entity is None or " " not in entity.normalized_name and entity.type in {"PERSON", "THING"}
+        ):
             # "Priya" is the bucket's one Priya Natarajan, even where a memory read before her full
-            # name was known made a "Priya" of its own (that memory is read again: rereads()).
+            # name was known made a "Priya" of its own (that memory is read again: rereads()). A
+            # pet, a place or a company of that one word keeps it ("Max" the dog, not Max Weber).
             entity = partial
         if entity is None:
             entity, created = _get_or_create(self.bucket, ref)

@@ -110,6 +110,14 @@ def test_two_full_names_of_one_first_name_are_never_merged(bucket):
     assert {"Priya", "Priya Natarajan", "Priya Shah"} <= names(bucket)
 
 
+def test_a_pet_keeps_its_name_when_a_person_of_that_first_name_arrives(bucket):
+    write_extracted(bucket, *daily("My dog Max loves the park."))
+    write_extracted(bucket, *daily("Max Weber joined Initech.", "Max loves bones.", start=2))
+    facts = graph_facts(bucket)
+    assert {("User", "owns_pet", "Max"), ("Max", "likes", "park"), ("Max", "likes", "bone")} <= facts
+    assert not {f for f in facts if f[0] == "Max Weber" and f[1] == "likes"}
+
+
 @pytest.mark.parametrize("later", [False, True])
 def test_a_surname_alone_is_the_one_person_of_that_surname(bucket, later):
     items = daily("Natarajan moved to Leeds.", "Priya Natarajan joined Finlytics.")
