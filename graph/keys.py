@@ -3,7 +3,9 @@ the entities a memory mentions, by their canonical names, and the relations it s
 
 "Priya" in a memory of a bucket that knows Priya Natarajan is mentioned as the entity named
 "Priya Natarajan"; "Marco Rossi, the CTO of Finlytics, hired Priya" states
-``Marco Rossi manager_of Priya Natarajan``, written "Marco Rossi manager of Priya Natarajan".
+``Marco Rossi hired Priya Natarajan`` (and his role and employer), written "Marco Rossi hired
+Priya Natarajan"; "my mom lives in Ohio", her name unknown, ``User mom_lives_in Ohio``,
+written "User mom lives in Ohio".
 A memory the extractor has not seen yet (at its current version) waits for it: its key is built
 once extraction is done (graph.tasks queues the build; the extraction marks the keys it
 changes stale, graph/services/extraction.py). Without the spaCy pipeline nothing waits.
