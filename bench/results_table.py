@@ -52,7 +52,6 @@ BENCHMARKS = (
     "contradiction_accuracy.py",
     "cross_bucket_latency.py",
     "embedding_runtime.py",
-    "eval_both.py",
     "eval_three.py",
     "eval_locomo.py",
     "eval_long.py",
