@@ -136,12 +136,13 @@ def profile_entity_named(
         found = _at_most(entities.filter(normalized_name=key)) or _at_most(entities.filter(aliases__contains=[key]))
         if not found and " " not in key:
             found = _at_most(_by_first_name(entities, key))
+    # The name is not repeated in the answers: an outsider's guess stays out of them.
     if not found:
-        raise NotFound(f"No entity of this bucket is called “{name.strip()}”.")
+        raise NotFound("No entity of this bucket has this name.")
     if len(found) > 1:
+        several = f"more than {MAX_CANDIDATES}" if len(found) > MAX_CANDIDATES else str(len(found))
         raise Conflict(
-            f"“{name.strip()}” names {'more than ' if len(found) > MAX_CANDIDATES else ''}"
-            f"{min(len(found), MAX_CANDIDATES)} entities; ask for one by its id (or give type).",
+            f"This name denotes {several} entities: ask for one by its id, or give its type.",
             code="ambiguous_name",
             extra={"candidates": [_candidate(e) for e in found[:MAX_CANDIDATES]]},
         )

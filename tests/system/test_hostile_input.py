@@ -491,6 +491,8 @@ def test_invalid_ids_in_paths_are_404(world):
         ("GET", "/api/v1/buckets/{}/edges"), ("GET", "/api/v1/memories/{}"), ("PATCH", "/api/v1/memories/{}"),
         ("DELETE", "/api/v1/memories/{}"), ("GET", "/api/v1/sources/{}"), ("DELETE", "/api/v1/sources/{}"),
         ("GET", "/api/v1/entities/{}"), ("GET", "/api/v1/edges/{}/memories"),
+        ("GET", "/api/v1/buckets/{}/profile"), ("GET", f"/api/v1/buckets/{b}/entities/{{}}/profile"),
+        ("GET", f"/api/v1/buckets/{{}}/entities/{world.entity_id}/profile"),
     ]  # fmt: skip
     before = counts()
     for method, template in templates:
@@ -533,6 +535,7 @@ def test_invalid_dates_are_refused_everywhere(world):
     query_params = [
         (f"/api/v1/buckets/{b}/memories", "created_after"), (f"/api/v1/buckets/{b}/memories", "created_before"),
         (f"/api/v1/buckets/{b}/edges", "valid_at"), (f"/api/v1/entities/{world.entity_id}", "as_of"),
+        (f"/api/v1/buckets/{b}/entities/{world.entity_id}/profile", "as_of"),
     ]  # fmt: skip
     before = snapshot(world)
     for value in [*BAD_DATES, 20240101, True, ["2024-01-01"]]:

@@ -297,6 +297,19 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
         "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"entity": ids["entity"]})]
     },
     "entity-detail": {"GET": [Call({"entity_id": "entity"})]},
+    "entity-profile": {
+        "GET": [
+            Call({"bucket_id": "bucket", "entity_id": "entity"}),
+            Call(
+                {"bucket_id": "bucket", "entity_id": "entity"},
+                lambda ids: {"budget": "200", "as_of": "2100-01-01T00:00:00Z"},
+            ),
+            # The outsider's own bucket with A's entity: still another bucket's entity, so missing.
+            Call({"bucket_id": "own_bucket", "entity_id": "entity"}, targets=("entity",)),
+        ]
+    },
+    # By name (the marker is left out: a name is the caller's input, not tenant A's row).
+    "bucket-profile": {"GET": [Call({"bucket_id": "bucket"}, lambda ids: {"name": "Marta", "budget": "200"})]},
     "edge-memories": {"GET": [Call({"edge_id": "edge"})]},
     "bucket-documents": {"POST": [Call({"bucket_id": "bucket"}, lambda ids: {"title": "planted", "text": "A fact."})]},
     "bucket-conversations": {
@@ -817,6 +830,8 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
         ("GET", f"/api/v1/buckets/{b1}/entities", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/edges", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/edges", {"entity": a["entity"]}, None),
+        ("GET", f"/api/v1/buckets/{b1}/profile", {"name": f"{B_MARK} Marta", "budget": "200"}, B_MARK),
+        ("GET", f"/api/v1/buckets/{b1}/entities/{world.own['entity'].pk}/profile", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/sources", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/enrichment-failures", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/conflicts", None, B_MARK),
@@ -832,6 +847,9 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
         response = _api_request(client, method, url, data)
         assert response.status_code in (200, 201), f"{method} {url}: {response.status_code} {response.content[:200]!r}"
         _assert_no_leak(world, response.content, f"{method} {url} {data or ''}", must_show=must_show)
+    # A's person by name, asked of the outsider's own bucket: no entity there has that name.
+    asked = client.get(f"/api/v1/buckets/{b1}/profile", {"name": f"{A_MARK} Marta"})
+    assert asked.status_code == 404 and A_MARK not in asked.content.decode(), asked.content
 
     # A token restricted to one bucket sees that bucket only.
     restricted = make_client(world.a, scopes=("admin",), bucket=world.objects["bucket2"])
@@ -1022,6 +1040,22 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
     "memory-history": {"GET": [AgentCall({"memory_id": "memory"}), AgentCall({"memory_id": "deleted"})]},
     "memory-restore": {"POST": [AgentCall({"memory_id": "deleted"})]},
     "entity-detail": {"GET": [AgentCall({"entity_id": "entity"})]},
+    "entity-profile": {
+        "GET": [
+            AgentCall({"bucket_id": "bucket", "entity_id": "entity"}, shows=True),
+            AgentCall({"bucket_id": "bucket", "entity_id": "entity"}, lambda agent, ids: {"budget": "200"}, shows=True),
+        ]
+    },
+    # By the other agent's entity's name: missing (404), as any name no memory it reads gives.
+    "bucket-profile": {
+        "GET": [
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {"name": f"{AGENT_MARKS[agent]} Marta", "budget": "200"},
+                shows=True,
+            )
+        ]
+    },
     "edge-memories": {"GET": [AgentCall({"edge_id": "edge"})]},
     "source-detail": {"GET": [AgentCall({"source_id": "source"})], "DELETE": [AgentCall({"source_id": "source"})]},
     "bucket-detail": {
