@@ -230,7 +230,15 @@ def test_documents_conversations_and_the_graph(live):
 
         # The graph is derived by the background worker, which this test does not run: the
         # operator's command builds it (in its own process, so that the server sees it committed).
-        engram.add_memories(bucket.id, ["Alice lives in Boston.", "Alice works at Initech."])
+        engram.add_memories(
+            bucket.id,
+            [
+                "Alice lives in Boston.",
+                "Alice works at Initech.",
+                "Jordan Lee lives in Oslo.",
+                "Jordan Park lives in Rome.",
+            ],
+        )
         manage("rebuild_graph", "--bucket", bucket.id, env=live.env)
         alice = next(engram.list_entities(bucket.id, q="Alice"))
         assert alice.name == "Alice" and alice.mention_count >= 2
@@ -240,6 +248,27 @@ def test_documents_conversations_and_the_graph(live):
         assert edge.subject.name == "Alice" and edge.current
         stating = engram.get_edge_memories(edge.id)
         assert [m.content for m in stating.results] == ["Alice lives in Boston."]
+
+        # What is known about Alice, by name and by id, with a digest.
+        profile = engram.get_profile(bucket.id, name="alice", budget=40)
+        assert profile.entity.name == "Alice" and profile.history == []
+        boston = next(fact for fact in profile.current if fact.relation == "lives_in")
+        assert (boston.value, boston.entity.name, boston.direction, boston.valid_to) == (
+            "Boston",
+            "Boston",
+            "out",
+            None,
+        )
+        assert [m.content for m in boston.memories] == ["Alice lives in Boston."] and boston.memory_count == 1
+        assert isinstance(boston.valid_from, datetime) and "Boston" in profile.digest and profile.digest_tokens <= 40
+        assert {r.name for r in profile.related} >= {"Boston", "Initech"}
+        assert engram.get_profile(bucket.id, entity_id=alice.id).current == profile.current
+        with pytest.raises(Conflict) as ambiguous:
+            engram.get_profile(bucket.id, name="Jordan")
+        assert ambiguous.value.code == "ambiguous_name"
+        assert {c["name"] for c in ambiguous.value.candidates} == {"Jordan Lee", "Jordan Park"}
+        with pytest.raises(ValueError):
+            engram.get_profile(bucket.id)
 
 
 @pytest.mark.slow

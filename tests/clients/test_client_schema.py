@@ -32,6 +32,7 @@ from engram_client.models import (
     ImportResult,
     Memory,
     MergeResult,
+    Profile,
     SearchResult,
     Source,
     SourceDeleted,
@@ -66,6 +67,8 @@ SOURCES: list[tuple[type[models.Model], str, str]] = [
     (Entity, "GET /entities/{entity_id}", ""),
     (Edge, "GET /buckets/{bucket_id}/edges", "results"),
     (EdgeMemories, "GET /edges/{edge_id}/memories", ""),
+    (Profile, "GET /buckets/{bucket_id}/profile", ""),
+    (Profile, "GET /buckets/{bucket_id}/entities/{entity_id}/profile", ""),
     (ErasureResult, "POST /erasure", ""),
 ]
 

@@ -22,11 +22,13 @@ from psycopg.types.json import Jsonb
 from memories.models import Memory
 from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
-from tests.support import base_env, test_database_url, web_server
+from tests.support import base_env, manage, test_database_url, web_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
-TOOLS = {"add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets"}
+TOOLS = {
+    "add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets", "get_profile",
+}  # fmt: skip
 # Both eras of the protocol the SDK serves: "auto" negotiates the current per-request one
 # (2026-07-28), "legacy" the initialize handshake of the earlier revisions.
 MODES = ["auto", "legacy"]
@@ -86,7 +88,7 @@ async def call(client, tool: str, **arguments) -> tuple[bool, dict | str]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_memory_round_trips_through_the_six_tools(server, mode):
+def test_a_memory_round_trips_through_the_tools(server, mode):
     async def body(client):
         tools = {tool.name for tool in (await client.list_tools()).tools}
         steps = {"buckets": await call(client, "list_buckets")}
@@ -113,6 +115,41 @@ def test_a_memory_round_trips_through_the_six_tools(server, mode):
     refused, message = steps["gone"]
     assert refused and "not found" in message.lower()
     assert not Memory.objects.filter(pk=memory_id).exists()
+
+
+def test_get_profile_says_what_is_known_about_someone_now_and_before(server):
+    async def write(client):
+        # Two calls: the move is written after the first address (its created_at is later).
+        await call(client, "add_memories", bucket=server.main, contents="Zoltan Varga lives in Szeged.")
+        return await call(
+            client, "add_memories", bucket=server.main,
+            contents=["Zoltan moved to Pecs.", "Zoltan likes chess.", "Zoltan Kiss works at Initech."],
+        )  # fmt: skip
+
+    refused, _ = session(server, server.tokens.read_write, write)
+    assert not refused
+    # The graph is the background worker's, which this test does not run: the operator's command.
+    manage("rebuild_graph", "--bucket", server.main, env=base_env(DATABASE_URL=test_database_url()))
+
+    async def ask(client):
+        return (
+            await call(client, "get_profile", bucket=server.main, name="Zoltan Varga", budget=60),
+            await call(client, "get_profile", bucket=server.main, name="Zoltan"),
+            await call(client, "get_profile", bucket=server.main),
+        )
+
+    (refused, profile), (ambiguous, message), (unnamed, hint) = session(server, server.tokens.read_only, ask)
+    assert not refused, profile
+    assert profile["entity"]["name"] == "Zoltan Varga"
+    assert profile["digest"].splitlines()[:3] == ["Zoltan Varga (person).", "Now:", profile["digest"].splitlines()[2]]
+    assert "lives in Pecs" in profile["digest"] and "lives in Szeged" in profile["digest"]
+    pecs = next(f for f in profile["current"] if f["relation"] == "lives_in")
+    assert pecs["value"] == "Pecs" and "to" not in pecs and len(pecs["memories"]) == 1
+    assert [(f["relation"], f["value"]) for f in profile["history"]] == [("lives_in", "Szeged")]
+    assert profile["history"][0]["to"] == pecs["from"]
+    # Two Zoltans: the tool says which, with their ids.
+    assert ambiguous and "Zoltan Varga" in message and "Zoltan Kiss" in message and "entity_id" in message, message
+    assert unnamed and "name or entity_id" in hint
 
 
 def set_settings_committed(tenant, value: dict) -> None:

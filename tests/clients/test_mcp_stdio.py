@@ -30,7 +30,9 @@ from tests.support import base_env, test_database_url, web_server
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 ENGRAM_MCP = Path(sys.executable).parent / "engram-mcp"
-TOOLS = {"add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets"}
+TOOLS = {
+    "add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets", "get_profile",
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +99,10 @@ def test_an_agent_lists_the_tools_and_round_trips_a_memory(live):
             assert {"query", "bucket", "limit", "token_budget", "mode", "filters"} <= set(search_schema)
             assert all(p.get("description") for p in search_schema.values())
             assert tools["search_memories"].annotations.read_only_hint
+            assert tools["get_profile"].annotations.read_only_hint
+            assert {"name", "entity_id", "bucket", "as_of", "budget"} <= set(
+                tools["get_profile"].input_schema["properties"]
+            )
             assert tools["delete_memory"].annotations.destructive_hint
 
             # The token sees one bucket: it is the default, no configuration needed.

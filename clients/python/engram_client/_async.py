@@ -24,6 +24,7 @@ from engram_client.models import (
     ImportResult,
     Memory,
     MergeResult,
+    Profile,
     SearchResult,
     Source,
     SourceDeleted,
@@ -455,6 +456,31 @@ class AsyncEngram:
     async def get_edge_memories(self, edge_id: Id) -> EdgeMemories:
         """An edge and the memories stating it."""
         return await self._run(Call("GET", core.path("edges", edge_id, "memories"), parse=EdgeMemories.from_api))
+
+    async def get_profile(
+        self,
+        bucket_id: Id,
+        *,
+        name: str | None = None,
+        entity_id: Id | None = None,
+        type: str | None = None,
+        as_of: datetime | str | None = None,
+        budget: int | None = None,
+        limit: int | None = None,
+    ) -> Profile:
+        """What the bucket's memories say about an entity, by ``name`` (as extraction resolves it:
+        a name, an alias, a lone first name; :class:`~engram_client.Conflict` with ``candidates``
+        when it denotes several, which ``type`` or ``entity_id`` tell apart) or by ``entity_id``:
+        its current facts and their history (as they stood at ``as_of``), related entities, and
+        with ``budget`` a ``digest`` of at most that many tokens for a system prompt."""
+        if (name is None) == (entity_id is None):
+            raise ValueError("give name or entity_id (one of them)")
+        params = core.query(as_of=as_of, budget=budget, limit=limit)
+        if entity_id is not None:
+            where = core.path("buckets", bucket_id, "entities", entity_id, "profile")
+        else:
+            where, params = core.path("buckets", bucket_id, "profile"), {**core.query(name=name, type=type), **params}
+        return await self._run(Call("GET", where, params=params, parse=Profile.from_api))
 
     # --- erasure -----------------------------------------------------------------------------
 

@@ -67,6 +67,12 @@ class Conflict(EngramError):
         """The memory already holding this content (``code == "duplicate_content"``)."""
         return self.body.get("existing_id") if isinstance(self.body, dict) else None
 
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        """The entities an ambiguous name denotes (``code == "ambiguous_name"``, from
+        ``get_profile(name=...)``): ``{"id", "name", "type", "aliases", "mention_count"}``."""
+        return (self.body.get("candidates") or []) if isinstance(self.body, dict) else []
+
 
 class RequestTooLarge(EngramError):
     """413: the body is over the server's limit."""

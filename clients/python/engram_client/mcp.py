@@ -42,19 +42,23 @@ except ModuleNotFoundError as missing:  # the SDK is the "mcp" extra, not a depe
 
 from engram_client import _core as core
 from engram_client._async import AsyncEngram
-from engram_client.errors import EngramError
-from engram_client.models import Bucket, Memory
+from engram_client.errors import Conflict, EngramError
+from engram_client.models import Bucket, Memory, Profile, ProfileFact
 
 ClientFor = Callable[[Context], AsyncEngram | Awaitable[AsyncEngram]]
 
 _MAX_LISTED_BUCKETS = 100
+# Facts per list a get_profile answer carries (the digest chooses from all of them).
+_PROFILE_FACTS = 25
 
 INSTRUCTIONS = """\
 Engram is long-term memory. Store durable, self-contained facts worth remembering across
 conversations with add_memories (one fact per string, written so it makes sense on its own:
 "Ana's sister lives in Porto", not "she lives there"). Before answering questions that may
 depend on what you were told before, call search_memories with a natural-language question.
-Use update_memory when a stored fact changed and delete_memory when it was wrong. Memories
+To know what is known about someone or something (the user, a person, a project), call
+get_profile with the name. Use update_memory when a stored fact changed and delete_memory when
+it was wrong. Memories
 live in buckets; list_buckets shows them, and a tool's bucket argument picks one by id or
 name (it can be left out when a default bucket is configured or only one exists)."""
 
@@ -66,7 +70,7 @@ MemoryId = Annotated[str, Field(description="The memory's id, as add_memories or
 
 
 def create_server(client_for: ClientFor, *, default_bucket: str | None = None, name: str = "engram") -> MCPServer:
-    """An MCP server with Engram's six memory tools.
+    """An MCP server with Engram's seven memory tools.
 
     ``client_for(ctx)`` returns (or returns an awaitable of) the :class:`AsyncEngram` a tool
     call uses; the tools never close it. ``default_bucket`` (an id or a name) is used when a
@@ -189,6 +193,40 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
         return _result({"id": id, "deleted": True})
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_profile(
+        ctx: Context,
+        name: Annotated[
+            str | None,
+            Field(description="Who or what: a name or alias ('Maya', 'Maya Patel', 'user sister'), or 'user'."),
+        ] = None,
+        entity_id: Annotated[
+            str | None, Field(description="The entity's id instead of a name (from an earlier answer's candidates).")
+        ] = None,
+        bucket: BucketArg = None,
+        as_of: Annotated[
+            str | None, Field(description="ISO 8601: what was known as of this time (default: now).")
+        ] = None,
+        budget: Annotated[int, Field(ge=1, le=4000, description="Tokens the digest may take (default 300).")] = 300,
+    ) -> CallToolResult:
+        """What is known about a person, place or thing right now: a short digest to rely on, the
+        current facts (with the ids of the memories stating them) and what changed before. Use it
+        before answering about someone the user has talked about; it makes no search."""
+        if (name is None) == (entity_id is None):
+            raise ToolError("Give name or entity_id (one of them).")
+        async with _api_errors():
+            api = await engram(ctx)
+            target = await bucket_id(api, bucket)
+            try:
+                profile = await api.get_profile(target, name=name, entity_id=entity_id, as_of=as_of, budget=budget,
+                                                limit=_PROFILE_FACTS)  # fmt: skip
+            except Conflict as exc:
+                if exc.code != "ambiguous_name":
+                    raise
+                choices = "; ".join(f"{c['name']} ({c['type']}, entity_id {c['id']})" for c in exc.candidates)
+                raise ToolError(f"{exc.message} Candidates: {choices}.") from exc
+        return _result(_profile(profile))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def list_buckets(ctx: Context) -> CallToolResult:
         """List the memory buckets this token can use (id, name, description) and which one is the default."""
         async with _api_errors():
@@ -290,6 +328,32 @@ def _memory(memory: Memory) -> dict[str, Any]:
         "importance": memory.importance,
         "expires_at": _date(memory.expires_at),
         "superseded_by": memory.superseded_by,
+    })  # fmt: skip
+
+
+def _profile(profile: Profile) -> dict[str, Any]:
+    """A profile as a model reads it: the digest first, then the facts with their dates and the
+    ids of the memories stating them (for update_memory or delete_memory)."""
+    entity = profile.entity
+    return _compact({
+        "entity": _compact({"id": entity.id, "name": entity.name, "type": entity.type, "aliases": entity.aliases})
+        if entity is not None else None,
+        "as_of": _date(profile.as_of),
+        "digest": profile.digest,
+        "current": [_fact(f) for f in profile.current],
+        "history": [_fact(f) for f in profile.history],
+        "truncated": profile.truncated or None,
+    })  # fmt: skip
+
+
+def _fact(fact: ProfileFact) -> dict[str, Any]:
+    return _compact({
+        "relation": fact.relation if fact.direction == "out" else f"{fact.relation} (of this entity)",
+        "value": fact.value,
+        "entity_id": fact.entity.id if fact.entity is not None else None,
+        "from": _date(fact.valid_from),
+        "to": _date(fact.valid_to),
+        "memories": [m.id for m in fact.memories],
     })  # fmt: skip
 
 

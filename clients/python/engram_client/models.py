@@ -340,3 +340,58 @@ class Entity(Model):
 class EdgeMemories(Model):
     edge: Edge | None = None
     results: list[Memory] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileMemory(Model):
+    id: str
+    content: str | None = None
+    created_at: datetime | None = None
+    agent_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileFact(Model):
+    """One thing the memories say about an entity: ``relation`` to ``value`` over
+    ``valid_from``–``valid_to``, with the memories stating it (the newest few; ``memory_count``
+    counts them all). ``direction`` is ``"in"`` when the entity is the relation's object
+    ("Priya manager_of Maya", on Maya's profile)."""
+
+    relation: str | None = None
+    direction: str | None = None
+    value: str | None = None
+    entity: EntityRef | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    current: bool | None = None
+    functional: bool | None = None
+    confidence: float | None = None
+    edge_ids: list[str] = field(default_factory=list)
+    memory_count: int | None = None
+    memories: list[ProfileMemory] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RelatedEntity(Model):
+    id: str
+    name: str | None = None
+    type: str | None = None
+    relations: list[str] = field(default_factory=list)
+    current: bool | None = None
+    facts: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile(Model):
+    """What is known about an entity: its ``current`` facts and their ``history``, newest
+    first, the entities it is ``related`` to, and (with ``budget``) a ``digest`` for a prompt."""
+
+    entity: Entity | None = None
+    as_of: datetime | None = None
+    current: list[ProfileFact] = field(default_factory=list)
+    history: list[ProfileFact] = field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)
+    related: list[RelatedEntity] = field(default_factory=list)
+    truncated: bool | None = None
+    digest: str | None = None  # with budget only
+    digest_tokens: int | None = None  # with budget only
