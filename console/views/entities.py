@@ -14,6 +14,7 @@ entity, edge or memory id outside them answers 404 and changes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, time
 
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -21,14 +22,18 @@ from django.http import Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_date
 from django.utils.http import urlencode
 
+from console import graph_picture
 from console.scoping import scope_queryset
 from console.views.base import bucket_or_404, operator_actor, page_context, require
 from engram_site.exceptions import DomainError, NotFound
 from graph import corrections, selectors
 from graph.extract import normalize_name
 from graph.models import Correction, CorrectionKind, Edge, Entity
+from graph.selectors import profile as profiles
 from tenants.models import Bucket
 from tenants.selectors import parse_uuid
 
@@ -37,6 +42,8 @@ ENTITY_PAGE_SIZE = 50
 ENTITY_MEMORIES = 100
 VIEW, CHANGE = "memories.view_memory", "memories.change_memory"
 CONFIRMED_ACTIONS = {"merge", "split", "edge_delete"}
+# The tokens of the digest an entity page shows: what an agent asking with this budget gets.
+DIGEST_BUDGET = 300
 
 
 @dataclass(frozen=True)
@@ -144,7 +151,8 @@ def entities_bucket(request, bucket_id):
 
 
 def entity_page(request, bucket_id, entity_id):
-    """One entity: aliases, memories, edges, corrections, and the forms that correct them."""
+    """One entity: its neighbourhood and the timeline of its facts (as of a day, ``?as_of=``), the
+    digest an agent gets, aliases, memories, edges, corrections, and the forms that correct them."""
     require(request, VIEW)
     bucket = bucket_or_404(request, bucket_id)
     entity = _entity_or_404(bucket, entity_id)
@@ -152,15 +160,35 @@ def entity_page(request, bucket_id, entity_id):
         require(request, CHANGE)
         return _correct(request, bucket, entity)
     edges = list(selectors.edges_of_entity(entity=entity))
+    as_of = _as_of(request)
+    profile = profiles.entity_profile(entity=entity, as_of=as_of, budget=DIGEST_BUDGET, limit=profiles.MAX_FACTS)
+    now = timezone.now()
     return TemplateResponse(
         request,
         "console/entity.html",
         page_context(
-            request, str(entity.name), bucket=bucket, entity=entity, edges=edges,
+            request, str(entity.name), bucket=bucket, entity=entity, edges=edges, profile=profile,
+            picture=graph_picture.neighbourhood(profile), chart=graph_picture.timeline(profile, now=now),
+            as_of_value=as_of.date().isoformat() if as_of else "", digest_budget=DIGEST_BUDGET,
             memories=list(selectors.entity_memories(entity=entity)[:ENTITY_MEMORIES]),
             corrections=_rows(selectors.corrections_of_entity(entity=entity)),
         ),
     )  # fmt: skip
+
+
+def _as_of(request) -> datetime | None:
+    """The day (``?as_of=YYYY-MM-DD``) whose end the picture shows the entity at; a bad one is ignored, and said."""
+    value = request.GET.get("as_of", "").strip()
+    if not value:
+        return None
+    try:
+        day = parse_date(value) if len(value) <= 10 else None
+    except ValueError:  # well formed, but no such day (2024-02-30)
+        day = None
+    if day is None or not 1900 <= day.year <= 2200:
+        messages.error(request, "The date to show the entity at is not a date (YYYY-MM-DD): showing it now.")
+        return None
+    return datetime.combine(day, time.max, tzinfo=UTC)
 
 
 def _edge_of(entity: Entity, value) -> Edge:

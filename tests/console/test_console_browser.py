@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import urllib.request
+from datetime import UTC, datetime
 
 import pytest
 
@@ -316,3 +317,66 @@ def test_entity_pages_merge_and_list_the_correction(console, superuser):
     assert not Entity.objects.filter(pk=smitty.pk).exists()
     assert "merged into" in console.text("#corrections")
     assert Correction.objects.get().actor_label == superuser.get_username()
+
+
+def test_an_entitys_neighbourhood_and_timeline_render_under_the_policy_and_their_nodes_link(console, superuser):
+    tenant = tenant_services.tenant_create(name="Acme")
+    bucket = bucket_create(tenant=tenant, name="main")
+    when = [datetime(2019, 3, 1), datetime(2019, 6, 1), datetime(2020, 1, 1), datetime(2021, 5, 1),
+            datetime(2022, 9, 1), datetime(2023, 2, 1), datetime(2023, 4, 1), datetime(2024, 3, 1),
+            datetime(2024, 4, 1)]  # fmt: skip
+    contents = [
+        "Maya Patel lives in Porto.", "Maya works at Farfetch as a designer.", "Maya's brother Leo is a chef.",
+        "Maya moved to Lisbon.", "Maya joined Stripe.", "Maya is married to Tomas.", "Maya likes surfing.",
+        "Maya moved to Berlin in 2024.", "Maya's manager is Priya.",
+    ]  # fmt: skip
+    items = [{"content": c, "created_at": w.replace(tzinfo=UTC)} for c, w in zip(contents, when, strict=True)]
+    graph_extract_memories(memory_ids=write(bucket, *items, sequence=False))
+    entities = {e.name: e for e in Entity.objects.for_bucket(bucket)}
+    maya = entities["Maya Patel"]
+
+    console.login(superuser)
+    console.open(f"/admin/console/entities/{bucket.pk}/{maya.pk}/")
+    graph = console.find("svg#entity-graph")
+    console.shot("entity-graph")
+    # The figures alone, as docs/CONSOLE.md shows them.
+    for name in ("entity-graph", "entity-timeline"):
+        console.driver.execute_script(f"document.querySelector('figure.{name}').scrollIntoView({{block: 'center'}});")
+        console.find(f"figure.{name}").screenshot(str(console.shots / f"figure-{name}.png"))
+    assert graph.size["width"] > 500 and graph.size["height"] > 300
+    style = "return getComputedStyle(arguments[0]).getPropertyValue(arguments[1]);"
+    # Ten facts, one curve each; the three a newer fact ended are dashed (a class of console.css:
+    # the stylesheet applies, and no inline style was needed).
+    current = console.all("#entity-graph .graph-link.current path.edge")
+    past = console.all("#entity-graph .graph-link.past path.edge")
+    assert (len(current), len(past)) == (7, 3)
+    assert {console.driver.execute_script(style, p, "stroke-dasharray") for p in current} == {"none"}
+    assert all(console.driver.execute_script(style, p, "stroke-dasharray") != "none" for p in past)
+    labels = console.text("#entity-graph")
+    assert "lives_in" in labels and "2021-05-01 – 2024-01-01" in labels and "since 2024-01-01" in labels
+    # Every entity is a link to its own page; values (designer, surfing) are not entities.
+    links = {a.get_dom_attribute("href") for a in console.all("#entity-graph a.graph-node")}
+    pages = {f"/admin/console/entities/{bucket.pk}/{entities[n].pk}/" for n in (
+        "Maya Patel", "Porto", "Lisbon", "Berlin", "Farfetch", "Stripe", "Leo", "Tomas", "Priya")}  # fmt: skip
+    assert links == pages
+    assert len(console.all("#entity-graph .graph-node.value")) == 2
+    # The timeline: a bar per fact, the ended ones apart.
+    assert len(console.all("#entity-timeline .timeline-row")) == 10
+    assert len(console.all("#entity-timeline .timeline-row.past")) == 3
+    console.driver.execute_script("document.getElementById('entity-timeline').scrollIntoView({behavior: 'instant'});")
+    console.shot("entity-timeline")
+    assert "Berlin (since 2024-01-01)" in console.text("#entity-digest")
+
+    # A node's link opens that entity's page, whose picture links back.
+    console.click(f"#entity-graph a.graph-node[href$='/{entities['Berlin'].pk}/'] circle")
+    assert console.driver.current_url.endswith(f"/{bucket.pk}/{entities['Berlin'].pk}/")
+    console.shot("berlin")
+    console.click(f"#entity-graph a.graph-node[href$='/{maya.pk}/'] circle")
+    assert console.driver.current_url.endswith(f"/{maya.pk}/")
+
+    # As of a day: what the memories written by then said.
+    console.open(f"/admin/console/entities/{bucket.pk}/{maya.pk}/?as_of=2020-06-01")
+    console.shot("entity-graph-2020")
+    assert console.find("#as-of").get_attribute("value") == "2020-06-01"
+    assert len(console.all("#entity-graph .graph-link")) == 4 and "Berlin" not in console.text("#entity-graph")
+    console.assert_no_csp_violation()
