@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import F, Func, Q, TextField, Value
+from django.db.models import Exists, F, Func, OuterRef, Q, TextField, Value
 from django.db.models.functions import Lower, Now
 from django.utils import timezone
 
@@ -108,12 +108,26 @@ class Profile:
 # --- which entity ---------------------------------------------------------------------------------
 
 
+def _entities(bucket: Bucket, agents: AgentRestriction | None):
+    """The bucket's entities the reader sees: for a token held to agents, those a memory it reads
+    mentions or states a fact about. (The speaker — the user — is never a mention, only the
+    subject of the speaker's facts: "I live in Porto" is the user's.)"""
+    entities = Entity.objects.for_bucket(bucket)
+    if agents is not None:
+        stated = Edge.objects.filter(tenant_id=bucket.tenant_id, bucket_id=bucket.pk).visible_to(agents)
+        entities = entities.filter(
+            Entity.agent_scope(agents)
+            | Exists(stated.filter(subject_id=OuterRef("pk")))
+            | Exists(stated.filter(object_entity_id=OuterRef("pk")))
+        )
+    return with_mentions_seen(entities, agents)
+
+
 def profile_entity_get(*, bucket: Bucket, entity_id, agents: AgentRestriction | None = None) -> Entity:
     """The bucket's entity ``entity_id`` as the reader sees it, or NotFound (another bucket's,
     one only other agents' memories mention, a malformed id)."""
     pk = parse_uuid(entity_id)
-    entities = with_mentions_seen(Entity.objects.for_bucket(bucket).filter(pk=pk).visible_to(agents), agents)
-    entity = entities.first() if pk else None
+    entity = _entities(bucket, agents).filter(pk=pk).first() if pk else None
     if entity is None:
         raise NotFound("Entity not found.")
     return entity
@@ -128,7 +142,7 @@ def profile_entity_named(
     the reader sees take part. Several of them (of different types, two people known as
     "user sister", two Mayas) is a Conflict listing them (``candidates``); ``type`` chooses."""
     key = normalize_name(name)
-    entities = with_mentions_seen(Entity.objects.for_bucket(bucket).visible_to(agents), agents)
+    entities = _entities(bucket, agents)
     if type:
         entities = entities.filter(type=type.upper())
     found = []

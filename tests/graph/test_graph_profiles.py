@@ -265,6 +265,8 @@ def test_a_token_held_to_an_agent_sees_only_what_its_agents_memories_say(tenant,
         {"content": "Maya moved to Berlin.", "created_at": at(2022), "agent_id": "beta"},
         {"content": "Maya likes chess.", "created_at": at(2022), "agent_id": "beta"},
         {"content": "Gustav Berg lives in Oslo.", "created_at": at(2022), "agent_id": "beta"},
+        {"content": "I live in Faro.", "created_at": at(2019), "agent_id": "alfa", "attributed_to": "user"},
+        {"content": "I moved to Oslo.", "created_at": at(2022), "agent_id": "beta", "attributed_to": "user"},
     )
     alfa = make_client(tenant, scopes=("read",), agent_ids=["alfa"])
     body = profile(alfa, bucket, name="Maya", budget=500)
@@ -277,6 +279,11 @@ def test_a_token_held_to_an_agent_sees_only_what_its_agents_memories_say(tenant,
     gustav = Entity.objects.for_bucket(bucket).get(normalized_name="gustav berg")
     assert alfa.get(f"/api/v1/buckets/{bucket.pk}/profile", {"name": "Gustav"}).status_code == 404
     assert alfa.get(f"/api/v1/buckets/{bucket.pk}/entities/{gustav.pk}/profile").status_code == 404
+    # The user, whom no memory mentions (only the speaker's facts are about them), has a profile
+    # for alfa too, of alfa's memories.
+    user = profile(alfa, bucket, name="user")
+    assert [f[1:3] for f in facts(user["current"])] == [("lives_in", "Faro")] and user["history"] == []
+    assert "Oslo" not in str(user)
     # A token not held to agents sees it all.
     everything = profile(make_client(tenant, scopes=("read",)), bucket, name="Maya")
     assert [f[2] for f in facts(everything["current"]) if f[1] == "lives_in"] == ["Berlin"]
