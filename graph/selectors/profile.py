@@ -137,10 +137,12 @@ def profile_entity_named(
     *, bucket: Bucket, name: str, type: str | None = None, agents: AgentRestriction | None = None
 ) -> Entity:
     """The entity ``name`` denotes, resolved as extraction resolves a name (graph/services/
-    entities.py): the entity of that normalized name, else the one with that alias, else — a
-    lone first name or a nickname — the bucket's one person of that first name. Only entities
-    the reader sees take part. Several of them (of different types, two people known as
-    "user sister", two Mayas) is a Conflict listing them (``candidates``); ``type`` chooses."""
+    entities.py): the entity of that normalized name, else the one known by that alias ("user
+    sister"); a one-word name is also the bucket's one person of that first name (or nickname) or
+    surname, which wins over a one-word person or thing of that name ("Priya" is Priya Natarajan)
+    but not over a pet, place or company ("Max" the dog). Only entities the reader sees take part.
+    Several of them (two Alexes, two people known as "user sister", a person and a place of one
+    name) is a Conflict listing them (``candidates``); ``type`` narrows them."""
     key = normalize_name(name)
     entities = _entities(bucket, agents)
     if type:
@@ -148,8 +150,10 @@ def profile_entity_named(
     found = []
     if key:
         found = _at_most(entities.filter(normalized_name=key)) or _at_most(entities.filter(aliases__contains=[key]))
-        if not found and " " not in key:
-            found = _at_most(_by_first_name(entities, key))
+        if " " not in key:
+            partial = _at_most(_by_partial_name(entities, key))
+            if partial and all(" " not in e.normalized_name and e.type in ("PERSON", "THING") for e in found):
+                found = partial
     # The name is not repeated in the answers: an outsider's guess stays out of them.
     if not found:
         raise NotFound("No entity of this bucket has this name.")
@@ -167,16 +171,24 @@ def _at_most(entities) -> list[Entity]:
     return list(entities.order_by("-mentions_seen", "name", "id")[: MAX_CANDIDATES + 1])
 
 
-def _by_first_name(entities, word: str):
-    """People of two or more words whose first word is ``word`` or one of its nickname forms,
-    and whose name starts with it (not a placeholder such as "sister of Bob"), as
-    graph.selectors.entities_by_first_name finds them (index graph_entities_first_word)."""
-    first = Func(F("normalized_name"), Value(" "), Value(1), function="split_part", output_field=TextField())
-    name_first = Func(Lower("name"), Value(" "), Value(1), function="split_part", output_field=TextField())
+def _words(column, index: int):
+    return Func(column, Value(" "), Value(index), function="split_part", output_field=TextField())
+
+
+def _by_partial_name(entities, word: str):
+    """People of two or more words whose first word is ``word`` or one of its nickname forms, or
+    whose last word is ``word``, and whose name starts with its first word (not a description such
+    as "sister of Bob"), as graph.selectors.entities_by_partial_name finds them (indexes
+    graph_entities_first_word and graph_entities_last_word)."""
     return (
         entities.filter(type="PERSON", normalized_name__contains=" ")
-        .annotate(first_word=first, name_first_word=name_first)
-        .filter(first_word__in=sorted(first_name_variants(word)), name_first_word=F("first_word"))
+        .annotate(
+            first_word=_words(F("normalized_name"), 1),
+            last_word=_words(F("normalized_name"), -1),
+            name_first_word=_words(Lower("name"), 1),
+        )  # fmt: skip
+        .filter(Q(first_word__in=sorted(first_name_variants(word))) | Q(last_word=word))
+        .filter(name_first_word=F("first_word"))
     )
 
 

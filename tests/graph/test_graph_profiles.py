@@ -192,8 +192,9 @@ def test_names_resolve_as_extraction_resolves_them(api, bucket):
         "Alex Moreno works at Acme.",
         "My sister Beth lives in Denver.",
     )
-    # A lone first name (or a nickname) is the bucket's one person of that first name.
+    # A lone first name (or a nickname), or a surname, is the bucket's one person of that name.
     assert profile(api, bucket, name="Bob")["entity"]["name"] == "Robert Smith"
+    assert profile(api, bucket, name="Smith")["entity"]["name"] == "Robert Smith"
     assert profile(api, bucket, name="robert smith")["entity"]["name"] == "Robert Smith"
     # An alias; the user (the speaker) has a profile too.
     assert profile(api, bucket, name="Anna")["entity"]["aliases"] == ["user sister"]
@@ -212,6 +213,19 @@ def test_names_resolve_as_extraction_resolves_them(api, bucket):
     for missing in ({"name": "Zelda"}, {"name": "!!!"}, {"name": "the"}, {"name": "Anna", "type": "PLACE"}):
         response = api.get(f"/api/v1/buckets/{bucket.pk}/profile", missing)
         assert (response.status_code, response.json()["code"]) == (404, "not_found"), missing
+
+
+def test_a_one_word_name_is_the_person_of_that_first_name_but_a_pet_keeps_its_own(api, bucket):
+    write_extracted(bucket, "Max Weber lives in Munich.", "My dog Max likes the park.")
+    assert profile(api, bucket, name="Max")["entity"]["type"] == "ANIMAL"
+    assert profile(api, bucket, name="Weber")["entity"]["name"] == "Max Weber"
+    # A one-word person is the one full name of it (as extraction reads "Priya" once it knows hers).
+    for name, kind in (("Priya", "PERSON"), ("Priya Natarajan", "PERSON")):
+        Entity.objects.create(
+            tenant_id=bucket.tenant_id, bucket_id=bucket.pk, name=name, normalized_name=name.lower(), type=kind,
+            mention_count=1,
+        )  # fmt: skip
+    assert profile(api, bucket, name="Priya")["entity"]["name"] == "Priya Natarajan"
 
 
 def test_bad_parameters_are_400(api, bucket, maya):
