@@ -166,9 +166,9 @@ class ConflictCandidate(ReviewPair):
     "I had steak again"): a pair for an operator to resolve — keep both, supersede one,
     or merge them.
 
-    Found by the conflict detector (``maintenance/conflict_detector.py``) in the
+    Found by the conflict detector (``maintenance/conflict_detector/``) in the
     background, after enrichment and in the hourly catch-up scan. ``code`` names the cue
-    (``one_value``, ``diet``, ``negation``, ``antonym``) and ``reason`` says it for a
+    (``one_value``, ``quantity``, ``schedule``, ``diet``, ``negation``, ``antonym``) and ``reason`` says it for a
     person. A merge deletes one memory: the pair goes with it (the audit event
     ``conflict.merge`` is the record). The cascades are migration 0007's.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 
@@ -9,6 +10,7 @@ from django.db import connection
 
 from engram_site import activity
 from engram_site.jobs.runner import JobRecorder
+from engram_site.providers import lemmatizer
 from maintenance import conflict_detector, nearest
 from maintenance.models import ConflictStatus
 from maintenance.services.scans import Row, incremental_scan
@@ -19,28 +21,40 @@ CONFLICT_K = conflict_detector.CANDIDATE_K
 CONFLICT_MIN_SIMILARITY = conflict_detector.CANDIDATE_MIN_SIMILARITY
 
 
-# At most this many memories of the bucket found by the diet probe's words, newest first.
-CONFLICT_LEXICAL_LIMIT = 20
+def _probe_lemmas(words: frozenset[str]) -> list[str]:
+    """The probe's words as the bucket's full-text index holds them (lemmas; ``[a-z]+`` only)."""
+    try:
+        lemmas = lemmatizer.lemmatize_many([" ".join(sorted(words))])[0].split()
+    except lemmatizer.LemmatizerUnavailable:
+        lemmas = []
+    return sorted({w for w in [*words, *lemmas] if re.fullmatch(r"[a-z]+", w)})
 
 
 def _lexical_partners(*, tenant_id, bucket_id, memory_id, content: str) -> list[uuid.UUID]:
-    """Memories of the bucket that share a diet probe's words with ``content`` (conflict_detector.diet_probe)."""
-    words = sorted(conflict_detector.diet_probe(content))
-    if not words:
-        return []
-    with connection.cursor() as cur:
-        # idx_memories_lemmatized_tsv serves the @@; the probe's words are [a-z]+ only.
-        cur.execute(
-            "SELECT id FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id <> %s"
-            " AND lemmatized_tsv @@ to_tsquery('simple', %s) ORDER BY created_at DESC LIMIT %s",
-            [tenant_id, bucket_id, memory_id, " | ".join(words), CONFLICT_LEXICAL_LIMIT],
-        )
-        return [row[0] for row in cur.fetchall()]
+    """Memories of the bucket that a full-text search finds for ``content``'s probes
+    (conflict_detector.probes): for each group of words, the PROBE_LIMIT memories that hold
+    most of them, shortest first (a plain statement of a fact is short), then newest."""
+    found: list[uuid.UUID] = []
+    for group in conflict_detector.probes(content):
+        words = _probe_lemmas(group)
+        if not words:
+            continue
+        with connection.cursor() as cur:
+            # idx_memories_lemmatized_tsv serves the @@; ts_rank_cd's normalisation 2 divides by the length.
+            cur.execute(
+                "SELECT id FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id <> %s"
+                " AND lemmatized_tsv @@ to_tsquery('simple', %s)"
+                " ORDER BY ts_rank_cd(lemmatized_tsv, to_tsquery('simple', %s), 2) DESC, created_at DESC LIMIT %s",
+                [tenant_id, bucket_id, memory_id, " | ".join(words), " | ".join(words),
+                 conflict_detector.PROBE_LIMIT],
+            )  # fmt: skip
+            found += [row[0] for row in cur.fetchall() if row[0] not in found]
+    return found
 
 
 def _store_conflicts(*, tenant_id, bucket_id, memory_id, found: list[nearest.Similar]) -> int:
-    """Run the detector on ``memory_id`` and each neighbour, and each memory its diet probe
-    finds; store the pairs it raises."""
+    """Run the detector on ``memory_id`` and each neighbour, and each memory its probes find;
+    store the pairs it raises."""
     me = Memory.objects.filter(pk=memory_id).values("id", "content", "created_at", "superseded_by").first()
     if me is None:
         return 0
@@ -85,9 +99,9 @@ def conflicts_scan(*, recorder: JobRecorder, bucket: Bucket | None = None, full:
     """Store pairs of memories of a bucket that likely contradict each other as open
     :class:`ConflictCandidate` rows for review (the hourly catch-up of the per-write hint).
 
-    Each memory added since the bucket's cursor is compared with its nearest neighbours by
-    the detector of ``maintenance/conflict_detector.py``; pairs already stored (open or
-    resolved) are left as they are. Reads only: no memory changes.
+    Each memory added since the bucket's cursor is compared with its nearest neighbours and
+    the memories its probes find by full text, by the detector of ``maintenance/conflict_detector/``;
+    pairs already stored (open or resolved) are left as they are. Reads only: no memory changes.
     """
     found = {"conflicts": 0}
 

@@ -6,9 +6,9 @@ from maintenance.services import conflicts
 
 class Command(BucketJobCommand):
     help = (
-        "Compare memories of a bucket with their nearest neighbours using the local conflict detector "
-        "(maintenance/conflict_detector.py) and store the pairs it raises as open conflict candidates. Incremental: "
-        "only memories added since the last scan, unless --full."
+        "Compare memories of a bucket with their nearest neighbours and the memories its full-text probes find, "
+        "using the local conflict detector (maintenance/conflict_detector/), and store the pairs it raises as open "
+        "conflict candidates. Incremental: only memories added since the last scan, unless --full."
     )
     job_name = "scan_conflicts"
     lock = True
