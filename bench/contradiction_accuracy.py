@@ -1,23 +1,30 @@
-"""Precision and recall of the conflict detector (maintenance/conflict_detector.py) on a
+"""Precision and recall of the conflict detector (maintenance/conflict_detector/) on a
 hand-labelled set of memory pairs.
 
     ./engram bench contradiction_accuracy.py                      # print the report
-    ./engram bench contradiction_accuracy.py --out bench/results/contradictions-2026-11-26.md
+    ./engram bench contradiction_accuracy.py --out bench/results/contradictions-2026-11-28.md
     ./engram bench contradiction_accuracy.py --show-errors --half dev
 
 The set (bench/contradictions/pairs.jsonl) holds pairs written for this purpose: positives
 labelled with the cue a reader would name (``diet``, ``one_value``, ``negation``,
-``antonym``, or ``world`` for contradictions only world knowledge shows) and hard
-negatives labelled with why they are *not* contradictions (``paraphrase``,
-``compatible``, ``other_subject``, ``hedged``, ``update``: a change over time that the
-knowledge graph's timelines handle). A fixed seed splits it in two halves: the
-detector's rules were adjusted looking at the ``dev`` half only; ``held-out`` is
-reported as it came out.
+``antonym``, ``quantity``, ``schedule``, or ``world`` for contradictions only world
+knowledge shows) and hard negatives labelled with why they are *not* contradictions
+(``paraphrase``, ``compatible``, ``other_subject``, ``hedged``, ``dated``: the two sides
+state different times, ``update``: a change that leaves the older memory true, or one
+the knowledge graph's timelines handle). ``a`` is the older memory, as the background
+check passes them; every pair is also run in the other order.
+
+Each pair carries its half (``half``: ``dev`` or ``held-out``) and the day it was added
+(``added``). The pairs of 2026-11-26 were split by seed 20261126, the pairs added on
+2026-11-28 by seed 20261128 among themselves, so adding pairs never moves one from a half
+to the other. The detector's rules were adjusted looking at the ``dev`` half only;
+``held-out`` is reported as it came out.
 
 No database, no model: the detector is plain Python. ``--similarity`` also embeds both sides
 of every pair with the embedding model and reports how many contradictions the background
-check would show the detector at all (cosine at or above its candidate floor; in a real
-bucket a pair must also be among each other's 10 nearest neighbours).
+check would show the detector at all: among a new memory's 10 nearest neighbours (cosine at
+or above the candidate floor) in a bucket that also holds another user's 509 memories, or
+found by the detector's full-text probes.
 """
 
 from __future__ import annotations
@@ -36,26 +43,39 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 import common  # noqa: E402 - bench/, beside this script
 
 from maintenance.conflict_detector import (  # noqa: E402
+    CANDIDATE_K,
     CANDIDATE_MIN_SIMILARITY,
     CUES,
     DETECTOR_VERSION,
     detect,
-    diet_probe,
+    probes,
     words,
 )
 
-SEED = 20261126
+HALVES = ("dev", "held-out")
+# The seed that split each day's additions in two halves (recorded in the pairs' ``half``).
+SEEDS = {"2026-11-26": 20261126, "2026-11-28": 20261128}
+LATEST = max(SEEDS)
 
 
 def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def assign_halves(pairs: list[dict], *, seed: int) -> None:
+    """Give pairs without a ``half`` one: a seeded shuffle of them, the second half held out."""
+    new = [p for p in pairs if "half" not in p]
+    order = list(range(len(new)))
+    random.Random(seed).shuffle(order)
+    for rank, i in enumerate(order):
+        new[i]["half"] = "held-out" if rank >= len(new) // 2 else "dev"
+
+
 def split(pairs: list[dict]) -> dict[str, list[dict]]:
-    order = list(range(len(pairs)))
-    random.Random(SEED).shuffle(order)
-    half = len(order) // 2
-    return {"dev": [pairs[i] for i in sorted(order[:half])], "held-out": [pairs[i] for i in sorted(order[half:])]}
+    unknown = {p.get("half") for p in pairs} - set(HALVES)
+    if unknown:
+        raise SystemExit(f"pairs without a known half: {unknown} (see assign_halves)")
+    return {name: [p for p in pairs if p["half"] == name] for name in HALVES}
 
 
 def prf(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
@@ -69,7 +89,11 @@ def evaluate(pairs: list[dict]) -> dict:
     rows = []
     for pair in pairs:
         finding = detect(pair["a"], pair["b"])
-        rows.append({**pair, "found": finding.code if finding else None, "reason": finding.reason if finding else ""})
+        reverse = detect(pair["b"], pair["a"])
+        rows.append({
+            **pair, "found": finding.code if finding else None, "reason": finding.reason if finding else "",
+            "reverse": reverse.code if reverse else None,
+        })  # fmt: skip
     tp = sum(1 for r in rows if r["label"] and r["found"])
     fp = sum(1 for r in rows if not r["label"] and r["found"])
     fn = sum(1 for r in rows if r["label"] and not r["found"])
@@ -94,15 +118,14 @@ def evaluate(pairs: list[dict]) -> dict:
         "per_cue": per_cue,
         "negatives": negatives,
         "false_by_kind": false_by_kind,
+        "order_differs": [r for r in rows if bool(r["found"]) != bool(r["reverse"])],
         "world": sum(1 for r in rows if r["label"] and r["kind"] == "world"),
         "world_found": sum(1 for r in rows if r["label"] and r["kind"] == "world" and r["found"]),
     }  # fmt: skip
 
 
-def similarities(pairs: list[dict]) -> list[float]:
-    """Cosine similarity of each pair's two texts, with Engram's embedding model."""
+def _embedder():
     import django
-    import numpy as np
     from django.conf import settings
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -110,20 +133,54 @@ def similarities(pairs: list[dict]) -> list[float]:
     django.setup()
     from engram_site.providers.embedding import embed_texts
 
-    vectors = embed_texts([p["a"] for p in pairs] + [p["b"] for p in pairs])
-    a, b = vectors[: len(pairs)], vectors[len(pairs) :]
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return [float(x) for x in (a * b).sum(axis=1)]
+    return embed_texts
 
 
-def similarity_report(pairs: list[dict], sims: list[float]) -> list[str]:
+def _unit(vectors):
+    import numpy as np
+
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+# Other people's memories for a pair to compete with for the ten nearest places: the user turns of
+# our conversational evaluation set (another user's life, the same kind of text).
+POOL = BENCH_DIR / "eval" / "conversations.json"
+
+
+def pool_texts() -> list[str]:
+    sessions = [s for c in json.loads(POOL.read_text())["conversations"] for s in c["sessions"]]
+    return [t["content"] for s in sessions for t in s["turns"] if t["role"] == "user"]
+
+
+def similarities(pairs: list[dict]) -> dict:
+    """Each pair's cosine similarity, and how many of the pool's memories are nearer to the newer
+    side (``b``) than the older (``a``) is, with Engram's embedding model."""
+    embed = _embedder()
+    a = _unit(embed([p["a"] for p in pairs]))
+    b = _unit(embed([p["b"] for p in pairs]))
+    pool = _unit(embed(pool_texts()))
+    sims = (a * b).sum(axis=1)
+    nearer = [int((pool @ b[i] > sims[i]).sum()) for i in range(len(pairs))]
+    return {"sims": [float(x) for x in sims], "nearer": nearer, "pool": len(pool)}
+
+
+def _probed(p: dict) -> bool:
+    """Would the newer side's probes find the older by full text (plain words here, lemmas in the
+    database)?"""
+    older = set(words(p["a"])) | {w.rstrip("s") for w in words(p["a"])}
+    return any(group & older for group in probes(p["b"]))
+
+
+def similarity_report(pairs: list[dict], measured: dict) -> list[str]:
+    sims, nearer = measured["sims"], measured["nearer"]
     lines = [
         "",
         "## Would the background check show the pair to the detector?",
         "",
-        f"Cosine similarity of the two texts (Engram's embedding model); the check compares a memory with its 10 "
-        f"nearest neighbours at or above {CANDIDATE_MIN_SIMILARITY}.",
+        f"The check shows a new memory (`b`) its {CANDIDATE_K} nearest neighbours in its bucket at cosine "
+        f"{CANDIDATE_MIN_SIMILARITY} or more (Engram's embedding model), and the memories its probes find by full "
+        "text (`conflict_detector.probes`: the foods a diet excludes, the relationship statuses that contradict "
+        "a stated one, the statement's content words). Cosine similarity of the two sides:",
         "",
         "| pairs | n | min | median | at or above the floor |",
         "|---|---|---|---|---|",
@@ -132,20 +189,20 @@ def similarity_report(pairs: list[dict], sims: list[float]) -> list[str]:
         values = sorted(s for p, s in zip(pairs, sims, strict=True) if p["label"] == keep)
         above = sum(1 for s in values if s >= CANDIDATE_MIN_SIMILARITY)
         lines.append(f"| {label} | {len(values)} | {values[0]:.2f} | {values[len(values) // 2]:.2f} | {above} |")
-    found = [(p, s) for p, s in zip(pairs, sims, strict=True) if p["label"] and detect(p["a"], p["b"])]
-    below = [p for p, s in found if s < CANDIDATE_MIN_SIMILARITY]
-
-    def probed(p) -> bool:  # the diet probe's words (lemmas in the database; plain words here)
-        return bool(diet_probe(p["a"]) & set(words(p["b"])) or diet_probe(p["b"]) & set(words(p["a"])))
-
-    lost = [p for p in below if not probed(p)]
+    found = [i for i, p in enumerate(pairs) if p["label"] and detect(p["a"], p["b"])]
+    near = [i for i in found if sims[i] >= CANDIDATE_MIN_SIMILARITY and nearer[i] < CANDIDATE_K]
+    alone = [i for i in found if sims[i] >= CANDIDATE_MIN_SIMILARITY]
+    probed = [i for i in found if _probed(pairs[i])]
+    shown = [i for i in found if i in near or i in probed]
     lines += [
         "",
-        f"Contradictions the detector finds but the similarity floor would hide: {len(below)} of {len(found)}; "
-        f"of those, the diet probe (a full-text search of the bucket for the foods a diet excludes, or for "
-        f"diet words) still shows it the pair for {len(below) - len(lost)}.",
+        f"Of the {len(found)} contradictions the detector finds, the older side is among the newer's "
+        f"{CANDIDATE_K} nearest neighbours at the floor or above for {len(alone)} in a bucket of the two alone, "
+        f"and for {len(near)} in a bucket that also holds the {measured['pool']} user turns of "
+        "`bench/eval/conversations.json` (another user's life). The probes find the older side by its words for "
+        f"{len(probed)}; by either way the pair is shown for {len(shown)} of {len(found)}.",
     ]
-    lines += [f"- not shown: “{p['a']}” / “{p['b']}”" for p in lost]
+    lines += [f"- not shown: “{pairs[i]['a']}” / “{pairs[i]['b']}”" for i in found if i not in shown]
     return lines
 
 
@@ -153,27 +210,32 @@ def _pct(x: float) -> str:
     return "n/a" if x != x else f"{x:.2f}"
 
 
-def report(results: dict[str, dict], total: int) -> str:
+def report(results: dict[str, dict], total: int, *, date: str) -> str:
+    seeds = ", ".join(f"{day}: seed {seed}" for day, seed in SEEDS.items())
     lines = [
-        "# Contradiction detector: precision and recall (2026-11-26)",
+        f"# Contradiction detector: precision and recall ({date})",
         "",
-        f"Detector: `maintenance/conflict_detector.py` version {DETECTOR_VERSION} (rules, no model). "
-        f"Set: `bench/contradictions/pairs.jsonl`, {total} hand-written pairs, split in two halves by seed {SEED}; "
-        "the rules were adjusted on the dev half only. Machine: 2 cores, CPU only (the detector needs no model; "
-        "the whole set runs in well under a second).",
-        "",
-        "Command: `./engram bench contradiction_accuracy.py --out bench/results/contradictions-2026-11-26.md`",
+        f"Detector: `maintenance/conflict_detector/` version {DETECTOR_VERSION} (rules, no model). "
+        f"Set: `bench/contradictions/pairs.jsonl`, {total} hand-written pairs, each day's additions split in two "
+        f"halves by a fixed seed ({seeds}); the rules were adjusted on the dev half only. "
+        f"`held-out, added {LATEST}` is the part of the held-out half written with the latest rules' changes and "
+        "never shown to them before this run. Machine: 2 cores, CPU only (the detector needs no model; the whole "
+        "set runs in about a second).",
         "",
         "## Overall",
         "",
-        "| half | pairs | contradictions | found (TP) | false alarms (FP) | missed (FN) | precision | recall | F1 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "A pair is found when `detect(a, b)` raises it, `a` being the older memory (the order the background "
+        "check uses); the last column counts the pairs whose other order, `detect(b, a)`, answers differently.",
+        "",
+        "| half | pairs | contradictions | found (TP) | false alarms (FP) | missed (FN) | precision | recall | F1 "
+        "| order differs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, res in results.items():
         p, r, f = res["prf"]
         lines.append(
             f"| {name} | {res['n']} | {res['positives']} | {res['tp']} | {res['fp']} | {res['fn']} | {_pct(p)} | "
-            f"{_pct(r)} | {_pct(f)} |"
+            f"{_pct(r)} | {_pct(f)} | {len(res['order_differs'])} |"
         )
     lines += [
         "",
@@ -204,6 +266,8 @@ def report(results: dict[str, dict], total: int) -> str:
             lines.append(f"| {name} | {kind} | {n} | {res['false_by_kind'].get(kind, 0)} |")
     lines += ["", "## Errors", ""]
     for name, res in results.items():
+        if name == "all" or name.startswith("held-out, added"):
+            continue  # the same rows as the halves
         errors = [r for r in res["rows"] if bool(r["found"]) != bool(r["label"])]
         lines.append(f"**{name}** ({len(errors)})")
         lines.append("")
@@ -211,6 +275,13 @@ def report(results: dict[str, dict], total: int) -> str:
             what = f"false alarm ({r['found']})" if r["found"] else f"missed ({r['kind']})"
             lines.append(f"- {what}: “{r['a']}” / “{r['b']}”")
         lines.append("")
+        if res["order_differs"]:
+            lines.append(f"Found in one order only ({len(res['order_differs'])}):")
+            lines.append("")
+            for r in res["order_differs"]:
+                lines.append(f"- {r['found'] or 'nothing'} / reversed {r['reverse'] or 'nothing'}: "
+                             f"“{r['a']}” / “{r['b']}”")  # fmt: skip
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -221,14 +292,25 @@ def main() -> int:
     parser.add_argument("--show-errors", action="store_true")
     parser.add_argument("--out", help="write the markdown report here")
     parser.add_argument("--similarity", action="store_true", help="also embed the pairs (loads the model)")
+    parser.add_argument(
+        "--assign-halves", type=int, metavar="SEED",
+        help="give the pairs that have no half one (a shuffle by SEED), write the file, and stop",
+    )  # fmt: skip
     args = parser.parse_args()
     pairs = load(Path(args.data))
+    if args.assign_halves is not None:
+        assign_halves(pairs, seed=args.assign_halves)
+        Path(args.data).write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
+        print(f"{sum(1 for p in pairs if p['half'] == 'held-out')} of {len(pairs)} pairs held out")
+        return 0
     halves = split(pairs)
-    names = ["dev", "held-out"] if args.half == "both" else [args.half]
+    names = list(HALVES) if args.half == "both" else [args.half]
     results = {name: evaluate(halves[name]) for name in names}
+    if "held-out" in names:
+        results[f"held-out, added {LATEST}"] = evaluate([p for p in halves["held-out"] if p.get("added") == LATEST])
     if len(names) == 2:
         results["all"] = evaluate(pairs)
-    text = report(results, len(pairs))
+    text = report(results, len(pairs), date=common.machine_info()["date"][:10])
     if args.similarity:
         text += "\n".join(similarity_report(pairs, similarities(pairs))) + "\n"
     if args.out:
