@@ -218,9 +218,9 @@ def report(results: dict[str, dict], total: int, *, date: str) -> str:
         f"Detector: `maintenance/conflict_detector/` version {DETECTOR_VERSION} (rules, no model). "
         f"Set: `bench/contradictions/pairs.jsonl`, {total} hand-written pairs, each day's additions split in two "
         f"halves by a fixed seed ({seeds}); the rules were adjusted on the dev half only. "
-        f"`held-out, added {LATEST}` is the part of the held-out half written with the latest rules' changes and "
-        "never shown to them before this run. Machine: 2 cores, CPU only (the detector needs no model; the whole "
-        "set runs in about a second).",
+        f"`held-out, added {LATEST}` is the part of the held-out half added on {LATEST}, written before the rules "
+        "of this version and never shown to them before this run. Machine: 2 cores, CPU only (the detector needs "
+        "no model; the whole set runs in about a second).",
         "",
         "## Overall",
         "",
