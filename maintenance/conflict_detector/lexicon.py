@@ -148,8 +148,12 @@ HEDGES = {
     "planning", "plans", "until", "should", "supposed", "considering", "dream", "dreams", "imagine", "pretend",
     "wonder", "doubt", "unless", "gonna", "thinking",
 }  # fmt: skip
+# "going to the gym", "going to work": a place, not the future ("going to quit").
+_PLACE_AFTER_TO = r"(?:the|a|an|my|our|his|her|their|work|school|bed|church|class|college|university|uni|town|"
+_PLACE_AFTER_TO += r"sleep|lunch|dinner|breakfast|[a-z]+ing)\b"
+GOING_TO = r"\bgoing to\b(?! " + _PLACE_AFTER_TO + r")"
 HEDGE_PHRASES = re.compile(
-    r"\bused to\b|\bgoing to\b|\bneed to\b|\bneeds to\b|\bought to\b|\bwould like\b|\bwould love\b|\bnot sure\b|"
+    r"\bused to\b|" + GOING_TO + r"|\bneed to\b|\bneeds to\b|\bought to\b|\bwould like\b|\bwould love\b|\bnot sure\b|"
     r"\bnext (?:week|month|year|summer|spring|"
     r"autumn|fall|winter|time)\b|\bsomeday\b|\bone day\b|\bonce upon\b"
 )

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from maintenance.conflict_detector.finding import Finding
-from maintenance.conflict_detector.lexicon import HEDGES, NEGATORS, STOPWORDS, lemma
+from maintenance.conflict_detector.lexicon import HEDGES, NEGATORS, STOPWORDS, is_past_form, lemma
 from maintenance.conflict_detector.subjects import Subject
 from maintenance.conflict_detector.text import Clause, Statement
 
@@ -212,6 +212,8 @@ def _head(tokens: list[str], start: int, names: set[str]) -> str | None:
             continue
         if t in names or t in STOPWORDS or t in NEGATORS or t in _PHRASE_END or t == "s" or not t.isalpha():
             break
+        if phrase and (is_past_form(t) or t in _VERBISH):
+            break  # "my wife drove us": a verb
         phrase.append(t)
         if len(phrase) == 2:
             break

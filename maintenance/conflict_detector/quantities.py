@@ -13,7 +13,10 @@ from maintenance.conflict_detector.text import Clause
 _PERIOD = re.compile(r"\b(?:a|per|every|each) (day|night|week|month|year|morning|evening|weekend|weekday|afternoon)\b"
                      r"|\b(daily|weekly|monthly|nightly|yearly)\b")  # fmt: skip
 _PERIOD_NAMES = {"daily": "day", "weekly": "week", "monthly": "month", "nightly": "night", "yearly": "year"}
-_DURATION = {"minute": 1, "min": 1, "hour": 60, "hr": 60, "day": 1440, "week": 10080}
+_DURATION = {
+    lemma(unit): minutes
+    for unit, minutes in (("minute", 1), ("min", 1), ("hour", 60), ("hr", 60), ("day", 1440), ("week", 10080))
+}
 _NOT_UNITS = {"am", "pm", "years", "year", "old", "o", "clock", "percent", "times", "time"} | set(MONTHS)
 _BEFORE_NOT_A_COUNT = {"at", "from", "to", "until", "till", "on", "in", "since", "by", "before", "after", "of",
                        "than", "for", "within", "streak", "series", "number", "no", "room", "gate", "platform",

@@ -13,6 +13,7 @@ from functools import lru_cache
 from maintenance.conflict_detector.lexicon import (
     BELIEF,
     DATED,
+    GOING_TO,
     HEDGE_PHRASES,
     HEDGES,
     NEGATORS,
@@ -146,7 +147,7 @@ def read(raw: str) -> Statement:
     statement.question = "?" in raw
     statement.hedged = bool(token_set & HEDGES) and not BELIEF.search(text) or bool(HEDGE_PHRASES.search(text))
     statement.hedged = statement.hedged or statement.question
-    statement.future = bool(re.search(r"\bwill\b|\bgoing to\b|\bnext (?:week|month|year)\b|\bturns? \d", text))
+    statement.future = bool(re.search(r"\bwill\b|" + GOING_TO + r"|\bnext (?:week|month|year)\b|\bturns? \d", text))
     statement.dated = bool(DATED.search(text))
     inherited = None
     for n, part in enumerate(split_clauses(text)):

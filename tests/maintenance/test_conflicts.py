@@ -69,6 +69,8 @@ def found(bucket):
         ("The museum opens at 9.", "The museum opens at 10 am.", "schedule"),
         ("I drink two cups of coffee a day.", "I drink five cups of coffee a day.", "quantity"),
         ("I have two kids.", "I have three kids.", "quantity"),
+        ("I go to the pool twice a week.", "I stopped going to the pool.", "negation"),  # a place, not the future
+        ("My commute takes 45 minutes.", "My commute takes an hour.", "quantity"),  # minutes and hours
     ],
 )  # fmt: skip
 def test_the_detector_names_the_cue_of_a_contradiction_in_either_order(a, b, code):
@@ -102,6 +104,7 @@ def test_the_detector_names_the_cue_of_a_contradiction_in_either_order(a, b, cod
         ("The café closes at 6 pm.", "The café closes at 4 pm on Sundays."),
         ("I run 5 km every morning.", "I ran 21 km in the half marathon on Sunday."),
         ("I have two kids.", "My brother has three kids."),
+        ("I can't drive.", "My husband drove me to the station."),  # "my husband", not "my drove"
     ],
 )
 def test_the_detector_leaves_compatible_statements_alone(a, b):
