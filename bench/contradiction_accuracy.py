@@ -24,12 +24,16 @@ No database, no model: the detector is plain Python. ``--similarity`` also embed
 of every pair with the embedding model and reports how many contradictions the background
 check would show the detector at all: among a new memory's 10 nearest neighbours (cosine at
 or above the candidate floor) in a bucket that also holds another user's 509 memories, or
-found by the detector's full-text probes.
+found by the detector's full-text probes. ``--unlabelled`` runs the detector on pairs nobody
+labelled (one user's turns in our two conversational sets, one person's memories in the
+generated corpus) and lists what it raises: false alarms in the wild, or contradictions the
+data happens to hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -206,6 +210,62 @@ def similarity_report(pairs: list[dict], measured: dict) -> list[str]:
     return lines
 
 
+# Unlabelled pairs: what the detector raises among memories nobody wrote to contradict each other.
+LONG_SESSIONS = BENCH_DIR / "eval" / "long" / "sessions.json"
+CORPUS = BENCH_DIR / "data" / "corpus-100k.jsonl"
+
+
+def unlabelled_sets() -> dict[str, list[tuple[str, str]]]:
+    """Every pair of one user's turns in our two conversational sets, and (when bench/data holds
+    the generated corpus) up to 40,000 pairs of memories about one person from it."""
+    sets: dict[str, list[tuple[str, str]]] = {}
+    conversations = json.loads(POOL.read_text())["conversations"]
+    sets["our set: pairs of one user's turns"] = [
+        pair for c in conversations
+        for pair in itertools.combinations(
+            [t["content"] for s in c["sessions"] for t in s["turns"] if t["role"] == "user"], 2)
+    ]  # fmt: skip
+    sessions = json.loads(LONG_SESSIONS.read_text())["conversations"]
+    sets["long sessions: pairs of one user's messages"] = [
+        pair for c in sessions
+        for pair in itertools.combinations(
+            [m["content"] for s in c["sessions"] for m in s["messages"] if m["role"] == "user"], 2)
+    ]  # fmt: skip
+    if CORPUS.exists():
+        by_person: dict[str, list[str]] = {}
+        for line in CORPUS.read_text().splitlines():
+            content = json.loads(line)["content"]
+            by_person.setdefault(content.split()[0], []).append(content)
+        rng = random.Random(1)
+        pairs = []
+        for items in by_person.values():
+            candidates = list(itertools.combinations(items[:60], 2))
+            pairs += rng.sample(candidates, min(300, len(candidates)))
+        sets["corpus-100k: pairs of memories about one person"] = pairs[:40_000]
+    return sets
+
+
+def unlabelled_report() -> list[str]:
+    lines = [
+        "",
+        "## Unlabelled pairs",
+        "",
+        "What the detector raises among memories nobody wrote to contradict each other (each pair in the order "
+        "given; the corpus is `make_corpus.py --rows 100000 --seed 1`, pairs drawn with seed 1).",
+        "",
+        "| pairs | n | raised |",
+        "|---|---|---|",
+    ]
+    raised_all = []
+    for name, pairs in unlabelled_sets().items():
+        raised = [(a, b, f) for a, b in pairs if (f := detect(a, b))]
+        raised_all += raised
+        lines.append(f"| {name} | {len(pairs)} | {len(raised)} |")
+    lines.append("")
+    lines += [f"- {f.code}: “{a[:160]}” / “{b[:160]}”" for a, b, f in raised_all]
+    return lines
+
+
 def _pct(x: float) -> str:
     return "n/a" if x != x else f"{x:.2f}"
 
@@ -292,6 +352,7 @@ def main() -> int:
     parser.add_argument("--show-errors", action="store_true")
     parser.add_argument("--out", help="write the markdown report here")
     parser.add_argument("--similarity", action="store_true", help="also embed the pairs (loads the model)")
+    parser.add_argument("--unlabelled", action="store_true", help="also run the detector on unlabelled pairs")
     parser.add_argument(
         "--assign-halves", type=int, metavar="SEED",
         help="give the pairs that have no half one (a shuffle by SEED), write the file, and stop",
@@ -313,6 +374,8 @@ def main() -> int:
     text = report(results, len(pairs), date=common.machine_info()["date"][:10])
     if args.similarity:
         text += "\n".join(similarity_report(pairs, similarities(pairs))) + "\n"
+    if args.unlabelled:
+        text += "\n".join(unlabelled_report()) + "\n"
     if args.out:
         headline = "; ".join(
             f"{name}: precision {res['prf'][0]:.2f}, recall {res['prf'][1]:.2f}, F1 {res['prf'][2]:.2f}"
