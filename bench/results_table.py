@@ -61,6 +61,7 @@ BENCHMARKS = (
     "hnsw_recall.py",
     "ingest_throughput.py",
     "load_test.py",
+    "model_probe.py",
     "search_latency.py",
 )
 
