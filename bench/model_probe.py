@@ -74,7 +74,8 @@ class PairModel:
 def halves(pairs: list[dict]) -> dict[str, list[int]]:
     """contradiction_accuracy.py's halves: each pair's ``half``, or the first day's seeded split."""
     if all("half" in p for p in pairs):
-        return {h: [i for i, p in enumerate(pairs) if p["half"] == h] for h in ("dev", "held-out")}
+        parts = {h: [i for i, p in enumerate(pairs) if p["half"] == h] for h in ("dev", "held-out")}
+        return {h: index for h, index in parts.items() if index}
     n = len(pairs)
     order = list(range(n))
     random.Random(SEED).shuffle(order)
@@ -93,10 +94,12 @@ def prf_line(found: np.ndarray, truth: np.ndarray, parts: dict[str, list[int]]) 
     return " | ".join(cells)
 
 
-def run_nli(model: PairModel, data: Path, thresholds: list[float]) -> None:
+def run_nli(model: PairModel, data: Path, thresholds: list[float], only_half: str = "") -> None:
     from maintenance.conflict_detector import DETECTOR_VERSION, detect
 
     pairs = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
+    if only_half:
+        pairs = [p for p in pairs if p.get("half") == only_half]
     truth = np.array([bool(p["label"]) for p in pairs])
     parts = halves(pairs)
     started = time.perf_counter()
@@ -106,8 +109,8 @@ def run_nli(model: PairModel, data: Path, thresholds: list[float]) -> None:
     either = np.maximum(ab, ba)
     rules = np.array([detect(p["a"], p["b"]) is not None for p in pairs])
     print(f"{len(pairs)} pairs; {per_pair:.0f} ms per pair and order (batch 1, 1 thread); rules v{DETECTOR_VERSION}")
-    print("| rule | dev P | dev R | dev TP/FP/FN | held-out P | held-out R | held-out TP/FP/FN |")
-    print("|---|---:|---:|---|---:|---:|---|")
+    print("| rule | " + " | ".join(f"{h} P | {h} R | {h} TP/FP/FN" for h in parts) + " |")
+    print("|---|" + "---:|---:|---|" * len(parts))
     print(f"| rules alone | {prf_line(rules, truth, parts)} |")
     for t in thresholds:
         print(f"| model a→b ≥ {t} | {prf_line(ab >= t, truth, parts)} |")
@@ -195,6 +198,7 @@ def main() -> None:
     parser.add_argument("--label", type=int, default=1, help="the output column read as contradiction / relevant")
     parser.add_argument("--data", default=str(BENCH_DIR / "contradictions" / "pairs.jsonl"))
     parser.add_argument("--thresholds", default="0.5,0.9,0.99")
+    parser.add_argument("--half", default="", choices=("", "dev", "held-out"), help="nli: this half only")
     parser.add_argument("--locomo", type=Path, default=None)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sets", default="ours,long,locomo")
@@ -202,7 +206,7 @@ def main() -> None:
     args = parser.parse_args()
     model = PairModel(args.onnx, args.tokenizer, args.label)
     if args.task == "nli":
-        run_nli(model, Path(args.data), [float(t) for t in args.thresholds.split(",")])
+        run_nli(model, Path(args.data), [float(t) for t in args.thresholds.split(",")], args.half)
     else:
         run_rerank(model, args.locomo, args.top, set(args.sets.split(",")), args.sample)
 
