@@ -120,6 +120,20 @@ def bm25(
     return _bm25(bucket, lexemes, filters, config, "context_tsv" if context else "lemmatized_tsv")
 
 
+def stand_in_bm25(
+    bucket: Bucket | list[Bucket],
+    lexemes: list[str],
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    memory_ids: list[uuid.UUID],
+) -> list[tuple[uuid.UUID, float]]:
+    """The memories of ``memory_ids`` that have no context, each scored by its own text as its
+    context document with the context documents' statistics (count, frequencies, average
+    length), so that the score sits on the ``keyword_context`` list's scale
+    (``keyword_context_stand_in``). One statement, by primary key."""
+    return _bm25(bucket, lexemes, filters, config, "context_stand_in", stand_ins=memory_ids)[0]
+
+
 def key_bm25(
     bucket: Bucket | list[Bucket], lexemes: list[str], filters: MemoryFilters, config: ranking.RankingConfig
 ) -> tuple[list[tuple[uuid.UUID, float]], float]:
@@ -149,7 +163,18 @@ _DOCUMENTS = {
         "k.tsv",
         "",
     ),
+    # A memory without context stands in its own text in the context list (stand_in_bm25).
+    "context_stand_in": (
+        "n_context",
+        "avgdl_context",
+        "memories m",
+        "m.lemmatized_tsv",
+        " AND m.context_lemmatized IS NULL AND m.id = ANY(%s)",
+    ),
 }
+# The document frequencies and lengths each document is counted with.
+_STATISTICS_OF = {"context_stand_in": "context_tsv"}
+_LENGTH_OF = {"context_stand_in": "lemmatized_tsv"}
 
 
 def _bm25(
@@ -158,6 +183,7 @@ def _bm25(
     filters: MemoryFilters,
     config: ranking.RankingConfig,
     column: str,
+    stand_ins: list[uuid.UUID] | None = None,
 ) -> tuple[list[tuple[uuid.UUID, float]], float]:
     if not lexemes:
         return [], 0.0
@@ -168,8 +194,11 @@ def _bm25(
     if n == 0:
         return [], 0.0
     avgdl = stats[average]
-    df = bucket_stats.frequencies_of(buckets, column, lexemes)
+    df = bucket_stats.frequencies_of(buckets, _STATISTICS_OF.get(column, column), lexemes)
     present = [lx for lx in lexemes if df.get(lx, 0) > 0]
+    if stand_ins is not None:
+        # A stand-in's own terms all count: one no context document holds is as rare as any there.
+        present = list(lexemes)
     if not present:
         return [], 0.0
 
@@ -179,8 +208,13 @@ def _bm25(
 
     idf = [inverse(lx) for lx in present]
     query_mass = sum(inverse(lx) for lx in lexemes)
-    candidate_query, too_many = _candidate_query(present, df, n)
+    if stand_ins is None:
+        candidate_query, too_many = _candidate_query(present, df, n)
+    else:
+        candidate_query, too_many = _tsquery(present), False
     where, params = filters.sql(buckets)
+    if stand_ins is not None:
+        params = [*params, stand_ins]
     # Only when even the rarest term is too common to read in full (a query of common words
     # only) are the matches ordered, by ts_rank, before the cut.
     order = f"ORDER BY ts_rank({tsv}, %s::tsquery) DESC" if too_many else ""
@@ -188,7 +222,7 @@ def _bm25(
     sql = f"""
         WITH q(lexeme, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
         cand AS (
-            SELECT m.id, {DOC_LENGTH[column]} AS dl,
+            SELECT m.id, {DOC_LENGTH[_LENGTH_OF.get(column, column)]} AS dl,
                    ts_filter(setweight({tsv}, 'A', %s::text[]), '{{a}}') AS terms
             FROM {source}
             WHERE {where}{guard} AND {tsv} @@ %s::tsquery
@@ -218,6 +252,18 @@ def _bm25(
     return [(row[0], float(row[1])) for row in rows], min(1.0, coverage)
 
 
+def _with_stand_ins(bucket, lexemes, filters, config, context_side, memory_side) -> list[tuple[uuid.UUID, float]]:
+    """The context list with the memory list's memories that have no context standing in
+    (:func:`stand_in_bm25`), best first, ``candidates`` long."""
+    listed = {item for item, _score in context_side}
+    ids = [item for item, _score in memory_side if item not in listed]
+    if not ids:
+        return context_side
+    merged = context_side + stand_in_bm25(bucket, lexemes, filters, config, ids)
+    merged.sort(key=lambda r: (-r[1], str(r[0])))
+    return merged[: config.candidates]
+
+
 @metrics.timed(metrics.SIGNAL_SECONDS, signal="keyword")
 @tracing.traced("engram.search.signal", signal="keyword")
 def keyword_signals(
@@ -236,5 +282,11 @@ def keyword_signals(
         bm25(bucket, lexemes, filters, config, context=False) if config.weight("keyword") > 0 else ([], None)
     )
     context_side, context_coverage = context_side.result() if context_side else ([], None)
+    # As on the vector side (context_stand_in): a memory without context (the first of its
+    # sequence) would rank in one BM25 list while its successor, whose context holds its words,
+    # ranks in two. Only where the context list has anything: otherwise the stand-ins would
+    # merely repeat the memory list and double its weight.
+    if config.keyword_context_stand_in and context_side and memory_side:
+        context_side = _with_stand_ins(bucket, lexemes, filters, config, context_side, memory_side)
     key_side = key_side.result()[0] if key_side else []
     return memory_side, context_side, key_side, coverage if coverage is not None else context_coverage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from memories import ranking
+from memories import ranking, text
 from memories.filters import MemoryFilters, in_buckets
 from tenants.models import Bucket
 
@@ -22,7 +22,9 @@ def lift_neighbours(
     ``idx_memories_sequence``, under the search's filters). Those neighbours join the
     candidates even if no signal found them: the answer to a question is often the turn after
     it, and shares none of its words. Lifts flow from the best candidates and between the
-    memories around them; weaker candidates neither give nor receive one.
+    memories around them; weaker candidates neither give nor receive one. The same statement
+    tells which of them are conversation turns (an ``attributed_to``, or a transcript line's
+    speaker), for ``neighbour_turns_only``.
     """
     best = sorted(fused, key=lambda memory_id: -fused[memory_id])[:NEIGHBOUR_SOURCES]
     where, params = filters.sql(bucket)
@@ -34,7 +36,7 @@ def lift_neighbours(
                 SELECT sequence_id, sequence_index FROM memories
                 WHERE {" AND ".join(scope)} AND id = ANY(%s) AND sequence_id IS NOT NULL
             )
-            SELECT DISTINCT m.id, m.sequence_id, m.sequence_index
+            SELECT DISTINCT m.id, m.sequence_id, m.sequence_index, m.attributed_to IS NOT NULL, left(m.content, 100)
             FROM source s
             JOIN memories m ON m.sequence_id = s.sequence_id
                 AND m.sequence_index BETWEEN s.sequence_index - %s AND s.sequence_index + %s
@@ -42,6 +44,13 @@ def lift_neighbours(
             """,
             [*scope_params, best, config.neighbour_reach, config.neighbour_reach, *params],
         )
-        position = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
+        rows = cur.fetchall()
+    position = {row[0]: (row[1], row[2]) for row in rows}
+    turns = {row[0] for row in rows if _is_turn(row[3], row[4])}
     at = {place: memory_id for memory_id, place in position.items()}
-    return ranking.lift_neighbours(fused, position, at, config)
+    return ranking.lift_neighbours(fused, position, at, config, turns)
+
+
+def _is_turn(attributed: bool, opening: str) -> bool:
+    """Said by someone: an attribution, or a transcript line's speaker ("Caroline: …")."""
+    return attributed or text.transcript_speaker(opening) is not None

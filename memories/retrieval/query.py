@@ -30,7 +30,11 @@ _TIME_WORDS = (
     "week|weeks|month|months|year|years|summer|winter|spring|autumn|fall|christmas|birthday|anniversary|"
     + "|".join(search_terms.MONTHS + search_terms.WEEKDAYS)
 )
-_TIME_EXPRESSION = re.compile(rf"\b(?:{_TIME_WORDS}|(?:19|20)\d\d)\b", re.IGNORECASE)
+# A weekday also in the plural ("on Tuesdays"), and a time of day ("at 9:30", "5pm", "10 a.m.").
+_TIME_EXPRESSION = re.compile(
+    rf"\b(?:(?:{_TIME_WORDS})s?|weekdays?|(?:19|20)\d\d|[0-2]?\d:[0-5]\d|1?\d ?(?:am|pm|a\.m\.|p\.m\.))(?!\w)",
+    re.IGNORECASE,
+)
 
 
 def asks_when(query: str) -> bool:

@@ -1,0 +1,109 @@
+"""The first five minutes: a new bucket of 3 to ~30 memories and the questions a new user asks of
+it. The right memory must rank first through the default search (HTTP, default ranking, the real
+embedding model, no enrichment run yet), whether the memories came in one batch, one request each,
+or one request each in a run.
+
+The cases are in ``data/first_five_minutes.json``: facts about people, preferences, schedules and
+facts that changed over time (``days_ago`` dates a memory), written by hand as a user would write
+and ask them. A miss shows the top hits' scores. A question that does not rank first yet carries
+the reason as its third element and is asked on its own as an expected failure (xfail): the
+reasons are what ranking does not do yet, not what the test tolerates.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from tests.factories import search, write
+
+pytestmark = pytest.mark.django_db
+
+CASES = json.loads((Path(__file__).parent / "data" / "first_five_minutes.json").read_text())["cases"]
+HOW = ("batch", "one_by_one", "run")
+
+
+def _items(case: dict) -> list[dict]:
+    now = timezone.now()
+    items = []
+    for memory in case["memories"]:
+        item = {"content": memory} if isinstance(memory, str) else dict(memory)
+        days_ago = item.pop("days_ago", None)
+        if days_ago is not None:
+            item["created_at"] = (now - timedelta(days=days_ago)).isoformat()
+        items.append(item)
+    return items
+
+
+def _write(api, bucket, case: dict) -> None:
+    items = _items(case)
+    if case["how"] == "batch":
+        write(bucket, *items, api=api)
+    elif case["how"] == "run":
+        for item in items:
+            write(bucket, {**item, "run_id": f"run-{case['name']}"}, api=api)
+    else:
+        for item in items:
+            write(bucket, item, api=api)
+
+
+def _known_misses():
+    for case in CASES:
+        for number, (question, answer, *known) in enumerate(case["questions"], start=1):
+            if known:
+                mark = pytest.mark.xfail(reason=known[0], strict=False)
+                yield pytest.param(case, question, answer, id=f"{case['name']}-{number}", marks=mark)
+
+
+def _missed(case: dict, question: str, answer: str, results: list[dict]) -> str | None:
+    if results and results[0]["content"] == answer:
+        return None
+    return f"{case['name']} ({case['how']}): {question!r}: wanted {answer!r}, got\n{_why(results)}"
+
+
+def _why(results: list[dict]) -> str:
+    lines = []
+    for r in results[:3]:
+        explain = r["explain"]
+        signals = ", ".join(f"{s} {v['score']:.3f}" for s, v in explain["signals"].items())
+        lift = explain.get("neighbour_lift")
+        lines.append(
+            f"      {r['score']:.3f} fused {explain['fused']:.3f}"
+            f"{f' lift {lift:.3f}' if lift else ''} [{signals}] {r['content']!r}"
+        )
+    return "\n".join(lines)
+
+
+def test_every_case_is_well_formed():
+    assert len(CASES) >= 40
+    assert len({case["name"] for case in CASES}) == len(CASES)
+    for case in CASES:
+        assert case["how"] in HOW, case["name"]
+        assert 3 <= len(case["memories"]) <= 30, case["name"]
+        contents = [m if isinstance(m, str) else m["content"] for m in case["memories"]]
+        assert len(set(contents)) == len(contents), case["name"]
+        assert case["questions"], case["name"]
+        for question in case["questions"]:
+            assert len(question) in (2, 3) and question[1] in contents, (case["name"], question)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+def test_the_right_memory_ranks_first(api, bucket, case):
+    _write(api, bucket, case)
+    missed = [
+        _missed(case, question, answer, search(api, bucket, question, explain=True)["results"])
+        for question, answer, *known in case["questions"]
+        if not known
+    ]
+    assert not any(missed), "\n".join(m for m in missed if m)
+
+
+@pytest.mark.parametrize(("case", "question", "answer"), list(_known_misses()))
+def test_known_misses(api, bucket, case, question, answer):
+    _write(api, bucket, case)
+    missed = _missed(case, question, answer, search(api, bucket, question, explain=True)["results"])
+    assert not missed, missed
