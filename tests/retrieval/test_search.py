@@ -847,7 +847,7 @@ def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket,
     cut, rows_cut = answers(), sum(fetched)
     fetched.clear()
     real = rows.fetch_contenders
-    monkeypatch.setattr(rows, "fetch_contenders", lambda b, fused, *a: real(b, fused, a[0], None, *a[2:]))
+    monkeypatch.setattr(rows, "fetch_contenders", lambda b, fused, *a, **kw: real(b, fused, a[0], None, *a[2:], **kw))
     assert answers() == cut
     assert rows_cut < sum(fetched)  # the cut did skip rows
 
