@@ -46,7 +46,7 @@ from memories.services import MemoryInput, memories_ingest, memory_delete, memor
 from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
 from memories.services.keys import memory_keys_build
-from sources.models import SourceChunk, SourceChunkMemory
+from sources.models import SourceChunk, SourceChunkMemory, TrashedChunkLink
 from sources.services.submit import source_submit_document
 from tenants import services
 from tenants.models import OperatorMembership, Tenant, TenantUsage
@@ -214,6 +214,8 @@ def _build_rows(tenant: Tenant, mark: str) -> None:
         source=source, ordinal=0, text=f"{mark} likes tea."
     )
     SourceChunkMemory.objects.create(source=source, chunk=chunk, memory_id=ids[0], created=True)
+    # The link a chunk keeps to a memory in the trash (ids[2] was deleted above).
+    TrashedChunkLink.objects.create(source=source, chunk=chunk, memory_id=ids[2], created=True)
     subscription = WebhookSubscription.objects.create(tenant=tenant, url=f"https://{mark}.example/", secret="s")
     delivery = WebhookDelivery.objects.create(
         subscription=subscription, tenant=tenant, event_id=last_event.pk, event_kind="created"

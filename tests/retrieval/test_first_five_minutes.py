@@ -39,7 +39,7 @@ def _items(case: dict) -> list[dict]:
     return items
 
 
-def _write(api, bucket, case: dict) -> None:
+def _store_case(api, bucket, case: dict) -> None:
     items = _items(case)
     if case["how"] == "batch":
         write(bucket, *items, api=api)
@@ -93,7 +93,7 @@ def test_every_case_is_well_formed():
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
 def test_the_right_memory_ranks_first(api, bucket, case):
-    _write(api, bucket, case)
+    _store_case(api, bucket, case)
     missed = [
         _missed(case, question, answer, search(api, bucket, question, explain=True)["results"])
         for question, answer, *known in case["questions"]
@@ -104,6 +104,6 @@ def test_the_right_memory_ranks_first(api, bucket, case):
 
 @pytest.mark.parametrize(("case", "question", "answer"), list(_known_misses()))
 def test_known_misses(api, bucket, case, question, answer):
-    _write(api, bucket, case)
+    _store_case(api, bucket, case)
     missed = _missed(case, question, answer, search(api, bucket, question, explain=True)["results"])
     assert not missed, missed
