@@ -23,6 +23,9 @@ worst regret over the sets run wins (ties: the higher mean recall@10). The repor
     python bench/eval_three.py --locomo PATH --home /tmp/three --reuse --variant ...
     # fewer sets while exploring (the rule then looks at those only)
     python bench/eval_three.py --sets ours,long --variant ...
+    # key documents built after the graph, their two signals weighted in
+    python bench/eval_three.py --locomo PATH --build-graph --build-keys \\
+        --variant default='{}' --variant keys='{"weights": {"keyword_key": 0.5, "vector_key": 0.5}}'
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +132,17 @@ def _load(path: Path) -> dict[str, dict]:
     }
 
 
+def _build_keys(target: Any) -> None:
+    """The key documents of every memory whose key is missing or out of date, in the server's home
+    (its private server runs no worker to build them as they are written)."""
+    if target.private is None:
+        raise SystemExit("--build-keys needs a private server (it runs manage.py in the server's ENGRAM_HOME)")
+    started = time.perf_counter()
+    common.log("building key documents (build_keys --no-wait)")
+    common.manage("build_keys", "--no-wait", "--no-progress", env=target.private.env(), timeout=7200)
+    common.log(f"keys built in {time.perf_counter() - started:.1f}s")
+
+
 def _select(records: list[dict], variant: str, mode: str) -> list[dict]:
     return [r for r in records if r["variant"] == variant and r["mode"] == mode]
 
@@ -209,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distractors-per-bucket", type=int, default=500)
     parser.add_argument("--long", type=Path, default=el.DEFAULT_DATASET, help="the long working-session set")
     parser.add_argument("--build-graph", action="store_true", help="build the graph after writing (private server)")
+    parser.add_argument(
+        "--build-keys",
+        action="store_true",
+        help="build the memories' key documents (manage.py build_keys --no-wait; private server), after the graph: "
+        "keys carry its entities and relations. Runs on --reuse too: it builds only the keys missing or out of date",
+    )
     parser.add_argument("--reuse", action="store_true", help=f"reuse the buckets recorded in $HOME/{MAPPING}")
     parser.add_argument("--out", type=Path, help="report path (default bench/results/eval-three-<date>.md)")
     parser.add_argument("--no-write", action="store_true")
@@ -245,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                         _save(mapping, {**saved, **written})
             if args.build_graph and set(written) - set(saved):
                 er._build_graph(target)
+            if args.build_keys:
+                _build_keys(target)
             for i, variant in enumerate(variants):
                 for mode in modes if i == 0 else ["hybrid"]:
                     for s in sets:
@@ -260,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- command: `{command}`",
         *(f"- {s.describe}" for s in sets),
         f"- graph {'built' if args.build_graph else 'not built (graph signal empty)'}",
+        f"- key documents {'built after the graph (build_keys)' if args.build_keys else 'not built by this run'}",
         "- recall@k: share of a question's evidence in the top k; all@10: every evidence item in the top 10; "
         "MRR: first evidence item within the top 20",
         "- worst regret: per set, how far the variant's hybrid recall@10 is below the best variant's on that "
