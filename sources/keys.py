@@ -7,6 +7,11 @@ to its speaker ("Caroline went to a support group yesterday"). A memory a source
 distilled is a statement: it is its own. The rules distiller always (never the LLM one):
 keys are built without a network. Only the first :data:`MAX_DISTILLED_CHARS` of a memory are
 distilled, which bounds the parse (the key keeps fewer characters of statements anyway).
+
+The distiller opens every item of a list with the line that introduced it ("The usual suspects:
+keep-alive race…", "The usual suspects: pool exhaustion…"), so that each is a statement on its
+own; a key says the line once: it would otherwise fill the key's room for statements with one
+sentence (an assistant's answer of five points said its lead-in five times).
 """
 
 from __future__ import annotations
@@ -26,6 +31,23 @@ logger = logging.getLogger(__name__)
 MAX_DISTILLED_CHARS = 4_000
 
 
+def said_once(statements: list[str]) -> list[str]:
+    """``statements`` with a list's introducing line ("Intro: item") kept only where it is
+    first said, as a statement of its own or opening an item."""
+    out: list[str] = []
+    said: list[str] = []  # lines said so far that can introduce a list, without their colon
+    for statement in statements:
+        intro = next((line for line in said if statement.startswith(line + ": ")), None)
+        item = statement[len(intro) + 2 :].strip() if intro is not None else ""
+        if item:
+            out.append(item[0].upper() + item[1:])
+            continue
+        out.append(statement)
+        said.append(statement.strip().rstrip(":."))
+        said += [statement[:at] for at in range(len(statement)) if statement.startswith(": ", at)]
+    return out
+
+
 def key_facts(memories: list[Memory]) -> dict[uuid.UUID, KeyFacts]:
     ids = [m.pk for m in memories]
     distilled = set(SourceChunkMemory.objects.filter(memory_id__in=ids).values_list("memory_id", flat=True))
@@ -39,7 +61,7 @@ def key_facts(memories: list[Memory]) -> dict[uuid.UUID, KeyFacts]:
         text = memory.content[len(speaker) + 1 :].strip() if speaker else memory.content
         unit = Unit(kind="conversation", text=text[:MAX_DISTILLED_CHARS], role=memory.attributed_to, speaker=speaker)
         try:
-            statements = [s.text for s in distiller.distill(unit).statements]
+            statements = said_once([s.text for s in distiller.distill(unit).statements])
         except Exception:  # the memory's own text stands in (memories.keys.document)
             logger.exception("distilling memory %s for its key failed", memory.pk)
             continue

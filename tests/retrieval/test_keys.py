@@ -106,6 +106,20 @@ def test_a_key_names_entities_by_their_canonical_names(bucket):
     assert "Alice Chen lives in Denver" in key
 
 
+def test_a_key_says_a_lists_introducing_line_once(bucket):
+    answer = (
+        "Assistant: With your stack there are three usual suspects, in order of how often they bite:\n\n"
+        "1. **Keep-alive race.** nginx reuses an idle socket that gunicorn has just closed.\n"
+        "2. **Pool exhaustion.** Every worker waits on the database pool at the lunch peak.\n"
+        "3. **Worker timeout.** A blocked event loop misses the arbiter's heartbeat.\n"
+    )
+    [memory] = _built(bucket, answer)
+    key = _key(memory)
+    assert key.count("three usual suspects") == 1, key
+    for item in ("Keep-alive race", "Pool exhaustion", "Worker timeout"):
+        assert item in key, key
+
+
 def test_a_key_is_bounded_whatever_the_memory(bucket):
     long = " ".join(f"Sentence number {i} talks about topic {i} at some length." for i in range(400))
     [memory] = _built(bucket, long[:19_000])
