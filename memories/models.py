@@ -9,7 +9,7 @@ from django.contrib.postgres.search import SearchVectorField
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Case, Func, Q, Value, When
-from django.db.models.functions import Cast, Coalesce, Concat
+from django.db.models.functions import Cast, Coalesce, Concat, Now
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 from engram_site.db import CurrentTransactionId, TransactionNow
@@ -91,7 +91,10 @@ class JsonbDefault(Func):
 
 
 class MemoryQuerySet(BucketScopedQuerySet):
-    pass
+    def unexpired(self) -> MemoryQuerySet:
+        """Memories not past their ``expires_at`` now: what search returns (memories.filters'
+        include_expired=false), and so what may be shown as stating anything."""
+        return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
 
 
 class Memory(models.Model):

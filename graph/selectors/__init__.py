@@ -98,7 +98,8 @@ def edge_list(
 
 def edge_memories(*, edge: Edge, agents: AgentRestriction | None = None) -> QuerySet[Memory]:
     """The memory an edge came from, and every memory stating the same fact (``agents``: those
-    a token held to agents may read)."""
+    a token held to agents may read); not those past their ``expires_at``, which search no
+    longer returns either."""
     same_fact = Edge.objects.filter(
         tenant_id=edge.tenant_id,
         bucket_id=edge.bucket_id,
@@ -110,6 +111,7 @@ def edge_memories(*, edge: Edge, agents: AgentRestriction | None = None) -> Quer
     return (
         Memory.objects.filter(tenant_id=edge.tenant_id, bucket_id=edge.bucket_id)
         .filter(Q(pk=edge.source_memory_id) | Q(pk__in=same_fact))
+        .unexpired()
         .visible_to(agents)
         .defer("embedding", "context_embedding")
         .order_by("created_at", "id")

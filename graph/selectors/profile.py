@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Exists, F, Func, OuterRef, Q, TextField, Value
-from django.db.models.functions import Lower, Now
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from engram_site.exceptions import Conflict, NotFound
@@ -279,7 +279,7 @@ def _memories(entity: Entity, ids: set, agents: AgentRestriction | None, as_of: 
     memories = (
         Memory.objects.filter(tenant_id=entity.tenant_id, bucket_id=entity.bucket_id, pk__in=ids)
         .visible_to(agents)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()))
+        .unexpired()
         .only("id", "content", "created_at", "agent_id", "importance", "tenant_id", "bucket_id")
     )
     if as_of is not None:

@@ -315,6 +315,17 @@ class TestGraphApi:
         body = api.get(f"/api/v1/edges/{edge.pk}/memories").json()
         assert [m["id"] for m in body["results"]] == [str(memory_id)]
 
+    def test_expired_memories_are_not_listed_behind_an_edge(self, api, bucket):
+        # Search does not return a memory past its expires_at: nor does the list of the memories
+        # stating an edge (the edge stays: another memory may still state it).
+        kept, gone = write_extracted(bucket, "Alice works at Initech.", "Alice still works at Initech.")
+        Memory.objects.filter(pk=gone).update(expires_at=at(2020))
+        edges = Edge.objects.for_bucket(bucket).filter(predicate="works_at")
+        assert {e.source_memory_id for e in edges} == {kept, gone}
+        for edge in edges:
+            body = api.get(f"/api/v1/edges/{edge.pk}/memories").json()
+            assert [m["id"] for m in body["results"]] == [str(kept)], edge.source_memory_id
+
     def test_outsider_gets_404_everywhere(self, outsider_api, bucket):
         write_extracted(bucket, "Alice works at Initech.")
         entity = Entity.objects.for_bucket(bucket).first()
