@@ -18,6 +18,9 @@ from engram_site.scoping import scoped_manager
 from tenants.models import Bucket, Tenant
 
 EMBEDDING_DIMENSIONS = 384  # all-MiniLM-L6-v2
+# The model's window without [CLS] and [SEP] (both registered models read 256 word pieces): a
+# memory of more is cut off by the model, and is also embedded by passages (memories.passages).
+LONG_MEMORY_TOKENS = 254
 
 # HNSW build parameters of both vector indexes. ef_construction is the width of the
 # search each insert makes to find its neighbours, so it costs at build time and at
@@ -270,6 +273,13 @@ class Memory(models.Model):
             ),
             # The purge job and the expiry filter's few expiring rows.
             models.Index(fields=["expires_at"], name="idx_memories_expires", condition=Q(expires_at__isnull=False)),
+            # The passage pass (memories/services/passages.py): memories longer than the model's
+            # window, oldest first, whose passages are missing or out of date.
+            models.Index(
+                fields=["created_at", "id"],
+                name="idx_memories_long",
+                condition=Q(token_count__gt=LONG_MEMORY_TOKENS),
+            ),
             # The enrichment sweep: rows whose embedding, lemmas or context vector are missing.
             models.Index(
                 fields=["created_at"],
@@ -423,6 +433,72 @@ class MemoryKey(models.Model):
 
     def __str__(self) -> str:
         return f"key of {self.memory_id}"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        return agents.q("memory__agent_id")
+
+
+class MemoryPassage(models.Model):
+    """One window of a memory longer than the embedding model's (memories.passages): a span of
+    its content, ``char_start`` to ``char_end``, with the vector of that span. The ``vector``
+    signal scores such a memory by the best of its own vector and its passages'
+    (docs/RETRIEVAL.md, "Long memories"), and a hit names the passage that matched.
+
+    Built after the write (memories/services/passages.py), like a key document: a side table, so
+    building passages rewrites no memory row. The rows go with their memory (a foreign key ON
+    DELETE CASCADE, migration 0016); an edit of the content deletes them in its transaction.
+    ``text_hash`` is the memory's when they were built: passages of another text are never
+    searched (the signal joins on it) and are built again, as are those of an older
+    ``PASSAGE_VERSION`` or of another embedding model than the bucket's.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Found by (memory, ordinal): the unique constraint's index serves it.
+    memory = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    # Denormalised like memories' own: every statement leads with them. A bucket merge moves
+    # them with the memories (memories.services.merge).
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    ordinal = models.IntegerField()
+    char_start = models.IntegerField()
+    char_end = models.IntegerField()
+    # NULL when the model returned an unusable vector for it: the passage is then not searched.
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedding_model = models.CharField(max_length=64)
+    text_hash = models.CharField(max_length=32, null=True, blank=True)
+    # memories.passages.PASSAGE_VERSION when built: a new splitter rebuilds older passages.
+    version = models.IntegerField()
+    built_at = models.DateTimeField(db_default=TransactionNow())
+
+    objects = BucketScopedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "memory_passages"
+        constraints = [
+            # A memory's passages by ordinal; the passage pass's "built?" probe reads ordinal 0.
+            models.UniqueConstraint(fields=["memory", "ordinal"], name="memory_passages_memory_ordinal"),
+        ]
+        indexes = [
+            # Counts per bucket (the search's statistics), bucket merges.
+            models.Index(fields=["tenant", "bucket"], name="idx_memory_passages_bucket"),
+            # vector (passages): ORDER BY embedding::halfvec(384) <=> ? LIMIT k (half_precision).
+            HnswIndex(
+                OpClass(half_precision("embedding"), name="halfvec_cosine_ops"),
+                name="idx_memory_passages_hnsw",
+                m=HNSW_M,
+                ef_construction=HNSW_EF_CONSTRUCTION,
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"passage {self.ordinal} of {self.memory_id}"
 
     @classmethod
     def agent_scope(cls, agents) -> Q:

@@ -24,6 +24,7 @@ from memories import hooks
 from memories.selectors import memories_tenant_ids
 from memories.services.enrichment import memories_enrich_all_pending
 from memories.services.keys import memory_keys_build
+from memories.services.passages import memory_passages_build
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,13 @@ def build_keys(memory_ids: list[str]) -> dict:
     return memory_keys_build(memory_ids=memory_ids).counts()
 
 
+@shared_task(name="memories.build_passages", tenant_scope=memories_tenant_ids, **HINT)
+def build_passages(memory_ids: list[str]) -> dict:
+    """Split and embed those of these memories that are longer than the model's window and whose
+    passages are missing or out of date (idempotent; memories.services.passages)."""
+    return memory_passages_build(memory_ids=memory_ids).counts()
+
+
 def _ids(memory_ids: Iterable) -> list[str]:
     return [str(i) for i in memory_ids]
 
@@ -72,16 +80,17 @@ def enqueue_keys(memory_ids: Iterable) -> None:
 
 def enqueue_enrichment(*, bucket_id: uuid.UUID, memory_ids: list[uuid.UUID]) -> None:
     """Queue the background work new memories need: fill any derived column that is still
-    NULL, build their key documents, then the follow-up work the apps above registered (classify, look for
-    near-duplicates, record links). One message per write (a chain). Never raises: a broker
-    outage must not turn a committed write into an error."""
+    NULL, build their passages (long ones) and key documents, then the follow-up work the apps
+    above registered (classify, look for near-duplicates, record links). One message per write
+    (a chain). Never raises: a broker outage must not turn a committed write into an error."""
     try:
         ids = _ids(memory_ids)
         enrich = enrich_memories.si(ids)
-        # Then the keys of the memories no source waits on (with the graph on, its extraction
-        # queues the build), and the follow-up work.
+        # Then the passages of the long ones, the keys of the memories no source waits on (with
+        # the graph on, its extraction queues the build), and the follow-up work.
         keys = [build_keys.si(ids)] if settings.ENGRAM_KEYS_ENABLED else []
-        hooks.publish(lambda: chain(enrich, *keys, *hooks.follow_up_work(ids)), what="enrichment", count=len(ids))
+        work = [enrich, build_passages.si(ids), *keys, *hooks.follow_up_work(ids)]
+        hooks.publish(lambda: chain(*work), what="enrichment", count=len(ids))
     except Exception:  # a signature bug must not fail a committed write either
         logger.exception("enqueue_enrichment failed for %d memories in bucket %s", len(memory_ids), bucket_id)
 

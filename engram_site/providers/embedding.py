@@ -292,6 +292,19 @@ def count_tokens(texts: list[str]) -> list[int]:
         return [rough_token_count(t) for t in texts]
 
 
+def token_offsets(text: str) -> list[tuple[int, int]]:
+    """The character spans of ``text``'s WordPiece tokens (without [CLS]/[SEP]), in order; the
+    rough tokens' spans (words and punctuation marks) if the tokenizer cannot be loaded."""
+    if not text:
+        return []
+    try:
+        encoded = _get_tokenizer()(text, add_special_tokens=False, truncation=False, return_offsets_mapping=True)
+        return [(int(s), int(e)) for s, e in encoded["offset_mapping"]]
+    except Exception:
+        logger.warning("tokenizer unavailable; using the rough token spans", exc_info=True)
+        return [m.span() for m in _ROUGH_TOKENS.finditer(text)]
+
+
 def rough_token_count(text: str) -> int:
     """A stated fallback when the model tokenizer is unavailable: words and
     punctuation marks, scaled by 1.3 (WordPiece splits rarer words)."""

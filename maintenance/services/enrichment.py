@@ -1,5 +1,5 @@
-"""The enrichment jobs: the every-minute sweep (derived columns, then key documents),
-``embed_missing`` / ``lemmatize_missing`` and ``build_keys``."""
+"""The enrichment jobs: the every-minute sweep (derived columns, then passages of long memories
+and key documents), ``embed_missing`` / ``lemmatize_missing``, ``build_passages`` and ``build_keys``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from memories.services.enrichment import (
     pending_enrichment_count,
 )
 from memories.services.keys import KeysReport, keys_pending_count, memory_keys_build
+from memories.services.passages import PassagesReport, memory_passages_build, passages_pending_count
 from tenants.models import Bucket
 
 
@@ -35,6 +36,11 @@ def enrichment_sweep(*, recorder: JobRecorder, batch_size: int | None = None) ->
     report = memories_enrich_all_pending(batch_size=batch_size or settings.ENGRAM_ENRICH_BATCH_SIZE, on_batch=on_batch)
     recorder.add(**report.counts())
     errors = list(report.errors)
+    # The passages of long memories a lost hint or a model outage left unbuilt, or that went out
+    # of date (at most PASSAGE_SWEEP_LIMIT memories a minute: a backfill is build_passages' job).
+    built = memory_passages_build(limit=PASSAGE_SWEEP_LIMIT)
+    recorder.add(**{f"passages_{name}": value for name, value in built.counts().items()})
+    errors += built.errors
     if settings.ENGRAM_KEYS_ENABLED:
         # Then the key documents a lost hint left unbuilt, or that went out of date (at most
         # KEY_SWEEP_LIMIT a minute: a backfill is build_keys' job).
@@ -48,6 +54,20 @@ def enrichment_sweep(*, recorder: JobRecorder, batch_size: int | None = None) ->
 
 # Memories the sweep's key pass visits per run.
 KEY_SWEEP_LIMIT = 2_000
+# Long memories the sweep's passage pass visits per run (each is a few model calls' worth).
+PASSAGE_SWEEP_LIMIT = 500
+
+
+def passages_build(*, recorder: JobRecorder, bucket: Bucket | None = None) -> PassagesReport:
+    """``build_passages``: split and embed every long memory whose passages are missing or out of
+    date (the backfill of memories written before passages existed, and after a new splitter).
+    Batched, each batch committed, resumable (the out-of-date condition is the cursor)."""
+    recorder.set_total(passages_pending_count(bucket=bucket))
+    report = memory_passages_build(bucket=bucket, on_batch=lambda r: recorder.advance(r.scanned))
+    recorder.add(**report.counts())
+    if report.failed:
+        recorder.fail("; ".join(report.errors))
+    return report
 
 
 def keys_build(*, recorder: JobRecorder, bucket: Bucket | None = None, wait: bool = True) -> KeysReport:

@@ -22,6 +22,7 @@ from memories.services.ingest.locks import hold_bucket
 from memories.services.ingest.rows import MemoryInput, Row
 from memories.services.keys import keys_forget
 from memories.services.lifecycle import DeleteReason, memories_trash, memory_remove
+from memories.services.passages import passages_forget
 from memories.services.signalling import send_safely
 from memories.services.stats_cache import note_writes
 from memories.text import text_hash
@@ -104,6 +105,8 @@ def memory_update(*, memory: Memory, actor: Actor | None = None, **changes) -> M
     if "content" in changes:
         # The text a step failed on is gone: the steps start afresh (a new failure is recorded anew).
         failures_forget(memory_ids=[memory.pk])
+        # Its passages are spans of the old text: built again (if it is still long) by the next pass.
+        passages_forget(memory_ids=[memory.pk])
     if "content" in changes or "created_at" in changes:
         # Its key said what the old text said, dated from the old time: built again after the commit.
         keys_forget(memory_ids=[memory.pk])

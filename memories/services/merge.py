@@ -245,10 +245,11 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
         ids = [row[0] for row in cur.fetchall()]
         events_bucket_moved(source_id=source.pk, target_id=target.pk, tenant_id=source.tenant_id, memory_ids=ids)
         cur.execute("DELETE FROM memory_embeddings_next WHERE bucket_id = %s", [source.pk])
-        # Their histories, enrichment failures, keys and the bucket's deleted memories go along (a
-        # removed source bucket would take them with it; the console lists failures by bucket). A
-        # key by another model than the target's is built again (memories.services.keys).
-        for table in ("memory_versions", "memories_deleted", "enrichment_failures", "memory_keys"):
+        # Their histories, enrichment failures, keys, passages and the bucket's deleted memories go
+        # along (a removed source bucket would take them with it; the console lists failures by
+        # bucket). A key or passage by another model than the target's is built again
+        # (memories.services.keys, memories.services.passages).
+        for table in ("memory_versions", "memories_deleted", "enrichment_failures", "memory_keys", "memory_passages"):
             cur.execute(
                 f"UPDATE {table} SET bucket_id = %s WHERE tenant_id = %s AND bucket_id = %s",
                 [target.pk, source.tenant_id, source.pk],

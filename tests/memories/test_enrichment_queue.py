@@ -41,7 +41,9 @@ def test_a_write_queues_enrichment_then_the_follow_ups_after_its_commit(
         [result] = memories_ingest(bucket=bucket, items=[MemoryInput(content="The boiler is serviced in March")])
         assert published == {}  # nothing before the commit
     [chain] = published["enrichment"]
-    assert [s.task for s in chain.tasks] == ["memories.enrich_memories", "memories.build_keys", *FOLLOW_UPS]
+    assert [s.task for s in chain.tasks] == [
+        "memories.enrich_memories", "memories.build_passages", "memories.build_keys", *FOLLOW_UPS,
+    ]  # fmt: skip
     assert chain.tasks[0].args == ([str(result.id)],) and chain.tasks[0].immutable
     assert "graph extraction" in published  # the graph's receiver of the same signal
 
@@ -51,7 +53,7 @@ def test_without_keys_the_chain_builds_none(bucket, published, django_capture_on
     with django_capture_on_commit_callbacks(execute=True):
         memories_ingest(bucket=bucket, items=[MemoryInput(content="The boiler is serviced in March")])
     [chain] = published["enrichment"]
-    assert [s.task for s in chain.tasks] == ["memories.enrich_memories", *FOLLOW_UPS]
+    assert [s.task for s in chain.tasks] == ["memories.enrich_memories", "memories.build_passages", *FOLLOW_UPS]
 
 
 def test_a_duplicate_write_queues_nothing(bucket, published, django_capture_on_commit_callbacks):

@@ -128,6 +128,9 @@ MEMORY_EXTRA_INDEXES = {
     "idx_memories_expires": (
         "CREATE INDEX idx_memories_expires ON public.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL)"
     ),
+    "idx_memories_long": (
+        "CREATE INDEX idx_memories_long ON public.memories USING btree (created_at, id) WHERE (token_count > 254)"
+    ),
     "idx_memories_enrich_pending": (
         "CREATE INDEX idx_memories_enrich_pending ON public.memories USING btree (created_at) "
         "WHERE ((embedding IS NULL) OR (text_lemmatized IS NULL) OR ((context_embedding IS NULL) AND "

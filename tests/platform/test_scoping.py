@@ -46,6 +46,7 @@ from memories.services import MemoryInput, memories_ingest, memory_delete, memor
 from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
 from memories.services.keys import memory_keys_build
+from memories.services.passages import memory_passages_build
 from sources.models import SourceChunk, SourceChunkMemory, TrashedChunkLink
 from sources.services.submit import source_submit_document
 from tenants import services
@@ -192,6 +193,13 @@ def _build_rows(tenant: Tenant, mark: str) -> None:
     MemoryEventTrim.objects.create(bucket=bucket, xid=last_event.xid, event_id=last_event.pk)
     failures_record(stage="graph", errors={ids[0]: f"{mark} tripped"})
     memory_keys_build(memory_ids=[ids[1]], wait=False)
+    # A memory past the model's window, and its passages.
+    [long] = memories_ingest(
+        bucket=bucket,
+        items=[MemoryInput(content=" ".join(f"{mark} planted bed {i} with leeks and beans." for i in range(60)))],
+        sequence=False,
+    )
+    assert memory_passages_build(memory_ids=[long.id]).passages >= 2
     person = Entity.objects.create(
         tenant=tenant, bucket=bucket, name=f"{mark} Marta", normalized_name=f"{mark} marta", type="PERSON"
     )
