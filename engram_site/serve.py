@@ -12,8 +12,16 @@ SIGINT and SIGTERM stop it, from the first line on: a process started in the bac
 non-interactive shell (``setsid ./engram serve &``) inherits SIGINT ignored, so both are set
 here before anything else, and the web server and the worker start with their default
 handlers rather than the ignored one. A signal during the start-up (migrations, static files)
-ends it there; once the children run, they are stopped (SIGTERM, then SIGKILL after 30 s) and
-``serve`` exits 0.
+ends it there, with status 128 + the signal's number; once the children run, they are stopped
+(SIGTERM, then SIGKILL after 30 s) and ``serve`` exits 0.
+
+The start-up is stopped by raising from the signal handler, and Python swallows an exception
+raised while it runs a finalizer (a ``weakref.finalize`` callback, a ``__del__``, a garbage
+collector callback: it prints "Exception ignored in ..." and goes on). A signal that landed
+there was lost: ``serve`` went on to start its children and ran on. So the handler records the
+stop before it raises, and the start-up checks that record between its steps (each migration,
+static files, the admin account, and once more before the children start): a stop is acted on
+where it lands, or at the latest at the next step.
 """
 
 from __future__ import annotations
@@ -46,14 +54,40 @@ class _Interrupted(BaseException):
         self.signum = signum
 
 
+# The stops asked for during the start-up: kept, so that one whose exception was swallowed
+# (see the module's docstring) still ends it.
+_stops_asked: list[int] = []
+
+
 def _interrupt(signum, frame):
+    _stops_asked.append(signum)  # first: the raise below may be lost
     raise _Interrupted(signum)
+
+
+def _go_on() -> None:
+    """A step of the start-up is done: end it here if a stop was asked for meanwhile."""
+    if _stops_asked:
+        raise _Interrupted(_stops_asked[0])
+
+
+def _migrate_command():
+    """Django's ``migrate``, with :func:`_go_on` after each step it reports (each migration
+    applied, the models rendered): a long list of migrations stops between two of them."""
+    from django.core.management.commands import migrate
+
+    class Migrate(migrate.Command):
+        def migration_progress_callback(self, action, migration=None, fake=False):
+            super().migration_progress_callback(action, migration, fake)
+            _go_on()
+
+    return Migrate()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     # Until the children run, either signal ends the start-up where it is (a migration rolls
     # back); an inherited SIG_IGN is replaced, and is not passed on to the children.
+    _stops_asked.clear()
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -74,9 +108,12 @@ def _serve(args: argparse.Namespace) -> int:
     workers = os.environ.get("ENGRAM_WEB_WORKERS", "2")
     threads = os.environ.get("ENGRAM_WEB_THREADS", "4")
 
-    call_command("migrate", interactive=False, verbosity=1)
+    call_command(_migrate_command(), interactive=False, verbosity=1)
+    _go_on()
     call_command("collectstatic", interactive=False, verbosity=0)
+    _go_on()
     call_command("ensure_admin")
+    _go_on()
 
     _metrics_directory(settings.ENGRAM_HOME / "metrics")
     activity.clear()  # markers of an earlier run's web processes (engram_site/activity.py)
@@ -91,6 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
+    _go_on()  # a stop asked for before these handlers, whose exception was swallowed
     children: dict[str, subprocess.Popen] = {}
     web_cmd = [
         sys.executable, "-m", "gunicorn", "engram_site.wsgi:application",
