@@ -10,6 +10,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from django.db.models import Q
+
 from audit.models import ActorKind, AuditEvent
 
 # An event keeps the first ids of a bulk change and the total count.
@@ -113,18 +115,23 @@ def audit_record_per_tenant(
         )  # fmt: skip
 
 
-def audit_scrub(*, tenant, object_ids: Iterable, texts: Iterable[str]) -> int:
-    """Replace ``texts`` wherever the details of ``tenant``'s events about ``object_ids`` quote
-    them — whole, or cut to their first :data:`QUOTE_MIN` or more characters — with
-    :data:`ERASED`. The events stay (what was done, to which ids, by whom); what the erased
-    rows said goes. Returns the number of events changed. For an erasure, inside its transaction."""
+def audit_scrub(*, tenant, texts: Iterable[str], object_ids: Iterable = (), actions: Iterable[str] = ()) -> int:
+    """Replace ``texts`` wherever the details of ``tenant``'s events about ``object_ids``, or of
+    ``actions``, quote them — whole, or cut to their first :data:`QUOTE_MIN` or more characters —
+    with :data:`ERASED`. The events stay (what was done, to which ids, by whom); what the erased
+    rows said goes. ``actions`` reaches the events that name erased things by what they were
+    called rather than by an erased row's id (a renamed entity or topic): their names are quoted
+    whole. Returns the number of events changed. For an erasure, inside its transaction."""
     ids = [str(i) for i in object_ids]
+    actions = sorted(set(actions))
     quotes = sorted({t for t in texts if t})
-    if not ids or not quotes:
+    if not (ids or actions) or not quotes:
         return 0
     changed = 0
-    # No index serves object_ids: the tenant's events are read through audit_tenant_time.
-    events = AuditEvent.objects.for_tenant(tenant).filter(object_ids__has_any_keys=ids).only("id", "details")
+    # No index serves object_ids: the tenant's events are read through audit_tenant_time (and
+    # those of ``actions`` alone through audit_tenant_action_time).
+    about = Q(object_ids__has_any_keys=ids) if ids else Q(pk__in=[])
+    events = AuditEvent.objects.for_tenant(tenant).filter(about | Q(action__in=actions)).only("id", "details")
     for event in events.iterator(chunk_size=500):
         details = _scrubbed(event.details, quotes)
         if details != event.details:

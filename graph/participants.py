@@ -15,7 +15,7 @@ from tenants.models import Bucket
 
 # The erasure report's graph counts (graph_erase_memories also counts the corrections it
 # deletes, which the report, and so the API's answer, has no field for).
-_ERASURE_COUNTS = ("graph_mentions", "graph_edges", "graph_entities")
+_ERASURE_COUNTS = ("graph_mentions", "graph_edges", "graph_entities", "audit_events_scrubbed")
 
 
 class GraphParticipant(Participant):

@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import uuid
 
-from graph.models import Correction, Edge, Entity, Mention, Processed
+from audit.services import audit_scrub
+from graph.models import Correction, CorrectionKind, Edge, Entity, Mention, Processed
 from graph.services.entities import mention_counts_refresh
 from graph.services.locks import bucket_lock
 from graph.services.timelines import supersession_recompute, timeline_windows_recompute
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
+
+# The audit actions of the operator's corrections (graph/corrections.py records "graph.<kind>").
+CORRECTION_ACTIONS = tuple(f"graph.{kind}" for kind in CorrectionKind.values)
+
+
+def _display_names(payload, keys: set[str]) -> set[str]:
+    """The display names a correction's payload gives the entities of ``keys`` (normalized names):
+    ``{"key", "name"}`` targets, and an edge's ``subject_name`` / ``object_name``."""
+    found: set[str] = set()
+    if isinstance(payload, dict):
+        if payload.get("key") in keys and isinstance(payload.get("name"), str):
+            found.add(payload["name"])
+        for end in ("subject", "object"):
+            if payload.get(end) in keys and isinstance(payload.get(f"{end}_name"), str):
+                found.add(payload[f"{end}_name"])
+        for value in payload.values():
+            found |= _display_names(value, keys)
+    elif isinstance(payload, list):
+        for value in payload:
+            found |= _display_names(value, keys)
+    return found
 
 
 def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict:
@@ -18,7 +40,9 @@ def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict
     Their mentions and edges go, and every entity they named that nothing else names now — no
     mention left, no edge as subject or object — goes too: an entity's name may be the person
     being forgotten. The timelines their edges were on, and the supersession of the memories
-    left on them (or superseded by an erased one), are recomputed, as after a delete.
+    left on them (or superseded by an erased one), are recomputed, as after a delete. The
+    operator's corrections naming a forgotten entity go, and the audit events of corrections
+    lose its names (``audit_events_scrubbed``).
     """
     ids = list(memory_ids)
     edges = Edge.objects.filter(tenant_id=tenant.pk, source_memory_id__in=ids)
@@ -51,10 +75,17 @@ def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict
         .exclude(pk__in=Edge.objects.filter(object_entity_id__in=named).values("object_entity_id"))
     )
     # An operator's corrections naming a forgotten entity go with it: they quote its name.
-    forgotten = list(orphans.values_list("normalized_name", flat=True))
-    counts["graph_corrections"] = (
-        Correction.objects.for_tenant(tenant).filter(names__overlap=forgotten).delete()[0] if forgotten else 0
-    )
+    forgotten_rows = list(orphans.values_list("normalized_name", "name", "aliases"))
+    forgotten = [key for key, _name, _aliases in forgotten_rows]
+    doomed = Correction.objects.for_tenant(tenant).filter(names__overlap=forgotten) if forgotten else None
+    # So do the names in the audit events of the operator's corrections (a rename's old and new
+    # names, an alias): those events name the entity by what it was called, not by a memory.
+    names = {text for key, name, aliases in forgotten_rows for text in (key, name, *aliases)}
+    if doomed is not None:
+        for payload in doomed.values_list("payload", flat=True):
+            names |= _display_names(payload, names)
+    counts["audit_events_scrubbed"] = audit_scrub(tenant=tenant, actions=CORRECTION_ACTIONS, texts=names)
+    counts["graph_corrections"] = doomed.delete()[0] if doomed is not None else 0
     counts["graph_entities"] = orphans.delete()[0]
     erased = set(ids)
     for bucket in buckets:

@@ -9,7 +9,9 @@ memories quoted from them, and — through their participants (:mod:`memories.pa
 ``erasure_lock``, ``erase``) — what the apps above keep: graph mentions, edges and the entities
 nothing else names, the documents and conversations they came from or that were submitted with
 those values, review candidates. Audit events that quoted them keep their ids
-but lose the text. One transaction; one ``memory.erase`` event with the counts and the names of
+but lose the text; so do the events of topic renames and merges that name a topic only they
+carried (and, through the graph's participant, those of graph corrections naming an entity the
+erasure forgets). One transaction; one ``memory.erase`` event with the counts and the names of
 the fields, never their values.
 """
 
@@ -71,7 +73,11 @@ _COUNTED = (
     "source_chunks",
     "duplicate_candidates",
     "conflict_candidates",
+    "audit_events_scrubbed",  # graph: the names of forgotten entities in its corrections' events
 )
+
+# The audit events that name topics (memories.services.topics; maintenance's reclassification).
+TOPIC_ACTIONS = ("topic.rename", "topic.merge", "topic.reclassify")
 
 
 @dataclass(frozen=True)
@@ -167,9 +173,16 @@ def _erase(
     # scrubbed from the audit log too.
     history = MemoryVersion.objects.filter(tenant_id=tenant.pk, memory_id__in=ids)
     said = [e.content for e in erased]
+    # The topics they were labelled with, now and before a rename: a topic no memory left
+    # carries was theirs, and its names leave the audit of topic renames and merges.
+    topics = set(live.values_list("classified_topic", flat=True)) | {
+        row.get("classified_topic") for row in gone.values_list("row", flat=True)
+    }
     for previous in history.values_list("previous", flat=True):
         if isinstance(previous, dict) and isinstance(previous.get("content"), str):
             said.append(previous["content"])
+        if isinstance(previous, dict) and isinstance(previous.get("classified_topic"), str):
+            topics.add(previous["classified_topic"])
     report.versions = history.delete()[0]
     with connection.cursor() as cur:
         cur.execute("DELETE FROM memories WHERE tenant_id = %s AND id = ANY(%s)", [tenant.pk, live_ids])
@@ -180,7 +193,8 @@ def _erase(
     events_erase(
         tenant_id=tenant.pk, erased=[(e.id, e.bucket_id, e.agent_id) for e in erased], agent_erased="agent_id" in fields
     )
-    report.audit_events_scrubbed = audit_scrub(tenant=tenant, object_ids=ids, texts=said)
+    report.audit_events_scrubbed += audit_scrub(tenant=tenant, object_ids=ids, texts=said)
+    report.audit_events_scrubbed += audit_scrub(tenant=tenant, actions=TOPIC_ACTIONS, texts=_forgotten(tenant, topics))
     audit_record(
         actor=actor, action="memory.erase", tenant=tenant, object_type="memory", object_ids=ids,
         # The names of the fields, not their values: an identifier of a person is what is being erased.
@@ -190,6 +204,32 @@ def _erase(
     touched = {e.bucket_id for e in erased}
     transaction.on_commit(lambda: forget_stats(touched))
     return report
+
+
+def _forgotten(tenant: Tenant, topics: set) -> set[str]:
+    """The ``topics`` that no memory of the tenant left (live or restorable) is labelled with,
+    nor was before a rename."""
+    topics = {t for t in topics if isinstance(t, str) and t}
+    if not topics:
+        return set()
+    # No index serves classified_topic: an erasure reads the tenant's rows once (idx_memories_tenant).
+    carried = set(
+        Memory.objects.filter(tenant_id=tenant.pk, classified_topic__in=topics)
+        .values_list("classified_topic", flat=True)
+        .distinct()
+    )
+    wanted = sorted(topics - carried)
+    # Restorable rows, and the history of the memories left (a topic renamed away from them).
+    carried |= set(
+        DeletedMemory.objects.filter(tenant_id=tenant.pk, row__classified_topic__in=wanted).values_list(
+            "row__classified_topic", flat=True
+        )
+    ) | set(
+        MemoryVersion.objects.filter(tenant_id=tenant.pk, previous__classified_topic__in=wanted).values_list(
+            "previous__classified_topic", flat=True
+        )
+    )
+    return topics - carried
 
 
 def _clear_contexts(tenant: Tenant, erased: list[_Erased], ids: list) -> int:

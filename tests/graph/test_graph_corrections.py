@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from audit.models import AuditEvent
-from audit.services import Actor
+from audit.services import ERASED, Actor
 from engram_site.exceptions import DomainError
 from graph import corrections
 from graph.models import Correction, Edge, Entity, Mention
@@ -203,6 +203,24 @@ def test_corrections_follow_a_bucket_merge_and_go_with_an_erased_person(bucket, 
     Memory.objects.for_bucket(bucket).update(agent_id="gone")
     memories_erase(tenant=tenant, fields={"agent_id": "gone"}, actor=actor)
     assert not Correction.objects.exists()
+
+
+def test_an_erasure_scrubs_the_names_of_forgotten_entities_from_the_audit_of_their_corrections(bucket, tenant, actor):
+    write_extracted(bucket, "Zephyrine Quill lives in Oslo.", agent_id="gone")
+    write_extracted(bucket, "Alice Chen works at Acme.", agent_id="kept")
+    corrections.entity_rename(entity=entity(bucket, "zephyrine quill"), name="Zephyrine Q. Quill", actor=actor)
+    corrections.entity_alias_add(entity=entity(bucket, "zephyrine q quill"), alias="Zephy", actor=actor)
+    corrections.entity_rename(entity=entity(bucket, "alice chen"), name="Alice M. Chen", actor=actor)
+    memories_erase(tenant=tenant, fields={"agent_id": "gone"}, actor=actor)
+    assert not Entity.objects.for_bucket(bucket).filter(normalized_name__contains="zephyrine").exists()
+    events = AuditEvent.objects.filter(tenant_id=tenant.pk, action__startswith="graph.")
+    assert events.count() == 3  # the events stay: who did what, when, to which ids
+    for event in events:
+        assert "zephy" not in str(event.details).lower(), (event.action, event.details)
+    kept = events.get(details__to__key="alice m chen")  # a name nothing erased stays as it was
+    assert kept.details["entity"] == {"key": "alice chen", "type": "PERSON", "name": "Alice Chen"}
+    assert events.filter(details__entity__name=ERASED, details__to__name=ERASED).count() == 1
+    assert events.get(action="graph.alias_add").details["alias"] == ERASED
 
 
 # --- the console -------------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ from maintenance.models import DuplicateCandidate
 from memories.models import DeletedMemory, Memory, MemoryAccess, MemoryVersion
 from memories.services import MemoryInput, memories_ingest
 from memories.services.buckets import bucket_create
+from memories.services.erasure import memories_erase
+from memories.services.topics import topic_rename, topics_merge
 from sources.models import Source, SourceChunk, SourceChunkMemory
 from sources.services.process import source_process
 from sources.services.submit import MessageInput, source_submit_conversation, source_submit_document
@@ -339,6 +341,26 @@ def test_the_erase_command_counts_refuses_and_erases(world, tenant):
     assert Memory.objects.filter(pk=world.outside).exists()
     actions = list(AuditEvent.objects.filter(action="memory.erase").values_list("actor_label", flat=True))
     assert actions == ["manage.py erase", "manage.py erase"]
+
+
+def test_an_erasure_scrubs_topic_names_only_its_memories_carried_from_topic_renames(tenant, bucket):
+    gone = write(bucket, f"{NAME} Quill plays the theremin.", f"{NAME} Quill gardens on Sundays.", agent_id=GONE)
+    kept = write(bucket, "The team meets on Mondays.", "The garden needs watering.", agent_id=KEPT)
+    for memory_id, topic in zip([*gone, *kept], ["zephyrine music", "hobbies", "work", "hobbies"], strict=True):
+        Memory.objects.filter(pk=memory_id).update(classified_topic=topic)
+    actor = Actor.system("console")
+    topic_rename(bucket=bucket, topic="zephyrine music", new_name="Zephyrine's theremin", actor=actor)
+    topic_rename(bucket=bucket, topic="hobbies", new_name="pastimes", actor=actor)
+    topics_merge(bucket=bucket, topics=["work", "Zephyrine's theremin"], into="misc", actor=actor)
+    memories_erase(tenant=tenant, fields={"agent_id": GONE}, actor=actor)
+    renames = {e.details["to"]: e.details for e in AuditEvent.objects.filter(action="topic.rename")}
+    # Names no memory left carries are scrubbed; a topic other memories still carry is not theirs alone.
+    assert renames[ERASED]["from"] == ERASED
+    assert renames["pastimes"]["from"] == "hobbies"
+    merge = AuditEvent.objects.get(action="topic.merge").details
+    assert merge["from"] == ["work", ERASED] and merge["to"] == "misc"
+    for event in AuditEvent.objects.filter(tenant_id=tenant.pk):
+        assert "zephyrine" not in str(event.details).lower(), event.action
 
 
 def test_the_audit_scrub_replaces_whole_and_cut_quotes_only(tenant):
