@@ -99,3 +99,21 @@ def split(text: str, *, offsets: list[tuple[int, int]] | None = None) -> list[Sp
             nxt -= 1
             overlap += sizes[nxt]
         first = nxt
+
+
+# Context an excerpt adds on each side of its passage: the neighbouring sentence, if no longer.
+EXCERPT_CONTEXT_CHARS = 300
+
+
+def excerpt_span(text: str, start: int, end: int) -> Span:
+    """A passage (``start``, ``end``) of ``text`` with a little context: the sentence (line,
+    paragraph) just before it and the one just after it, each when not longer than
+    :data:`EXCERPT_CONTEXT_CHARS`."""
+    units = _units(text)
+    before = [u for u in units if u.end <= start]
+    after = [u for u in units if u.start >= end]
+    if before and before[-1].end - before[-1].start <= EXCERPT_CONTEXT_CHARS:
+        start = before[-1].start
+    if after and after[0].end - after[0].start <= EXCERPT_CONTEXT_CHARS:
+        end = after[0].end
+    return Span(start, end)

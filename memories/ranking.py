@@ -38,6 +38,7 @@ KEYWORD_SIGNALS = ("keyword", "keyword_context", "keyword_key")
 FUSION_METHODS = ("rrf", "score")
 DIVERSITY_QUESTIONS = ("several", "all")
 GRAPH_CANDIDATES = ("walk", "entities")
+PASSAGE_MODES = ("off", "max")
 # Signals under which a memory outside a short list scores 0 (no path in the graph), so the
 # list's floor is 0. Not BM25: with 0 as the floor of short keyword lists, weak one-word matches
 # kept more of their score and our evaluation set fell from 0.900 to 0.865 (LoCoMo unchanged).
@@ -147,6 +148,12 @@ class RankingConfig:
     importance_boost: float = 0.5
     # Superseded (historical) memories are demoted, not hidden.
     superseded_weight: float = 0.5
+    # Long memories (memories/retrieval/passages.py): "max" scores a memory in the vector list by
+    # the best of its own vector (its first ~1,000 characters: the model's window) and its
+    # passages', and finds it by a passage too; "off", by its own vector alone. passage_second
+    # draws the best towards the second best ((1 - w) x best + w x second).
+    passages: str = "off"
+    passage_second: float = 0.0
     # pgvector HNSW search breadth (recall vs. latency; see bench/results/).
     ef_search: int = 100
     # A memory without a context vector (the first of its sequence, or written with
@@ -193,6 +200,7 @@ _NUMERIC_BOUNDS = {
     "trust_boost": (0.0, 2.0),
     "importance_boost": (0.0, 2.0),
     "superseded_weight": (0.0, 1.0),
+    "passage_second": (0.0, 1.0),
     "ef_search": (10, EF_SEARCH_MAX),
 }
 
@@ -221,6 +229,10 @@ def _coerce(name: str, value):
     if name == "graph_candidates":
         if value not in GRAPH_CANDIDATES:
             raise RankingConfigError(f"graph_candidates must be one of {list(GRAPH_CANDIDATES)}")
+        return value
+    if name == "passages":
+        if value not in PASSAGE_MODES:
+            raise RankingConfigError(f"passages must be one of {list(PASSAGE_MODES)}")
         return value
     if name == "diversity_questions":
         if value not in DIVERSITY_QUESTIONS:

@@ -46,6 +46,16 @@ class SearchHitOut(serializers.Serializer):
     superseded = serializers.BooleanField()
     superseded_by = serializers.UUIDField(allow_null=True)
     importance = serializers.FloatField(allow_null=True)
+    passage = serializers.JSONField(
+        allow_null=True,
+        help_text="a memory longer than the model's window: its passage nearest the question, "
+        "{ordinal, start, end} (character offsets in the memory's content); null otherwise",
+    )
+    excerpt = serializers.JSONField(
+        allow_null=True,
+        help_text="set when `content` is part of the memory (the passage with a little context, see the "
+        "request's `excerpt`): {start, end}, its character offsets in the memory's content; null otherwise",
+    )
     explain = serializers.JSONField(required=False)
 
 
@@ -66,16 +76,20 @@ def _hit_json(hit: retrieval.Hit, explain: bool, with_bucket: bool = False) -> d
     if with_bucket:
         item["bucket_id"] = str(row["bucket_id"])
     item |= {
-        "content": row["content"],
+        "content": hit.content,
         "score": round(hit.score, 6),
         "created_at": _DATETIME_OUT.to_representation(row["created_at"]),
     }
     for name in ("attributed_to", "agent_id", "run_id", "source_actor_id", "hint_root", "hint_tags", "metadata",
                  "classified_scope", "classified_topic", "token_count"):  # fmt: skip
         item[name] = row[name]
+    if hit.excerpt is not None:
+        item["token_count"] = hit.excerpt_tokens
     item["superseded"] = bool(row["superseded"])
     item["superseded_by"] = str(row["superseded_by"]) if row["superseded_by"] is not None else None
     item["importance"] = row["importance"]
+    item["passage"] = hit.passage.as_json() if hit.passage is not None else None
+    item["excerpt"] = {"start": hit.excerpt[0], "end": hit.excerpt[1]} if hit.excerpt is not None else None
     if explain:
         item["explain"] = hit.explain
     return item
@@ -102,6 +116,12 @@ class SearchApi(APIView):
         explain = StrictBooleanField(default=False)
         ranking = JSONObjectField(required=False, help_text="overrides of the ranking defaults")
         now = StrictDateTimeField(required=False, help_text="evaluate recency and relative dates at this time")
+        excerpt = serializers.ChoiceField(
+            choices=retrieval.EXCERPT_MODES,
+            default="auto",
+            help_text="a long memory's hit: `auto` returns its matched passage with a little context when the "
+            "whole memory does not fit what is left of `token_budget`; `passage` always; `whole` never",
+        )
 
         def validate_ranking(self, value):
             try:
@@ -137,12 +157,15 @@ def _search(data: dict, buckets: list, *, agents=None, across: bool = False) -> 
         explain=data["explain"],
         ranking_overrides=data.get("ranking"),
         now=data.get("now"),
+        excerpt=data["excerpt"],
     )
     payload = {
         "mode_used": result.mode_used,
         "results": [_hit_json(hit, data["explain"], with_bucket=across) for hit in result.hits],
         "warnings": result.warnings,
-        "total_tokens": sum(h.row["token_count"] or 0 for h in result.hits),
+        "total_tokens": sum(
+            (h.excerpt_tokens if h.excerpt is not None else h.row["token_count"]) or 0 for h in result.hits
+        ),
     }
     usage.record_search(
         tenant_id=buckets[0].tenant_id,

@@ -8,7 +8,8 @@ One job per module:
 - :mod:`.concurrency` — the thread pools signals run in;
 - :mod:`.neighbours` — the sequence-neighbour lift; :mod:`.rows` — reading candidates' rows;
 - :mod:`.query` — cues read from the query; :mod:`.fusion` — the boosts;
-- :mod:`.hits` — hits, the result, the token budget.
+- :mod:`.passages` — long memories: a memory scored by its best passage, the passage a hit names;
+- :mod:`.hits` — hits, the result, the token budget (and a long hit's excerpt).
 
 The weights and options are :mod:`memories.ranking`'s; the filters :mod:`memories.filters`'.
 This package re-exports the names other apps import from ``memories.retrieval``. Patch a
@@ -18,7 +19,7 @@ the copies here are not the ones looked up.
 
 from memories.filters import MemoryFilters
 from memories.retrieval.concurrency import close_search_connections
-from memories.retrieval.hits import Hit, SearchResult
+from memories.retrieval.hits import EXCERPT_MODES, Hit, SearchResult
 from memories.retrieval.query import asks_when, has_time_expression, named_people, preferred_scope
 from memories.retrieval.search import (
     BUDGET_DEFAULT_LIMIT,
@@ -35,6 +36,7 @@ __all__ = [
     "BUDGET_DEFAULT_LIMIT",
     "EF_GROWS_FROM",
     "EXACT_SCAN_BELOW",
+    "EXCERPT_MODES",
     "MAX_LIMIT",
     "MODES",
     "GraphSignal",

@@ -23,7 +23,9 @@ from engram_site import metrics, tracing
 from engram_site.providers import embedding
 from memories import access, ranking
 from memories.filters import MemoryFilters, bucket_list
+from memories.models import LONG_MEMORY_TOKENS
 from memories.retrieval import diversity, fusion, hits, keyword, neighbours, rows, sessions, vector
+from memories.retrieval import passages as retrieval_passages
 from memories.retrieval.concurrency import start
 from memories.retrieval.hits import Hit, SearchResult
 from tenants.models import Bucket
@@ -54,6 +56,23 @@ def _merged(per_bucket: list[tuple[list, dict]], limit: int) -> tuple[list[tuple
     return ranked, {memory_id: paths[memory_id] for memory_id, _score in ranked if memory_id in paths}
 
 
+def _which_passages(found: list[Hit], matches: dict, query: str, model: str, explain: bool) -> None:
+    """Name, on each long memory among ``found``, the passage nearest the question: the vector
+    signal's, or (a hit another signal found) read for it here in one statement."""
+    missing = [h.id for h in found if h.id not in matches and (h.row["token_count"] or 0) > LONG_MEMORY_TOKENS]
+    if missing:
+        matches = {
+            **matches,
+            **retrieval_passages.passages_of(missing, embedding.embed_query(query, model=model), model=model),
+        }
+    for hit in found:
+        best = matches.get(hit.id)
+        if best:
+            hit.passage = best[0]
+            if explain:
+                hit.explain["passage"] = {**best[0].as_json(), "similarity": round(best[0].similarity, 6)}
+
+
 @metrics.timed_search
 @tracing.traced("engram.search", keywords=("mode",))
 def memories_search(
@@ -69,6 +88,7 @@ def memories_search(
     ranking_overrides: dict | None = None,
     now: datetime | None = None,
     record_access: bool = True,
+    excerpt: str = "auto",
 ) -> SearchResult:
     """Search ``bucket`` — or ``buckets``, several of one tenant, as one collection — for
     ``query``; hits best first.
@@ -82,6 +102,10 @@ def memories_search(
 
     ``hybrid`` and ``vector`` degrade to ``keyword`` when the embedding model is
     unavailable, and say so in ``mode_used`` and ``warnings``.
+
+    A hit of a long memory names its passage nearest the question (``passage``), and may
+    return that passage with a little context instead of the whole memory (``excerpt``:
+    :data:`~memories.retrieval.hits.EXCERPT_MODES`, see :func:`~memories.retrieval.hits.apply_budget`).
     """
     if (bucket is None) == (buckets is None):
         raise TypeError("give bucket or buckets")
@@ -120,6 +144,7 @@ def memories_search(
         warnings.append("The graph signal is not available; no results.")
 
     lists: dict[str, list[tuple[uuid.UUID, float]]] = {}
+    passage_matches: dict = {}  # long memories: memory id -> its passages nearest the query
     coverage: float | None = None
     methods: dict[str, str] = {}
     graph_paths: dict = {}
@@ -129,7 +154,9 @@ def memories_search(
         )
     if vector_side is not None:
         try:
-            memory_vector, context_vector, key_vector, embedding_model = vector_side.result()
+            memory_vector, context_vector, key_vector, (passage_matches, passage_method), embedding_model = (
+                vector_side.result()
+            )
         except embedding.EmbeddingUnavailable as exc:
             warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
             mode_used = "keyword"
@@ -142,6 +169,8 @@ def memories_search(
             for signal, (ranked, method) in vectors:
                 if method:
                     lists[signal], methods[signal] = ranked, method
+            if passage_method:
+                methods["passages"] = passage_method
     if graph_sides:
         lists["graph"], graph_paths = _merged([side.result() for side in graph_sides], config.candidates)
 
@@ -203,7 +232,11 @@ def memories_search(
         found = diversity.diversify(
             found, diversity.vectors(bucket, [h.id for h in found[: config.diversity_pool]]), config
         )
-    found = hits.apply_budget(found, limit, token_budget)
+    if config.passages != "off" and embedding_model and "+" not in embedding_model:
+        # Which part of each long hit matched (the budget may return that part alone).
+        _which_passages(found if token_budget is not None else found[:limit], passage_matches, query,
+                        embedding_model, explain)  # fmt: skip
+    found = hits.apply_budget(found, limit, token_budget, excerpt)
     if record_access and found:
         access.record([h.id for h in found])
     return SearchResult(mode_used=mode_used, hits=found, warnings=warnings, embedding_model=embedding_model)

@@ -134,13 +134,15 @@ class _BucketStats:
                         ) k),
                        (SELECT count(*) FROM memory_keys WHERE tenant_id = %s AND bucket_id = %s),
                        (SELECT count(*) FROM memory_keys
+                        WHERE tenant_id = %s AND bucket_id = %s AND embedding IS NOT NULL),
+                       (SELECT count(*) FROM memory_passages
                         WHERE tenant_id = %s AND bucket_id = %s AND embedding IS NOT NULL)
                 FROM (SELECT text_lemmatized, context_lemmatized FROM memories
                       WHERE tenant_id = %s AND bucket_id = %s ORDER BY created_at DESC LIMIT 2000) m
                 """,
-                [bucket.tenant_id, bucket.pk] * 4,
+                [bucket.tenant_id, bucket.pk] * 5,
             )
-            avgdl, avgdl_context, avgdl_key, keyed, key_embedded = cur.fetchone()
+            avgdl, avgdl_context, avgdl_key, keyed, key_embedded, passage_embedded = cur.fetchone()
         stats = {
             "n": total,
             "n_context": with_context,
@@ -148,6 +150,7 @@ class _BucketStats:
             "n_context_embedded": context_embedded,
             "n_key": keyed or 0,
             "n_key_embedded": key_embedded or 0,
+            "n_passage_embedded": passage_embedded or 0,
             "avgdl": float(avgdl or 1.0),
             "avgdl_context": float(avgdl_context or 1.0),
             "avgdl_key": float(avgdl_key or 1.0),
@@ -226,8 +229,8 @@ class _BucketStats:
             total = sum(s[weight] for s in sizes)
             return sum(s[value] * s[weight] for s in sizes) / total if total else 1.0
 
-        counts = ("n", "n_context", "n_embedded", "n_context_embedded", "n_key", "n_key_embedded")
-        combined = {key: sum(s[key] for s in sizes) for key in counts}
+        counts = ("n", "n_context", "n_embedded", "n_context_embedded", "n_key", "n_key_embedded", "n_passage_embedded")
+        combined = {key: sum(s.get(key, 0) for s in sizes) for key in counts}
         combined["avgdl"] = weighted("avgdl", "n")
         combined["avgdl_context"] = weighted("avgdl_context", "n_context")
         combined["avgdl_key"] = weighted("avgdl_key", "n_key")

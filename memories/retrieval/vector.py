@@ -17,6 +17,7 @@ from engram_site.providers import embedding
 from memories import ranking
 from memories.filters import MemoryFilters, bucket_list, in_buckets
 from memories.models import half_precision_distance
+from memories.retrieval import passages
 from memories.retrieval.concurrency import start_walk
 from memories.retrieval.stats import bucket_stats
 from tenants.models import Bucket
@@ -34,6 +35,8 @@ EXACT_SCAN_BELOW = 2000
 # vectors the configured ef_search is multiplied by (graph size / EF_GROWS_FROM) ** EF_GROWTH:
 # x2.3 at 250k, x4.3 at 500k, x8 at 1M. The graphs are table-wide (every tenant's vectors are in them).
 EF_GROWS_FROM = 100_000
+# Passages read per candidate wanted (nearest_passages): a long memory has several near a question.
+PASSAGES_PER_CANDIDATE = 3
 EF_GROWTH = 0.9
 
 
@@ -228,6 +231,66 @@ def nearest_key(
     return sorted(((r[0], float(r[1])) for r in rows), key=lambda r: r[1], reverse=True), "hnsw"
 
 
+def nearest_passages(
+    bucket: Bucket | list[Bucket],
+    query_vector,
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    *,
+    model: str,
+) -> tuple[dict[uuid.UUID, list[passages.PassageMatch]], str]:
+    """The memories with passages nearest the query, each with its nearest passages (best first,
+    at most two), and how they were found: an exact read below ``EXACT_SCAN_BELOW`` passages (or
+    filters the planner says leave few memories), an HNSW walk (``idx_memory_passages_hnsw``)
+    above. A passage is read with its memory, whose columns the filters test, only while it is
+    of the memory's current text and by ``model``. A bucket without passages costs no statement."""
+    buckets = bucket_list(bucket)
+    stats = bucket_stats.size_of(buckets)
+    population = stats.get("n_passage_embedded", 0)
+    if population == 0:
+        return {}, "none"
+    where, params = filters.sql(buckets)
+    passages_in, passages_params = in_buckets(buckets, "p")
+    source = f"""
+        memory_passages p JOIN memories m ON m.id = p.memory_id AND m.text_hash IS NOT DISTINCT FROM p.text_hash
+        WHERE {" AND ".join(passages_in)} AND p.embedding IS NOT NULL AND p.embedding_model = %s AND {where}
+    """
+    source_params = [*passages_params, model, *params]
+    vector = np.asarray(query_vector, dtype=np.float32)
+    limit = config.candidates * PASSAGES_PER_CANDIDATE
+    columns = "p.memory_id, p.ordinal, p.char_start, p.char_end"
+    exact_sql = f"""
+        WITH b AS MATERIALIZED (SELECT {columns}, p.embedding AS v FROM {source})
+        SELECT memory_id, ordinal, char_start, char_end, 1 - (v <=> %s::vector) FROM b
+        ORDER BY v <=> %s::vector LIMIT %s
+    """
+    exact_params = [*source_params, vector, vector, limit]
+    with binding_cursor(connection) as cur:
+        if population < EXACT_SCAN_BELOW or (
+            where != MemoryFilters().sql(buckets)[0]
+            and bucket_stats.filtered_rows(
+                buckets[0], "embedding", where, params, lambda: estimated_rows(where, params, "embedding")
+            )
+            < EXACT_SCAN_BELOW
+        ):
+            cur.execute(exact_sql, exact_params)
+            return passages.grouped(cur.fetchall()), "exact"
+        graph = max(population, stats["table_rows"] * population / max(1, stats["n"]))
+        hnsw_settings(cur, max(scaled_ef_search(config.ef_search, graph), limit))
+        cur.execute(
+            f"""
+            SELECT {columns}, 1 - (p.embedding <=> %s::vector) FROM {source}
+            ORDER BY {half_precision_distance("p.embedding", "%s::vector")} LIMIT %s
+            """,
+            [vector, *source_params, vector, limit],
+        )
+        rows = cur.fetchall()
+        if len(rows) < min(limit, population):
+            cur.execute(exact_sql, exact_params)
+            return passages.grouped(cur.fetchall()), "exact"
+    return passages.grouped(rows), "hnsw"
+
+
 def _neighbours(rows, method: str) -> tuple[list[tuple[uuid.UUID, float]], str, set[uuid.UUID]]:
     return [(r[0], float(r[1])) for r in rows], method, {r[0] for r in rows if r[2]}
 
@@ -248,9 +311,10 @@ def _with_stand_ins(
 @metrics.timed(metrics.SIGNAL_SECONDS, signal="vector")
 @tracing.traced("engram.search.signal", signal="vector")
 def vector_signals(bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig):
-    """Embed the query by the buckets' model, then the nearest-neighbour lists (the context and
-    key ones in other threads when ENGRAM_SEARCH_PARALLEL is on), and the model they are by.
-    EmbeddingUnavailable when the model is.
+    """Embed the query by the buckets' model, then the nearest-neighbour lists (the context, key
+    and passage ones in other threads when ENGRAM_SEARCH_PARALLEL is on), the passages that
+    matched (memory -> its nearest passages, memories.retrieval.passages) with how they were
+    found, and the model they are by. EmbeddingUnavailable when the model is.
 
     ``bucket`` may be several buckets: those of one model are one walk over them all with one
     query vector. Buckets of different models (one in the middle of a switch, say) are walked
@@ -269,7 +333,9 @@ def vector_signals(bucket: Bucket | list[Bucket], query: str, filters: MemoryFil
         ranked = sorted((item for f in found for item in f[side][0]), key=lambda r: r[1], reverse=True)[:limit]
         return ranked, "+".join(sorted({f[side][1] for f in found if f[side][1]}))
 
-    return merged(0), merged(1), merged(2), "+".join(sorted(f[3] for f in found))
+    matches = {memory_id: found_of for f in found for memory_id, found_of in f[3][0].items()}
+    passage_methods = "+".join(sorted({f[3][1] for f in found if f[3][1]}))
+    return merged(0), merged(1), merged(2), (matches, passage_methods), "+".join(sorted(f[4] for f in found))
 
 
 def _signals_of_one_model(
@@ -298,6 +364,9 @@ def _walks(
     key_side = None
     if config.weight("vector_key") > 0:
         key_side = start_walk(nearest_key, bucket, query_vector, filters, config, model=model)
+    passage_side = None
+    if config.passages != "off" and config.weight("vector") > 0:
+        passage_side = start_walk(nearest_passages, bucket, query_vector, filters, config, model=model)
     nothing = ([], "", set())
     memory_ranked, memory_method, bare = (
         nearest(bucket, query_vector, filters, config, context=False, model=model)
@@ -310,4 +379,13 @@ def _walks(
     if config.context_stand_in and context_ranked and bare:
         context_ranked = _with_stand_ins(context_ranked, memory_ranked, bare, config.candidates)
     key_ranked, key_method = key_side.result() if key_side else ([], "")
-    return (memory_ranked, memory_method), (context_ranked, context_method), (key_ranked, key_method)
+    # Long memories: the best of their own vector and their passages' (after the stand-ins,
+    # which stand in a memory's own vector).
+    matches, passage_method = passage_side.result() if passage_side else ({}, "")
+    memory_ranked = passages.with_passages(memory_ranked, matches, config)
+    return (
+        (memory_ranked, memory_method),
+        (context_ranked, context_method),
+        (key_ranked, key_method),
+        (matches, passage_method),
+    )

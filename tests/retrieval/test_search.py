@@ -890,7 +890,7 @@ def test_search_hits_are_written_exactly_as_the_documented_serializer_writes_the
             )
             assert len(result.hits) == 4
             for hit in result.hits:
-                item = {**hit.row, "score": round(hit.score, 6)}
+                item = {**hit.row, "score": round(hit.score, 6), "passage": None, "excerpt": None}
                 if explain:
                     item["explain"] = hit.explain
                 assert as_json(apis._hit_json(hit, explain)) == as_json(apis.SearchHitOut(item).data)

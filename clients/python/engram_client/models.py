@@ -179,6 +179,10 @@ class SearchHit(Model):
     superseded_by: str | None = None
     importance: float | None = None
     explain: dict[str, Any] | None = None  # with explain=True
+    # A long memory's passage nearest the question: {"ordinal", "start", "end"}.
+    passage: dict[str, Any] | None = None
+    # Set when content is part of the memory (its passage with a little context): {"start", "end"}.
+    excerpt: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
