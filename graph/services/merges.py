@@ -6,7 +6,7 @@ import uuid
 
 from django.db import connection, transaction
 
-from graph.models import Entity
+from graph.models import Correction, CorrectionKind, Entity
 from graph.services.entities import mention_counts_refresh
 from graph.services.locks import bucket_lock
 from graph.services.timelines import graph_recompute
@@ -23,7 +23,8 @@ def graph_absorb_memories(*, mapping: dict[uuid.UUID, uuid.UUID]) -> dict:
     A mention the survivor already has is dropped; an edge stating a fact the survivor
     already states (same subject, predicate and object) is dropped, the others now come
     from the survivor. Then the timelines those edges are on, and the supersession of
-    the memories on them, are recomputed in the survivors' buckets.
+    the memories on them, are recomputed in the survivors' buckets. The operator's corrections
+    keyed by an absorbed memory follow it to its survivor (:func:`_corrections_follow`).
     """
     if not mapping:
         return {"mentions": 0, "edges": 0}
@@ -81,9 +82,43 @@ def graph_absorb_memories(*, mapping: dict[uuid.UUID, uuid.UUID]) -> dict:
         )
         cur.execute("SELECT DISTINCT bucket_id FROM memories WHERE id = ANY(%s)", [survivors])
         bucket_ids = [row[0] for row in cur.fetchall()]
+    corrections = _corrections_follow(mapping, bucket_ids)
     for bucket in Bucket.objects.filter(pk__in=bucket_ids).order_by("pk"):
         graph_recompute(bucket=bucket, memory_ids=survivors)
-    return {"mentions": mentions, "edges": edges}
+    return {"mentions": mentions, "edges": edges, "corrections": corrections}
+
+
+# The corrections that name memories by id: a split's memories, an edge's source memory.
+_BY_MEMORY = (CorrectionKind.SPLIT, CorrectionKind.EDGE_DELETE, CorrectionKind.EDGE_FIX)
+
+
+def _corrections_follow(mapping: dict[uuid.UUID, uuid.UUID], bucket_ids: list) -> int:
+    """The operator's corrections keyed by an absorbed memory now name its survivor, as its
+    mentions and edges do: the split's moved mentions and the deleted or fixed edges are the
+    survivor's from now on (a rebuild, or the survivor read again with new content, follows
+    them). The absorbed id stays in the payload (``merged_from``). Returns how many changed."""
+    absorbed = {str(k): str(v) for k, v in mapping.items()}
+    changed = []
+    # graph_corrections_bucket: the buckets' corrections (an operator's few), filtered here.
+    for correction in Correction.objects.filter(bucket_id__in=bucket_ids, kind__in=_BY_MEMORY).order_by("id"):
+        payload = correction.payload
+        if correction.kind == CorrectionKind.SPLIT:
+            ids = [str(m) for m in payload.get("memory_ids", [])]
+            moved = sorted(m for m in ids if m in absorbed)
+            if not moved:
+                continue
+            payload["memory_ids"] = sorted({absorbed.get(m, m) for m in ids})
+            payload["merged_from"] = sorted({*payload.get("merged_from", []), *moved})
+        else:
+            edge = payload.get("edge", {})
+            memory_id = str(edge.get("memory_id"))
+            if memory_id not in absorbed:
+                continue
+            edge["memory_id"] = absorbed[memory_id]
+            edge["merged_from"] = sorted({*edge.get("merged_from", []), memory_id})
+        changed.append(correction)
+    Correction.objects.bulk_update(changed, ["payload"])
+    return len(changed)
 
 
 def _entity_pairs(source: Bucket, target: Bucket) -> list[tuple[uuid.UUID, uuid.UUID]]:

@@ -17,7 +17,9 @@ from graph.rules import Target, edge_key, rules_replay
 from memories.models import Memory
 from memories.services import buckets as memory_buckets
 from memories.services.buckets import bucket_create
+from memories.services.edits import memory_update
 from memories.services.erasure import memories_erase
+from memories.services.merge import memories_absorb
 from tests.factories import make_operator, write_extracted
 from tests.support.db import graph_facts, graph_snapshot
 
@@ -130,6 +132,24 @@ def test_deleted_and_fixed_edges_stay_so_after_a_rebuild(bucket, story, actor):
     assert graph_facts(bucket) == before
     fixed = Edge.objects.for_bucket(bucket).get(object_literal="Denver, Colorado")
     assert fixed.functional_key == "lives_in"  # still on Robert's timeline of homes
+
+
+def test_split_and_edge_corrections_follow_a_memory_into_the_one_that_absorbs_it(bucket, story, actor):
+    paris, acme = story["Bob lives in Paris."], story["Carol works at Acme."]
+    corrections.entity_split(entity=entity(bucket, "robert smith"), name="Bob Jones", memory_ids=[paris], actor=actor)
+    carol = Edge.objects.for_bucket(bucket).get(subject__normalized_name="carol", predicate="works_at")
+    corrections.edge_fix(edge=carol, predicate="works_at", object_literal="Acme Robotics", actor=actor)
+    # Each corrected memory goes into another (a duplicate's or a contradiction's merge), which
+    # then says what it said (a merge that takes new content): the corrections hold there.
+    survivors = write_extracted(bucket, "The weather was mild.", "The sky was grey.")
+    memories_absorb(mapping={paris: survivors[0], acme: survivors[1]}, actor=actor)
+    for survivor, content in zip(survivors, ["Bob lives in Paris.", "Carol works at Acme."], strict=True):
+        memory_update(memory=Memory.objects.get(pk=survivor), content=content, actor=actor)
+    rebuild(bucket)
+    facts = graph_facts(bucket)
+    assert {("Bob Jones", "lives_in", "Paris"), ("Carol", "works_at", "Acme Robotics")} <= facts
+    assert not {("Robert Smith", "lives_in", "Paris"), ("Carol", "works_at", "Acme")} & facts
+    assert mentioned_in(bucket, "bob jones") == {survivors[0]}
 
 
 def test_corrections_are_recorded_with_the_operator_and_the_time_and_audited(bucket, story, actor, operator):
