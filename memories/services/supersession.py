@@ -69,13 +69,38 @@ def _decided_by_a_person(memory_id: uuid.UUID, *, successor: uuid.UUID | None) -
     return latest in (ActorKind.OPERATOR, ActorKind.TOKEN)
 
 
+def _decided_by_people(rows: list[tuple]) -> set[uuid.UUID]:
+    """Among superseded (id, superseded_at, superseded_by) rows, those whose supersession an
+    operator or a token made and whose successor still exists (:func:`_decided_by_a_person`,
+    set-based: a rebuild reads a bucket's superseded memories at once)."""
+    decided: set[uuid.UUID] = set()
+    for start in range(0, len(rows), 5000):
+        batch = rows[start : start + 5000]
+        # idx_versions_memory: each memory's latest supersession, and who made it.
+        latest = (
+            MemoryVersion.objects.filter(memory_id__in=[r[0] for r in batch], kind=VersionKind.SUPERSEDED)
+            .order_by("memory_id", "-id")
+            .distinct("memory_id")
+            .values_list("memory_id", "actor_kind")
+        )
+        by_person = {m for m, kind in latest if kind in (ActorKind.OPERATOR, ActorKind.TOKEN)}
+        successors = {r[2] for r in batch if r[0] in by_person}
+        alive = set(Memory.objects.filter(pk__in=successors).values_list("id", flat=True))
+        decided |= {r[0] for r in batch if r[0] in by_person and r[2] in alive}
+    return decided
+
+
 def supersessions_clear(*, bucket: Bucket) -> int:
-    """Undo every supersession of ``bucket`` (a graph rebuild starts from none); returns how many."""
+    """Undo every supersession of ``bucket`` that Engram made (a graph rebuild starts from none);
+    returns how many. A supersession an operator or a token made stays: it is a decision, not
+    derived data, and the rebuild's recomputation leaves it as it is (:func:`memory_supersede`)."""
     superseded = Memory.objects.for_bucket(bucket).filter(superseded_by__isnull=False)
     rows = list(superseded.values_list("id", "superseded_at", "superseded_by"))
+    decided = _decided_by_people(rows)
+    rows = [row for row in rows if row[0] not in decided]
     for old_id, _at, by in rows:
         links_remove(memory_id=by, target=old_id, kind="supersedes")
-    superseded.update(superseded_at=None, superseded_by=None)
+    superseded.filter(pk__in=[old_id for old_id, _at, _by in rows]).update(superseded_at=None, superseded_by=None)
     changes = [
         Change(old_id, bucket.tenant_id, bucket.pk, {"superseded_at": at, "superseded_by": by}, {"by": None})
         for old_id, at, by in rows

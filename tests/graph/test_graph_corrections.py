@@ -14,6 +14,8 @@ from engram_site.exceptions import DomainError
 from graph import corrections
 from graph.models import Correction, Edge, Entity, Mention
 from graph.rules import Target, edge_key, rules_replay
+from maintenance.models import ConflictCandidate
+from maintenance.services import conflict_review, conflicts
 from memories.models import Memory
 from memories.services import buckets as memory_buckets
 from memories.services.buckets import bucket_create
@@ -150,6 +152,19 @@ def test_split_and_edge_corrections_follow_a_memory_into_the_one_that_absorbs_it
     assert {("Bob Jones", "lives_in", "Paris"), ("Carol", "works_at", "Acme Robotics")} <= facts
     assert not {("Robert Smith", "lives_in", "Paris"), ("Carol", "works_at", "Acme")} & facts
     assert mentioned_in(bucket, "bob jones") == {survivors[0]}
+
+
+def test_a_rebuild_keeps_the_supersessions_operators_made(bucket, actor):
+    vegetarian, steak = write_extracted(bucket, "I'm vegetarian.", "I had steak again last night, love it.")
+    conflicts.conflicts_find_for(memory_ids=[steak])
+    candidate = ConflictCandidate.objects.for_bucket(bucket).get()
+    keep = "a" if candidate.memory_a_id == steak else "b"
+    conflict_review.conflict_resolve(candidate=candidate, action="supersede", keep=keep, actor=actor)
+    rebuild(bucket)
+    rebuild(bucket)  # twice: the second starts from what the first left
+    old = Memory.objects.get(pk=vegetarian)
+    assert old.superseded_by == steak and old.superseded_at is not None
+    assert str(vegetarian) in Memory.objects.get(pk=steak).linked_memory_ids  # its "supersedes" link
 
 
 def test_corrections_are_recorded_with_the_operator_and_the_time_and_audited(bucket, story, actor, operator):
