@@ -167,25 +167,60 @@ def _ensure_database(db: EmbeddedDatabase) -> None:
             conn.execute(f'CREATE DATABASE "{db.name}"')
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def _stop_signals_held():
-    """SIGINT and SIGTERM wait (blocked, not lost) until the block ends, in the main thread,
-    where Python runs signal handlers.
+    """SIGINT and SIGTERM wait (recorded, not lost) until the block ends, then go to the
+    handlers they would have gone to, in the main thread, where Python runs signal handlers.
 
     Between starting the server and writing this process into the holders, a handler that
     raised (``./engram serve`` stops its start-up that way) left a server that no holder would
     stop: SIGTERM to the process group of ``./engram serve`` ten seconds after its start left
     the embedded PostgreSQL running. Held, the signal is handled once the process is a holder,
     whose exit stops the server.
+
+    The handlers are swapped for one that records, rather than the signals blocked with
+    ``pthread_sigmask``: a mask is the calling thread's, and a signal sent to the process goes
+    to any thread that does not block it (a library's, pytest-xdist's), after which Python runs
+    the handler in the main thread all the same, inside the block. An ignored signal stays
+    ignored; a default one is raised again at the end, so that its default action happens then.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    asked: list[int] = []
+    previous: dict[int, object] = {}
+    holding = True
+
+    def hold(signum, frame):
+        if holding:
+            asked.append(signum)
+        else:  # the block ended before this handler was put back
+            _deliver(previous[signum], signum, frame)
+
+    for signum in _STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is None or handler is signal.SIG_IGN:
+            continue  # set outside Python (left alone), or ignored (nothing to hold)
+        previous[signum] = handler
+        signal.signal(signum, hold)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        holding = False
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(asked):
+            _deliver(previous[signum], signum, None)
+
+
+def _deliver(handler, signum: int, frame) -> None:
+    if callable(handler):
+        handler(signum, frame)
+    else:  # SIG_DFL, put back: its default action
+        signal.raise_signal(signum)
 
 
 def ensure_running(home: Path) -> EmbeddedDatabase:

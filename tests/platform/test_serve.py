@@ -68,14 +68,17 @@ def _ignore_sigint() -> None:
 # earlier test or not, as xdist orders them) and however loaded the machine is. ``where``:
 # "static files": before it collects them, in plain code; "static files, in a finalizer": the
 # same, but from inside a weakref.finalize callback, where Python swallows what a signal handler
-# raises (it prints "Exception ignored in ..."), as CI saw a signal land during the start-up.
+# raises (it prints "Exception ignored in ..."), as CI saw a signal land during the start-up;
+# "embedded database started": the embedded PostgreSQL runs, and serve is not yet among its
+# holders (engram_site/embedded_pg.py, ensure_running); "..., with another thread": the same,
+# while a second thread runs in serve, one a signal sent to the process may be delivered to.
 PAUSED_SERVE = """
-import sys, time, weakref
+import sys, threading, time, weakref
 from pathlib import Path
 
 from django.core import management
 
-from engram_site import serve
+from engram_site import embedded_pg, serve
 
 pause, where, argv = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 
@@ -105,7 +108,22 @@ def pausing_call_command(name, *args, **options):
     return call_command(name, *args, **options)
 
 
-management.call_command = pausing_call_command
+ensure_database = embedded_pg._ensure_database
+
+
+def pausing_ensure_database(db):
+    paused()
+    return ensure_database(db)
+
+
+if where.endswith("with another thread"):
+    # Started before serve, as a library's thread would be (a thread started later inherits the
+    # signal mask of the thread that starts it), it waits for an event that never comes.
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+if where.startswith("static files"):
+    management.call_command = pausing_call_command
+else:
+    embedded_pg._ensure_database = pausing_ensure_database
 sys.exit(serve.main(argv))
 """
 
@@ -165,6 +183,36 @@ def test_sigint_stops_serve_during_its_start_up_though_it_was_started_with_sigin
     assert "Engram is starting" not in output  # no web server, no worker was started
     if where.endswith("in a finalizer"):  # the signal's exception was swallowed, as in CI
         assert "Exception ignored in: <finalize object" in output, output[-3000:]
+
+
+def _signal_delivered(pid: int, signum: int) -> bool:
+    """``signum`` is no longer pending for ``pid`` (its handler has been called), or it is
+    pending and blocked (the kernel holds it). Linux's /proc/PID/status."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    bit = 1 << (signum - 1)
+    pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+    return not pending & bit or bool(int(fields["SigBlk"], 16) & bit)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/PID/status (Linux)")
+@pytest.mark.parametrize("where", ["embedded database started", "embedded database started, with another thread"])
+def test_sigterm_to_serves_process_group_while_it_starts_the_embedded_postgresql_does_not_leave_it_running(
+    serve_home, tmp_path, where
+):
+    from engram_site import embedded_pg
+
+    log, pause = tmp_path / "serve.log", tmp_path / "pause"
+    proc = _serve(serve_home, log, port=free_port(), paused=(pause, where))
+    wait_for(pause.exists, timeout=180, proc=proc, what=f"serve to reach the pause ({where})")
+    # The window: the server runs, and serve is not among the holders whose exit stops it.
+    state = embedded_pg.status(serve_home)
+    assert state["running"] and proc.pid not in state["holders"], state
+    os.killpg(proc.pid, signal.SIGTERM)
+    wait_for(lambda: proc.poll() is not None or _signal_delivered(proc.pid, signal.SIGTERM), timeout=30, interval=0.01)
+    pause.unlink()  # serve goes on: it registers, then handles the signal it was sent
+    assert _stopped(proc, log, serve_home) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+    assert "stopped during start-up (SIGTERM)" in log.read_text()
 
 
 @pytest.mark.slow
