@@ -1,0 +1,128 @@
+"""Planner statistics after a burst of writes (maintenance/services/statistics.py): the worker's
+follow-up ANALYZEs what a burst made stale, a small write analyzes nothing, and a new bucket is
+planned from its real size right after its burst."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from maintenance import receivers
+from maintenance.services.statistics import planner_statistics_refresh
+from memories import ranking
+from memories.filters import MemoryFilters
+from memories.retrieval.neighbours import lift_neighbours
+from tenants.models import Bucket
+from tests.factories import write
+
+pytestmark = pytest.mark.django_db
+
+BURST = 600
+
+
+@pytest.fixture
+def quick_writes(settings, celery_eager, monkeypatch):
+    """Writes whose hints run at once, in this process, and cost little: no model, no graph, no
+    enrichment chain (what is measured here is the rows, not their derived data)."""
+    monkeypatch.setattr("memories.receivers.enqueue_enrichment", lambda **kwargs: None)
+    settings.ENGRAM_EMBEDDINGS_ENABLED = False
+    settings.ENGRAM_GRAPH_ENABLED = False
+    settings.ENGRAM_KEYS_ENABLED = False
+    settings.ENGRAM_ANALYZE_THRESHOLD = 0.05
+    settings.ENGRAM_ANALYZE_MIN_ROWS = 200
+    receivers._written.clear()
+    # Statistics that know every row but the ones the test writes: as on a server in use.
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE memories")
+    return settings
+
+
+def analyze_count(table: str = "memories") -> tuple[int, object]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")  # counters as they are now, not as first read
+        cur.execute("SELECT analyze_count, last_analyze FROM pg_stat_user_tables WHERE relname = %s", [table])
+        return cur.fetchone()
+
+
+def planned_rows(bucket: Bucket) -> float:
+    with connection.cursor() as cur:
+        cur.execute(
+            "EXPLAIN (FORMAT JSON) SELECT 1 FROM memories WHERE tenant_id = %s AND bucket_id = %s",
+            [bucket.tenant_id, bucket.pk],
+        )
+        plan = cur.fetchone()[0]
+    return float((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
+
+
+def indexes_of_neighbour_lift(bucket: Bucket, ids: list) -> set[str]:
+    """The indexes the plan of a search's neighbour lift (its sequence neighbours of 20
+    candidates) reads, as the planner plans it now."""
+    config = ranking.resolve(bucket.tenant.settings, None)
+    with CaptureQueriesContext(connection) as statements:
+        lift_neighbours(bucket, {memory_id: 1.0 for memory_id in ids[:: len(ids) // 20]}, MemoryFilters(), config)
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN (FORMAT JSON) " + statements.captured_queries[-1]["sql"])
+        plan = cur.fetchone()[0]
+    found, nodes = set(), [(json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        found.add(node.get("Index Name"))
+        nodes += node.get("Plans", [])
+    return found - {None}
+
+
+def burst(bucket: Bucket, django_capture_on_commit_callbacks, rows: int = BURST) -> list:
+    with django_capture_on_commit_callbacks(execute=True):
+        return write(
+            bucket, *(f"Burst memory {i}: the user mentioned item {i} of an imported history." for i in range(rows))
+        )
+
+
+def test_a_burst_into_a_new_bucket_is_analyzed_by_its_follow_up(
+    quick_writes, tenant, django_capture_on_commit_callbacks
+):
+    new = Bucket.objects.create(tenant=tenant, name="imported history")
+    count, last = analyze_count()
+    burst(new, django_capture_on_commit_callbacks)
+    after, analyzed_at = analyze_count()
+    assert after == count + 1
+    assert analyzed_at != last
+
+
+def test_a_small_write_analyzes_nothing(quick_writes, bucket, django_capture_on_commit_callbacks):
+    count, last = analyze_count()
+    with django_capture_on_commit_callbacks(execute=True):
+        ids = write(bucket, "The user likes green tea.", "The user walks the dog at seven.")
+    assert analyze_count() == (count, last)
+    # Asked anyway (the follow-up of another process's writes), it finds nothing stale.
+    assert planner_statistics_refresh(bucket_ids=[bucket.pk])["analyzed"] == {}
+    assert analyze_count() == (count, last)
+    assert len(ids) == 2
+
+
+def test_a_new_bucket_is_planned_from_its_rows_right_after_its_burst(
+    quick_writes, tenant, django_capture_on_commit_callbacks
+):
+    # Before the follow-up, the planner took a new bucket for one row (its id is in no statistics)
+    # and read it whole for every neighbour source, term and vector walk.
+    new = Bucket.objects.create(tenant=tenant, name="imported history")
+    ids = burst(new, django_capture_on_commit_callbacks)
+    assert planned_rows(new) >= BURST / 2
+    # The neighbours of each source found through the sequence index, not by reading the bucket.
+    assert "idx_memories_sequence" in indexes_of_neighbour_lift(new, ids)
+
+
+def test_the_knob_at_zero_queues_and_analyzes_nothing(quick_writes, tenant, django_capture_on_commit_callbacks):
+    quick_writes.ENGRAM_ANALYZE_THRESHOLD = 0
+    new = Bucket.objects.create(tenant=tenant, name="imported history")
+    count, last = analyze_count()
+    ids = burst(new, django_capture_on_commit_callbacks)
+    assert analyze_count() == (count, last)
+    # What every search of it is planned from until autovacuum comes: a bucket of about one row,
+    # whose neighbours are found by reading all of it.
+    assert planned_rows(new) < BURST / 10
+    assert "idx_memories_sequence" not in indexes_of_neighbour_lift(new, ids)
+    assert planner_statistics_refresh(bucket_ids=[new.pk]) == {"analyzed": {}, "skipped": ["off"]}
