@@ -117,3 +117,24 @@ class ConflictResolveApi(APIView):
             candidate=candidate, actor=request_actor(request), **data.validated_data
         )
         return Response(ConflictResolveOut(result).data)
+
+
+class ConflictUndoApi(APIView):
+    @extend_schema(
+        operation_id="conflicts_undo",
+        request=None,
+        responses={200: ConflictResolveOut, **errors(404, 409)},
+        description=(
+            "Undo a supersede: the superseded memory is current again (its history records the undo) and the pair "
+            "is open again, to be decided anew. The graph's own supersession of the memory, if a newer fact closes "
+            "one of its facts, returns at the graph's next recomputation. 409 not_superseded if the pair is not "
+            "resolved by supersede (open, kept both; a merge is undone by restoring the absorbed memory)."
+        ),
+    )
+    def post(self, request, bucket_id, conflict_id):
+        bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
+        candidate = selectors.conflict_get(bucket=bucket, candidate_id=conflict_id, agents=request.auth.agents)
+        for memory in (candidate.memory_a, candidate.memory_b):
+            check_writable(request.auth.agents, memory.agent_id)
+        result = conflict_review.conflict_undo(candidate=candidate, actor=request_actor(request))
+        return Response(ConflictResolveOut(result).data)

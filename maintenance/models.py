@@ -216,6 +216,11 @@ class ConflictCandidate(ReviewPair):
         self.resolved_at, self.resolved_by, self.kept_memory_id = timezone.now(), by[:200], kept
         self.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
 
+    def reopen(self) -> None:
+        """This (locked) pair waits for a decision again (its resolution was undone)."""
+        self.status, self.resolved_at, self.resolved_by, self.kept_memory_id = ConflictStatus.OPEN, None, "", None
+        self.save(update_fields=["status", "resolved_at", "resolved_by", "kept_memory_id"])
+
     @classmethod
     def agent_scope(cls, agents) -> Q:
         """The pairs an agent-limited token sees: both memories readable by it."""

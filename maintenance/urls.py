@@ -9,4 +9,9 @@ urlpatterns = [
         apis.ConflictResolveApi.as_view(),
         name="bucket-conflict-resolve",
     ),
+    path(
+        "buckets/<str:bucket_id>/conflicts/<str:conflict_id>/undo",
+        apis.ConflictUndoApi.as_view(),
+        name="bucket-conflict-undo",
+    ),
 ]

@@ -11,12 +11,24 @@ from django.template.response import TemplateResponse
 from console.views.base import operator_actor, page_context, require, row_id
 from console.views.review import CONFLICTS_PAGE, back_url, queue_view, visible_pairs
 from engram_site.exceptions import DomainError
+from maintenance.models import ConflictStatus
 from maintenance.services import conflict_review
+
+# The latest supersedes the conflicts page lists with their undo.
+RECENT_SUPERSEDES = 20
 
 
 def conflicts_queue(request):
-    """Open conflicts side by side, newest found first, with the detector's reason."""
-    return queue_view(request, CONFLICTS_PAGE)
+    """Open conflicts side by side, newest found first, with the detector's reason; below them,
+    the latest pairs resolved by supersede, each with its undo."""
+    superseded = (
+        visible_pairs(request, CONFLICTS_PAGE)
+        .filter(status=ConflictStatus.SUPERSEDED)
+        .with_memories()
+        .select_related("bucket", "tenant")
+        .order_by("-resolved_at", "-id")[:RECENT_SUPERSEDES]
+    )
+    return queue_view(request, CONFLICTS_PAGE, superseded=superseded)
 
 
 # decision -> (action, kept side)
@@ -26,12 +38,13 @@ CONFLICT_DECISIONS = {
     "supersede_b": ("supersede", "a"),
     "merge_a": ("merge", "a"),  # A absorbs B
     "merge_b": ("merge", "b"),
+    "undo": ("undo", None),  # a supersede undone: the pair is open again
 }
 
 
 def conflicts_resolve(request):
-    """One pair's decision. Keep both and supersede act at once (a supersession is undone by
-    editing the memory); a merge, which deletes a memory, shows what will happen first and
+    """One pair's decision. Keep both and supersede act at once (a supersede is undone from the
+    list of superseded pairs: the pair is open again); a merge, which deletes a memory, shows what will happen first and
     acts only when confirmed, optionally with new content for the kept memory."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
@@ -67,9 +80,12 @@ def conflicts_resolve(request):
             )  # fmt: skip
         content = request.POST.get("content", "").strip() or None
     try:
-        result = conflict_review.conflict_resolve(
-            candidate=candidate, action=action, keep=keep, content=content, actor=operator_actor(request)
-        )
+        if action == "undo":
+            result = conflict_review.conflict_undo(candidate=candidate, actor=operator_actor(request))
+        else:
+            result = conflict_review.conflict_resolve(
+                candidate=candidate, action=action, keep=keep, content=content, actor=operator_actor(request)
+            )
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)
@@ -77,6 +93,7 @@ def conflicts_resolve(request):
         "keep_both": "Kept both memories; this pair will not be raised again.",
         "supersede": f"Memory {result.other_id} is now superseded by {result.kept_id}.",
         "merge": f"Memory {result.kept_id} absorbed {result.other_id}.",
+        "undo": f"Memory {result.other_id} is no longer superseded by {result.kept_id}; the pair is open again.",
     }
     messages.success(request, done[action])
     return redirect(back)

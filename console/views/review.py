@@ -71,8 +71,9 @@ def undecided_pairs(request, page: QueuePage):
     return pairs.order_by(*page.queue.order)
 
 
-def queue_view(request, page: QueuePage):
-    """The undecided pairs side by side, one page at a time, with a filter by tenant."""
+def queue_view(request, page: QueuePage, **extra):
+    """The undecided pairs side by side, one page at a time, with a filter by tenant (``extra``:
+    more of the page's context)."""
     require(request, page.view_permission)
     pairs = Paginator(undecided_pairs(request, page), PAGE_SIZE).get_page(request.GET.get("page"))
     tenants = (
@@ -90,6 +91,7 @@ def queue_view(request, page: QueuePage):
             tenants=tenants,
             selected_tenant=request.GET.get("tenant", ""),
             query=urlencode({k: v for k, v in request.GET.items() if k in ("tenant", "bucket")}),
+            **extra,
         ),
     )
 

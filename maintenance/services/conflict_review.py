@@ -13,6 +13,9 @@ Three resolutions, each in one transaction with its audit event:
   may take new content that states what is true now (an ``edited`` version). The pair
   goes with the absorbed memory; the audit event ``conflict.merge`` keeps its content.
 
+A supersede can be undone (:func:`conflict_undo`): the superseded memory is current again and
+the pair open again, for another decision.
+
 Found pairs are written by ``maintenance.services.conflicts`` (``conflicts_scan``, ``conflicts_find_for``);
 the queue's machinery (locking a pair, following merges and erasure) is ``maintenance.review``.
 """
@@ -22,10 +25,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from django.db import transaction
 from django.utils import timezone
 
 from audit.services import Actor, audit_record
-from engram_site.exceptions import DomainError, NotFound
+from engram_site.exceptions import Conflict, DomainError, NotFound
 from maintenance.models import ConflictCandidate, ConflictStatus
 from maintenance.review import CONFLICTS, removed_record
 from memories.models import Memory
@@ -118,3 +122,36 @@ def _supersede(*, kept: uuid.UUID, other: uuid.UUID, actor: Actor) -> None:
     if rows[kept].superseded_by == other:
         memory_supersede(memory_id=kept, at=None, by=None, previous_by=other, actor=actor)
     memory_supersede(memory_id=other, at=timezone.now(), by=kept, previous_by=rows[other].superseded_by, actor=actor)
+
+
+@transaction.atomic
+def conflict_undo(*, candidate: ConflictCandidate, actor: Actor) -> ConflictResolution:
+    """Undo a supersede: the memory it marked superseded is current again (a ``superseded``
+    version by ``actor`` in its history, the kept memory's ``supersedes`` link removed) and the
+    pair is open again. The graph's own view comes back at its next recomputation: if a newer
+    fact closes one of the memory's facts, the graph marks it superseded as it would have
+    without the operator (an operator's supersession outranks the graph's; its undo does not).
+    Audited as ``conflict.undo``. A pair not resolved by supersede raises Conflict
+    (``not_superseded``, 409); nothing changes on any error."""
+    locked = ConflictCandidate.objects.select_for_update().filter(pk=candidate.pk).first()
+    if locked is None:
+        raise NotFound(CONFLICTS.gone)
+    if locked.status != ConflictStatus.SUPERSEDED or locked.kept_memory_id is None:
+        raise Conflict("Only a pair resolved by supersede can be undone.", code="not_superseded")
+    kept = locked.kept_memory_id
+    other = locked.memory_b_id if kept == locked.memory_a_id else locked.memory_a_id
+    row = Memory.objects.select_for_update().filter(pk=other).only("id", "superseded_by").first()
+    # Someone may have superseded it otherwise since: only the supersession this pair made goes.
+    undone = row is not None and row.superseded_by == kept
+    if undone:
+        memory_supersede(memory_id=other, at=None, by=None, previous_by=kept, actor=actor)
+    locked.reopen()
+    audit_record(
+        actor=actor, action="conflict.undo", tenant=Tenant(pk=locked.tenant_id), object_type="memory",
+        object_ids=[locked.memory_a_id, locked.memory_b_id],
+        details={"candidate_id": locked.pk, "bucket_id": str(locked.bucket_id), "kept_id": str(kept),
+                 "superseded_id": str(other), "supersession_removed": undone},
+    )  # fmt: skip
+    return ConflictResolution(
+        candidate_id=locked.pk, action="undo", status=str(locked.status), kept_id=kept, other_id=other
+    )

@@ -61,6 +61,19 @@ def test_keep_both_and_supersede_act_at_once(admin_client, bucket):
     assert Memory.objects.get(pk=ids["b"]).superseded_by is None
 
 
+def test_a_supersede_is_undone_from_the_queue(admin_client, bucket):
+    candidate, ids = conflict(bucket, "I own a car.", "I don't own a car.")
+    admin_client.post(RESOLVE, {"pair": f"{candidate.pk}:supersede_a"})
+    page = admin_client.get(QUEUE).content.decode()
+    assert f'value="{candidate.pk}:undo"' in page  # the superseded pairs, each with its undo
+    assert admin_client.post(RESOLVE, {"pair": f"{candidate.pk}:undo"}).status_code == 302
+    assert Memory.objects.get(pk=ids["a"]).superseded_by is None
+    assert ConflictCandidate.objects.get(pk=candidate.pk).status == ConflictStatus.OPEN
+    event = AuditEvent.objects.get(action="conflict.undo")
+    assert event.actor_kind == "operator"
+    assert f'value="{candidate.pk}:supersede_a"' in admin_client.get(QUEUE).content.decode()  # open again
+
+
 def test_merge_changes_nothing_until_confirmed(admin_client, bucket):
     candidate, ids = conflict(bucket, "I like cats.", "I dislike cats.")
     confirm = admin_client.post(RESOLVE, {"pair": f"{candidate.pk}:merge_b"})

@@ -268,6 +268,31 @@ def test_the_graphs_recomputation_does_not_undo_a_persons_supersession(found, bu
     assert MemoryVersion.objects.filter(memory_id=vegetarian, kind=VersionKind.SUPERSEDED).count() == 1
 
 
+def test_a_supersede_is_undone_the_memory_current_and_the_pair_open_again(found, bucket, api, outsider_api):
+    candidate, vegetarian, steak = found
+    resolve, undo = url(bucket, f"/{candidate.pk}/resolve"), url(bucket, f"/{candidate.pk}/undo")
+    assert api.post(undo, {}, format="json").status_code == 409  # nothing to undo on an open pair
+    api.post(resolve, {"action": "supersede", "keep": _side(candidate, steak)}, format="json")
+    assert outsider_api.post(undo, {}, format="json").status_code == 404
+    assert Memory.objects.get(pk=vegetarian).superseded_by == steak
+    response = api.post(undo, {}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json() == {"id": candidate.pk, "action": "undo", "status": "open", "kept_id": str(steak),
+                               "other_id": str(vegetarian)}  # fmt: skip
+    old = Memory.objects.get(pk=vegetarian)
+    assert (old.superseded_at, old.superseded_by) == (None, None)
+    assert str(vegetarian) not in Memory.objects.get(pk=steak).linked_memory_ids
+    versions = MemoryVersion.objects.filter(memory_id=vegetarian, kind=VersionKind.SUPERSEDED).order_by("id")
+    assert [v.actor_kind for v in versions] == ["token", "token"]  # the undo is in the history, by its token
+    event = AuditEvent.objects.get(action="conflict.undo")
+    assert event.details["superseded_id"] == str(vegetarian) and event.actor_id == str(api.token.pk)
+    candidate.refresh_from_db()
+    assert (candidate.status, candidate.kept_memory_id, candidate.resolved_at) == (ConflictStatus.OPEN, None, None)
+    assert api.post(undo, {}, format="json").json()["code"] == "not_superseded"
+    # Open again: it can be decided anew.
+    assert api.post(resolve, {"action": "keep_both"}, format="json").status_code == 200
+
+
 def test_merge_keeps_one_memory_with_new_content_and_history(found, bucket, api):
     candidate, vegetarian, steak = found
     response = api.post(

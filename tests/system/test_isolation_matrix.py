@@ -290,6 +290,12 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
             ),
         ],
     },
+    "bucket-conflict-undo": {
+        "POST": [
+            Call({"bucket_id": "bucket", "conflict_id": "conflict"}),
+            Call({"bucket_id": "own_bucket", "conflict_id": "conflict"}, targets=("conflict",)),
+        ],
+    },
     "bucket-entities": {
         "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"q": "marta"})]
     },
@@ -443,7 +449,7 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
     ],
     "admin:console_conflicts_resolve": [
         Call(data=lambda ids, d=d: {"pair": f"{ids['conflict']}:{d}"}, method="POST", targets=("conflict",))
-        for d in ("keep_both", "supersede_a", "merge_b")
+        for d in ("keep_both", "supersede_a", "merge_b", "undo")
     ]
     + [
         Call(
