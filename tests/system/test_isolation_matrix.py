@@ -317,6 +317,22 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     # By name (the marker is left out: a name is the caller's input, not tenant A's row).
     "bucket-profile": {"GET": [Call({"bucket_id": "bucket"}, lambda ids: {"name": "Marta", "budget": "200"})]},
     "edge-memories": {"GET": [Call({"edge_id": "edge"})]},
+    # Operators' graph corrections (admin scope). Aimed from the outsider's own entity at A's
+    # (merge into, fix an edge's object): tests/graph/test_graph_correction_api.py.
+    "entity-rename": {"POST": [Call({"entity_id": "entity"}, lambda ids: {"name": "planted"})]},
+    "entity-merge": {"POST": [Call({"entity_id": "entity"}, lambda ids: {"into": ids["entity"]})]},
+    "entity-split": {
+        "POST": [Call({"entity_id": "entity"}, lambda ids: {"name": "planted", "memory_ids": [ids["memory"]]})]
+    },
+    "entity-alias-add": {"POST": [Call({"entity_id": "entity"}, lambda ids: {"alias": "planted"})]},
+    "entity-alias-remove": {"POST": [Call({"entity_id": "entity"}, lambda ids: {"alias": "planted"})]},
+    "edge-detail": {"DELETE": [Call({"edge_id": "edge"})]},
+    "edge-fix": {
+        "POST": [
+            Call({"edge_id": "edge"}, lambda ids: {"predicate": "planted", "object_literal": "planted"}),
+            Call({"edge_id": "edge"}, lambda ids: {"predicate": "planted", "object_entity_id": ids["entity"]}),
+        ]
+    },
     "bucket-documents": {"POST": [Call({"bucket_id": "bucket"}, lambda ids: {"title": "planted", "text": "A fact."})]},
     "bucket-conversations": {
         "POST": [Call({"bucket_id": "bucket"}, lambda ids: {"messages": [{"role": "user", "content": "A fact."}]})]
