@@ -15,6 +15,26 @@ from prometheus_client import multiprocess
 # endless line.
 limit_request_line = 8190
 
+# The application (Django, the apps, the URLs, the middleware) is loaded by the master before it
+# binds its port, and each worker is forked from it ready to answer. Loaded by each worker
+# instead (gunicorn's default), a starting or restarting server held its port for the seconds
+# its workers took to import Django, and a call that came then waited in the listen queue (up
+# to 22 s under load, docs/RELIABILITY.md); now it is refused at once, as by a stopped server,
+# and a client's retry finds a server that answers. Nothing the master loads may start a
+# thread or open a connection (a fork would carry neither): the threads a web process needs are
+# started per worker, below. Only a full restart loads new code: SIGHUP does not reload a
+# preloaded application (./engram serve never sends it).
+preload_app = True
+
+
+def post_worker_init(worker):
+    # In each worker, after its fork from the master (preload_app): the OTLP exporter's batch
+    # thread and the embedding model's warm-up (ONNX Runtime's thread pools), started in the
+    # master, would not survive the fork, and their locks could be copied held.
+    from engram_site import wsgi
+
+    wsgi.start_worker()
+
 
 def child_exit(server, worker):
     # A worker that exits leaves its metric files (engram_site/metrics.py); its live gauges

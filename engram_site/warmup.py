@@ -1,7 +1,8 @@
 """Work a fresh server or worker process starts before its first request or task.
 
 What needs warming registers itself in an AppConfig.ready (the platform's own: the embedding
-model); the process entry points (engram_site/wsgi.py, engram_site/celery.py) run it.
+model); the process entry points run it in each new process (engram_site/wsgi.py's
+start_worker, called by gunicorn in each worker; engram_site/celery.py, in each pool process).
 engram_site is the bottom layer and imports no app.
 """
 

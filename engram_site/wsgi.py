@@ -43,11 +43,15 @@ from django.conf import settings  # noqa: E402
 
 application = ChunkedBodies(application, settings.DATA_UPLOAD_MAX_MEMORY_SIZE, settings.ENGRAM_IMPORT_MAX_BYTES)
 
-from engram_site import tracing  # noqa: E402
 
-tracing.configure()
+def start_worker() -> None:
+    """What a web worker process starts for itself, once: the OTLP exporter (when tracing is
+    configured) and the embedding model's warm-up (ENGRAM_PRELOAD_MODELS). gunicorn calls it in
+    each worker (engram_site/gunicorn_config.py, ``post_worker_init``): its master imports this
+    module before forking the workers, and threads started there would not survive the fork.
+    Another WSGI server would call it in each of its processes."""
+    from engram_site import tracing, warmup
 
-if settings.ENGRAM_PRELOAD_MODELS:
-    from engram_site import warmup
-
-    warmup.warm_up()
+    tracing.configure()
+    if settings.ENGRAM_PRELOAD_MODELS:
+        warmup.warm_up()

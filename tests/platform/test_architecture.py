@@ -95,6 +95,8 @@ FUNCTION_IMPORTS_ALLOWED = {
     # Loaded before Django's settings (the Celery app; the WSGI module imports after setup).
     "engram_site/celery.py",
     "engram_site/wsgi.py",
+    # gunicorn reads its config before Django's settings; its hooks run once the app is loaded.
+    "engram_site/gunicorn_config.py",
 }
 
 
