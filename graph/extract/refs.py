@@ -22,6 +22,7 @@ from graph.extract.vocabulary import (
     TITLES,
     WEEKDAYS,
 )
+from memories.text import speaker_prefix
 
 # --- data ----------------------------------------------------------------------------------
 
@@ -84,44 +85,31 @@ def speaker_ref(attributed_to: str | None) -> Ref:
 
 # --- the speaker of a "Name: ..." line --------------------------------------------------------------
 
-_PREFIX = re.compile(r"^\s*([A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*){0,2})\s*:\s+(?=\S)")
-# Labels that open a note rather than name a speaker ("Note: ...", "Update: ...").
-_LABELS = {
-    "note", "notes", "update", "reminder", "todo", "fyi", "important", "summary", "question", "answer", "q", "a",
-    "re", "subject", "tip", "warning", "edit", "ps", "p.s", "nb", "context", "fact", "memory", "goal", "task",
-    "idea", "plan", "status", "result", "problem", "solution", "example", "source", "title", "topic", "today",
-    "tomorrow", "yesterday", "morning", "evening", "tonight", "breakfast", "lunch", "dinner", "agenda", "action",
-    "decision", "preference", "info", "correction", "caveat", "error", "hint", "observation",
-}  # fmt: skip
-
 
 def split_speaker(text: str, *, attributed_to: str | None = None) -> tuple[Ref, str]:
     """The speaker of a memory and the text to parse.
 
-    A leading ``Name:`` (one to three capitalised words, as in a conversation log:
-    "Caroline: I went to a support group") names the speaker when the memory has no
-    ``attributed_to``, so that "I / my" are Caroline. "User:" and "Assistant:" name those;
-    labels such as "Note:" or "Update:" and dates are not speakers. A recognised prefix is
-    removed from the text either way (the parser reads the sentence better without it).
+    A leading ``Name:`` (memories.text.speaker_prefix, the one reader of such prefixes: one to
+    three capitalised words, as in a conversation log: "Caroline: I went to a support group")
+    names the speaker when the memory has no ``attributed_to``, so that "I / my" are Caroline.
+    "User:" and "Assistant:" name those; labels such as "Note:" or "Update:" and dates are not
+    speakers. A recognised prefix is removed from the text either way (the parser reads the
+    sentence better without it; the memory's vector is computed without it too).
     """
-    match = _PREFIX.match(text)
-    if match is None:
+    prefix = speaker_prefix(text)
+    if prefix is None:
         return speaker_ref(attributed_to), text
-    label, rest = match.group(1), text[match.end() :]
-    lower = label.casefold().rstrip(".")
-    first = lower.split()[0]
-    if lower in {"user", "me"}:
+    rest = text[prefix.end :]
+    if prefix.kind == "user":
         return speaker_ref(attributed_to or "user"), rest
-    if lower == "assistant":
+    if prefix.kind == "assistant":
         return speaker_ref(attributed_to or "assistant"), rest
-    if lower in _LABELS or first in MONTHS or first in WEEKDAYS:
+    if prefix.kind == "label" or attributed_to:
         return speaker_ref(attributed_to), rest
-    if attributed_to:
-        return speaker_ref(attributed_to), rest
-    name = label.replace("’", "'")
+    name = prefix.label.replace("’", "'")
     key = normalize_name(name)
-    if not key:
-        return speaker_ref(attributed_to), text
+    if not key:  # a title alone ("Dr.:") names nobody
+        return speaker_ref(attributed_to), rest
     return Ref(name=name, key=key, type="PERSON"), rest
 
 

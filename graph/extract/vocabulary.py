@@ -5,6 +5,8 @@ from __future__ import annotations
 import calendar
 import re
 
+from memories.text import TITLES as NAME_TITLES
+
 # --- people and animals by relation ----------------------------------------------------------
 
 ANIMALS = {"dog", "cat", "puppy", "kitten", "pet", "parrot", "rabbit", "hamster", "horse", "bird", "turtle"}
@@ -156,7 +158,7 @@ HEDGING_ADVERBS = {"maybe", "perhaps", "probably", "possibly", "supposedly", "al
 
 # --- names ------------------------------------------------------------------------------------------
 
-TITLES = {"mr", "mrs", "ms", "miss", "dr", "prof", "sir", "madam", "mx"}
+TITLES = set(NAME_TITLES)  # memories.text's: a speaker prefix of titles alone names nobody there too
 NER_TYPES = {
     "PERSON": "PERSON", "ORG": "ORG", "GPE": "PLACE", "LOC": "PLACE", "FAC": "PLACE", "PRODUCT": "PRODUCT",
     "EVENT": "EVENT", "WORK_OF_ART": "THING", "LANGUAGE": "THING",

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from graph.extract import split_speaker
+from graph.extract import normalize_name, split_speaker
 from graph.models import Edge, Entity
 from graph.services.extraction import graph_rebuild
+from memories import text
 from memories.models import Memory
 from tests.factories import write_extracted
 
@@ -121,6 +122,29 @@ def test_a_rebuild_resolves_first_names_the_same_way(bucket):
 
 
 # --- the speaker of a "Name:" line ----------------------------------------------------------------
+
+
+TRICKY_PREFIXES = [
+    "Caroline: I went to a support group.", "Dr. Lee: take two a day", "O’Brien: I moved to Cork.",
+    "Mary Jane Watson: hey", "Mary Jane Watson Parker: four words are not a name", "Caroline : spaced colon",
+    "  Bob: leading space", "Caroline:\tI tabbed", "Note: buy milk", "note: buy milk", "Note to self: buy milk",
+    "Update: I moved.", "Q: what time?", "Monday: gym", "March: taxes", "User: I moved.", "Me: fine",
+    "Assistant: I can help.", "I moved to Austin at 10:30: fun.", "I love it: really", "Nate:", "Nate:   ",
+    "Ünal: not an ASCII capital", "Dr.: a title alone", "Caroline's: odd", "A" * 40 + ": a very long word",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("line", TRICKY_PREFIXES)
+def test_the_graph_and_the_memories_read_a_speaker_prefix_alike(line):
+    # memories.text holds the one parser; the graph reads its answer. Both must agree on where the
+    # prefix ends (what is embedded and what is parsed) and on who, if anyone, is speaking.
+    ref, rest = split_speaker(line)
+    assert text.embedding_text(line, None) == rest, line
+    speaker = text.transcript_speaker(line)
+    if ref.type == "PERSON":
+        assert speaker is not None and normalize_name(speaker) == ref.key, line
+    else:
+        assert speaker is None or speaker.casefold() in ("user", "me", "assistant"), (line, speaker)
 
 
 def test_split_speaker_reads_a_leading_name_as_the_speaker():
