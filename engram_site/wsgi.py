@@ -3,6 +3,7 @@ import os
 import re
 
 from django.core.wsgi import get_wsgi_application
+from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,6 +43,12 @@ application = get_wsgi_application()
 from django.conf import settings  # noqa: E402
 
 application = ChunkedBodies(application, settings.DATA_UPLOAD_MAX_MEMORY_SIZE, settings.ENGRAM_IMPORT_MAX_BYTES)
+
+# Every module a request reaches through the URLs (views, serializers, services), imported now
+# rather than by a worker's first request (2-4 s on a loaded 2-core machine): gunicorn's master
+# does it before it binds its port (preload_app), and the workers it forks have them. Plain
+# imports: no thread starts and no connection opens.
+get_resolver().url_patterns  # noqa: B018 (the access imports them)
 
 
 def start_worker() -> None:
