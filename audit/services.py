@@ -115,22 +115,27 @@ def audit_record_per_tenant(
         )  # fmt: skip
 
 
-def audit_scrub(*, tenant, texts: Iterable[str], object_ids: Iterable = (), actions: Iterable[str] = ()) -> int:
+def audit_scrub(
+    *, tenant, texts: Iterable[str], object_ids: Iterable = (), actions: Iterable[str] = (), where: Q | None = None
+) -> int:
     """Replace ``texts`` wherever the details of ``tenant``'s events about ``object_ids``, or of
     ``actions``, quote them — whole, or cut to their first :data:`QUOTE_MIN` or more characters —
     with :data:`ERASED`. The events stay (what was done, to which ids, by whom); what the erased
     rows said goes. ``actions`` reaches the events that name erased things by what they were
     called rather than by an erased row's id (a renamed entity or topic): their names are quoted
-    whole. Returns the number of events changed. For an erasure, inside its transaction."""
+    whole; ``where`` reaches events by their details (an app's own record of what it did).
+    Returns the number of events changed. For an erasure, inside its transaction."""
     ids = [str(i) for i in object_ids]
     actions = sorted(set(actions))
     quotes = sorted({t for t in texts if t})
-    if not (ids or actions) or not quotes:
+    if not (ids or actions or where is not None) or not quotes:
         return 0
     changed = 0
     # No index serves object_ids: the tenant's events are read through audit_tenant_time (and
     # those of ``actions`` alone through audit_tenant_action_time).
     about = Q(object_ids__has_any_keys=ids) if ids else Q(pk__in=[])
+    if where is not None:
+        about |= where
     events = AuditEvent.objects.for_tenant(tenant).filter(about | Q(action__in=actions)).only("id", "details")
     for event in events.iterator(chunk_size=500):
         details = _scrubbed(event.details, quotes)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+from django.db.models import Q
+
 from audit.services import audit_scrub
 from graph.models import Correction, CorrectionKind, Edge, Entity, Mention, Processed
 from graph.services.entities import mention_counts_refresh
@@ -42,7 +44,8 @@ def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict
     being forgotten. The timelines their edges were on, and the supersession of the memories
     left on them (or superseded by an erased one), are recomputed, as after a delete. The
     operator's corrections naming a forgotten entity go, and the audit events of corrections
-    lose its names (``audit_events_scrubbed``).
+    lose its names (``audit_events_scrubbed``); so do the edge corrections made in an erased
+    memory, and their events what the edge said (its object, before and after the fix).
     """
     ids = list(memory_ids)
     edges = Edge.objects.filter(tenant_id=tenant.pk, source_memory_id__in=ids)
@@ -86,6 +89,23 @@ def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict
             names |= _display_names(payload, names)
     counts["audit_events_scrubbed"] = audit_scrub(tenant=tenant, actions=CORRECTION_ACTIONS, texts=names)
     counts["graph_corrections"] = doomed.delete()[0] if doomed is not None else 0
+    # An edge deleted or fixed in an erased memory: what it said goes, from the corrections and
+    # from their audit events (who it was about stays, unless the entity is forgotten above).
+    keyed = Correction.objects.for_tenant(tenant).filter(
+        kind__in=[CorrectionKind.EDGE_DELETE, CorrectionKind.EDGE_FIX],
+        payload__edge__memory_id__in=[str(i) for i in ids],
+    )
+    said: set[str] = set()
+    correction_ids = []
+    for correction_id, payload in keyed.values_list("id", "payload"):
+        correction_ids.append(correction_id)
+        edge, to = payload.get("edge") or {}, payload.get("to") or {}
+        said |= {edge.get("literal"), edge.get("object"), edge.get("object_name"), to.get("literal")}
+        said |= {(to.get("object") or {}).get("key"), (to.get("object") or {}).get("name")}
+    if correction_ids:
+        where = Q(details__correction_id__in=correction_ids)
+        counts["audit_events_scrubbed"] += audit_scrub(tenant=tenant, where=where, texts=[t for t in said if t])
+        counts["graph_corrections"] += keyed.delete()[0]
     counts["graph_entities"] = orphans.delete()[0]
     erased = set(ids)
     for bucket in buckets:

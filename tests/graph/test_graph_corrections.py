@@ -258,6 +258,22 @@ def test_an_erasure_scrubs_the_names_of_forgotten_entities_from_the_audit_of_the
     assert events.get(action="graph.alias_add").details["alias"] == ERASED
 
 
+def test_an_erasure_drops_the_edge_corrections_of_its_memories_and_their_texts_from_the_audit(bucket, tenant, actor):
+    write_extracted(bucket, "I'm allergic to peanuts.", agent_id="gone")
+    write_extracted(bucket, "I live in Oslo.", agent_id="kept")
+    allergy = Edge.objects.for_bucket(bucket).get(predicate="allergic_to")
+    corrections.edge_fix(edge=allergy, predicate="allergic_to", object_literal="tree nuts and sesame", actor=actor)
+    home = Edge.objects.for_bucket(bucket).get(predicate="lives_in")
+    corrections.edge_fix(edge=home, predicate="lives_in", object_literal="Oslo, Norway", actor=actor)
+    memories_erase(tenant=tenant, fields={"agent_id": "gone"}, actor=actor)
+    # The user stays (other memories speak), but what the erased memory said goes, corrected or not.
+    [kept] = Correction.objects.for_bucket(bucket)
+    assert kept.payload["to"]["literal"] == "Oslo, Norway"
+    events = AuditEvent.objects.filter(tenant_id=tenant.pk, action="graph.edge_fix").order_by("id")
+    assert [e.details["to"]["literal"] for e in events] == [ERASED, "Oslo, Norway"]
+    assert "peanut" not in str(events[0].details) and events[0].details["edge"]["subject"] == "user"
+
+
 # --- the console -------------------------------------------------------------------------------------
 
 
