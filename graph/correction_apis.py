@@ -58,14 +58,14 @@ def _schema(operation_id: str, request, response, description: str, *, extra=())
 class EntityRenameApi(APIView):
     required_scopes = ADMIN
 
-    class Input(StrictSerializer):
+    class EntityRename(StrictSerializer):
         name = StrictCharField(**NAME, help_text="the new name; the old one becomes an alias")
 
-    @_schema("entities_rename", Input, EntityOut, "Rename an entity; its old name stays an alias and keeps "
+    @_schema("entities_rename", EntityRename, EntityOut, "Rename an entity; its old name stays an alias and keeps "
              "finding it, in extraction too (also after a rebuild). Admin scope.", extra=BODY)  # fmt: skip
     def post(self, request, entity_id):
         entity = _entity(request, entity_id)
-        data = self.Input(data=request.data)
+        data = self.EntityRename(data=request.data)
         data.is_valid(raise_exception=True)
         renamed = corrections.entity_rename(
             entity=entity, name=data.validated_data["name"], actor=request_actor(request)
@@ -76,15 +76,15 @@ class EntityRenameApi(APIView):
 class EntityMergeApi(APIView):
     required_scopes = ADMIN
 
-    class Input(StrictSerializer):
+    class EntityMerge(StrictSerializer):
         into = serializers.UUIDField(help_text="the entity (of the same bucket) this one becomes part of")
 
-    @_schema("entities_merge", Input, EntityOut, "Merge this entity into another of its bucket: its mentions, "
+    @_schema("entities_merge", EntityMerge, EntityOut, "Merge this entity into another of its bucket: its mentions, "
              "edges, name and aliases go to `into`, which is returned; this one is deleted. Extraction resolves "
              "its names to `into` from then on. Undone by a split. Admin scope.", extra=BODY)  # fmt: skip
     def post(self, request, entity_id):
         source = _entity(request, entity_id)
-        data = self.Input(data=request.data)
+        data = self.EntityMerge(data=request.data)
         data.is_valid(raise_exception=True)
         target = _same_bucket(source, data.validated_data["into"])
         merged = corrections.entities_merge(source=source, target=target, actor=request_actor(request))
@@ -94,7 +94,7 @@ class EntityMergeApi(APIView):
 class EntitySplitApi(APIView):
     required_scopes = ADMIN
 
-    class Input(StrictSerializer):
+    class EntitySplit(StrictSerializer):
         name = StrictCharField(**NAME, help_text="the entity split off: a new one, or the bucket's of that name")
         memory_ids = serializers.ListField(
             child=serializers.UUIDField(), required=False, max_length=10_000,
@@ -104,12 +104,12 @@ class EntitySplitApi(APIView):
             child=StrictCharField(**NAME), required=False, max_length=1_000, help_text="aliases that move"
         )
 
-    @_schema("entities_split", Input, EntityOut, "Undo a wrong merge: the chosen memories' mentions of this "
+    @_schema("entities_split", EntitySplit, EntityOut, "Undo a wrong merge: the chosen memories' mentions of this "
              "entity and the chosen aliases go to the entity `name` (returned); extraction keeps the two apart. "
              "Admin scope.", extra=BODY)  # fmt: skip
     def post(self, request, entity_id):
         entity = _entity(request, entity_id)
-        data = self.Input(data=request.data)
+        data = self.EntitySplit(data=request.data)
         data.is_valid(raise_exception=True)
         new = corrections.entity_split(
             entity=entity, name=data.validated_data["name"], aliases=data.validated_data.get("aliases", []),
@@ -118,18 +118,18 @@ class EntitySplitApi(APIView):
         return _entity_out(request, new)
 
 
-class AliasInput(StrictSerializer):
+class EntityAlias(StrictSerializer):
     alias = StrictCharField(**NAME)
 
 
 class EntityAliasAddApi(APIView):
     required_scopes = ADMIN
 
-    @_schema("entities_alias_add", AliasInput, EntityOut, "Let an alias name this entity (it leaves any other "
+    @_schema("entities_alias_add", EntityAlias, EntityOut, "Let an alias name this entity (it leaves any other "
              "entity that had it); mentions of it resolve here from then on. Admin scope.", extra=BODY)  # fmt: skip
     def post(self, request, entity_id):
         entity = _entity(request, entity_id)
-        data = AliasInput(data=request.data)
+        data = EntityAlias(data=request.data)
         data.is_valid(raise_exception=True)
         changed = corrections.entity_alias_add(
             entity=entity, alias=data.validated_data["alias"], actor=request_actor(request)
@@ -140,11 +140,11 @@ class EntityAliasAddApi(APIView):
 class EntityAliasRemoveApi(APIView):
     required_scopes = ADMIN
 
-    @_schema("entities_alias_remove", AliasInput, EntityOut, "The alias (as listed in `aliases`) no longer "
+    @_schema("entities_alias_remove", EntityAlias, EntityOut, "The alias (as listed in `aliases`) no longer "
              "names this entity; extraction does not give it back. Admin scope.", extra=BODY)  # fmt: skip
     def post(self, request, entity_id):
         entity = _entity(request, entity_id)
-        data = AliasInput(data=request.data)
+        data = EntityAlias(data=request.data)
         data.is_valid(raise_exception=True)
         changed = corrections.entity_alias_remove(
             entity=entity, alias=data.validated_data["alias"], actor=request_actor(request)
@@ -169,17 +169,17 @@ class EdgeDeleteApi(APIView):
 class EdgeFixApi(APIView):
     required_scopes = ADMIN
 
-    class Input(StrictSerializer):
+    class EdgeFix(StrictSerializer):
         predicate = StrictCharField(max_length=60, help_text="lowercase letters, digits and underscores: lives_in")
         object_entity_id = serializers.UUIDField(required=False, help_text="the object: an entity of the bucket")
         object_literal = StrictCharField(required=False, **NAME, help_text="or the object: a text")
 
-    @_schema("edges_fix", Input, EdgeOut, "Change what an edge says: its predicate and its object (an entity "
+    @_schema("edges_fix", EdgeFix, EdgeOut, "Change what an edge says: its predicate and its object (an entity "
              "or a text, one of the two). Extraction states the fixed edge from then on. Admin scope.",
              extra=BODY)  # fmt: skip
     def post(self, request, edge_id):
         edge = _edge(request, edge_id)
-        data = self.Input(data=request.data)
+        data = self.EdgeFix(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
         obj = _same_bucket(edge, values["object_entity_id"]) if "object_entity_id" in values else None

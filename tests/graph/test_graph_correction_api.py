@@ -140,3 +140,20 @@ def test_only_an_admin_token_of_the_tenant_may_correct(bucket, story, tenant, ap
         assert response.status_code == 404, response.content
     assert not Correction.objects.exists()
     assert Entity.objects.filter(pk=smitty.pk).exists() and entity(bucket, "robert smith").name == "Robert Smith"
+
+
+def test_the_corrections_are_in_the_openapi_schema_each_with_its_own_request():
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    operations = {
+        op["operationId"]: op for path in schema["paths"].values() for op in path.values() if isinstance(op, dict)
+    }
+    for operation_id, request in (
+        ("entities_rename", "EntityRename"), ("entities_merge", "EntityMerge"), ("entities_split", "EntitySplit"),
+        ("entities_alias_add", "EntityAlias"), ("entities_alias_remove", "EntityAlias"), ("edges_fix", "EdgeFix"),
+    ):  # fmt: skip
+        body = operations[operation_id]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{request}Request"}, operation_id
+        assert {"403", "404"} <= set(operations[operation_id]["responses"]), operation_id
+    assert set(operations["edges_destroy"]["responses"]) >= {"204", "403", "404"}
