@@ -344,10 +344,10 @@ ENGRAM_ACCESS_RESOLUTION = env_int("ENGRAM_ACCESS_RESOLUTION", 3600)
 # Bucket statistics for BM25 (size, document frequencies) are recounted by a background
 # thread when they expire, instead of by the search that finds them expired.
 ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", True)
-# After a write of ENGRAM_ANALYZE_MIN_ROWS rows or more to a bucket, the worker ANALYZEs the tables a
-# search reads whose changes since their last ANALYZE reach this share of their rows (memories
-# also when the planner does not know the bucket's rows yet); 0 turns it off
-# (maintenance/services/statistics.py, docs/MAINTENANCE.md).
+# After a write of ENGRAM_ANALYZE_MIN_ROWS rows or more to a bucket, a thread of the writing
+# process (not the request) ANALYZEs the tables a search reads whose changes since their last
+# ANALYZE reach this share of their rows (memories also when the planner does not know the
+# bucket's rows yet); 0 turns it off (maintenance/services/statistics.py, docs/MAINTENANCE.md).
 ENGRAM_ANALYZE_THRESHOLD = env_float("ENGRAM_ANALYZE_THRESHOLD", 0.05)
 ENGRAM_ANALYZE_MIN_ROWS = env_int("ENGRAM_ANALYZE_MIN_ROWS", 500)
 # A hybrid search runs its vector and graph signals in threads of their own, each with its

@@ -1,6 +1,7 @@
 """The work maintenance queues on new memories after their enrichment (registered with
-memories.hooks in MaintenanceConfig.ready). What it does to its own rows when buckets and
-memories change is in maintenance/participants.py."""
+memories.hooks in MaintenanceConfig.ready), and the planner-statistics check after large writes
+(a receiver of memories_created). What it does to its own rows when buckets and memories change
+is in maintenance/participants.py."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import threading
 
 from celery import Signature
 from django.conf import settings
+from django.db import connection
 from django.dispatch import receiver
 
 from maintenance import tasks
-from memories import hooks, signals
+from maintenance.services import statistics
+from memories import signals
 
 logger = logging.getLogger(__name__)
 
@@ -33,29 +36,62 @@ def retry_classification(memory_ids: list[str]) -> list[Signature]:
     return [tasks.classify_memories.si(memory_ids)]
 
 
-# Rows this process has written per bucket since it last queued a statistics refresh for it.
+# Rows this process has written per bucket since it last checked the planner statistics for it,
+# and the buckets waiting for the check (one thread per process runs them, one after another).
 _written: dict = {}
-_written_lock = threading.Lock()
+_waiting: set = set()
+_lock = threading.Lock()
+_running = False
 
 
 @receiver(signals.memories_created)
 def refresh_statistics_after_writes(sender, *, bucket_id, memory_ids, **kwargs):
     """Once this process has written ``ENGRAM_ANALYZE_MIN_ROWS`` rows to a bucket (one large
-    batch, or many small ones), queue the worker's check of the planner statistics
-    (maintenance.services.statistics). A message of its own, queued beside the enrichment chain,
-    not at its end: behind classification, links and graph extraction of a burst it would come
-    minutes late. Never raises."""
+    batch, or many small ones), check the planner statistics of what a search of it reads, and
+    ANALYZE what is stale (maintenance.services.statistics): after the commit, in a thread of
+    this process, never in the request. Not a task for the worker: measured, its message waited
+    minutes behind the graph extraction and classification the same burst queued, while every
+    search of the bucket was planned from one row. Never raises."""
+    global _running
     try:
         if settings.ENGRAM_ANALYZE_THRESHOLD <= 0:
             return
-        with _written_lock:
+        with _lock:
             count = _written.get(bucket_id, 0) + len(memory_ids)
-            due = count >= settings.ENGRAM_ANALYZE_MIN_ROWS
-            if due:
-                _written.pop(bucket_id, None)
-            else:
+            if count < settings.ENGRAM_ANALYZE_MIN_ROWS:
                 _written[bucket_id] = count
-        if due:
-            hooks.publish(lambda: tasks.refresh_statistics.si(str(bucket_id)), what="statistics refresh", count=count)
+                return
+            _written.pop(bucket_id, None)
+            _waiting.add(bucket_id)
+            if _running:  # the running thread takes this bucket too, when it is done
+                return
+            _running = True
+        if not settings.ENGRAM_STATS_BACKGROUND:  # the test settings: at once, in this thread
+            _refresh_waiting(close=False)
+            return
+        threading.Thread(target=_refresh_waiting, name="engram-planner-statistics", daemon=True).start()
     except Exception:
-        logger.exception("queuing the statistics refresh of bucket %s failed", bucket_id)
+        logger.exception("the statistics refresh of bucket %s failed", bucket_id)
+        with _lock:
+            _running = False
+
+
+def _refresh_waiting(close: bool = True) -> None:
+    global _running
+    try:
+        while True:
+            with _lock:
+                if not _waiting:
+                    _running = False
+                    return
+                buckets = list(_waiting)
+                _waiting.clear()
+            try:
+                statistics.planner_statistics_refresh(bucket_ids=buckets)
+            except Exception:
+                logger.warning("refreshing the planner statistics failed", exc_info=True)
+    finally:
+        with _lock:
+            _running = False
+        if close:
+            connection.close()  # this thread's own connection

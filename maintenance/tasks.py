@@ -25,7 +25,6 @@ from maintenance.services import (
     feed,
     links,
     reindex,
-    statistics,
 )
 from memories.selectors import memories_tenant_ids
 from memories.services.access import apply_pending
@@ -54,13 +53,6 @@ def find_conflicts(memory_ids: list[str]) -> dict:
 @shared_task(name="maintenance.link_new_memories", tenant_scope=memories_tenant_ids, **HINT)
 def link_new_memories(memory_ids: list[str]) -> dict:
     return links.links_find_for(memory_ids=memory_ids)
-
-
-@shared_task(name="maintenance.refresh_statistics", tenant_scope=bucket_tenant_ids, **HINT)
-def refresh_statistics(bucket_id: str) -> dict:
-    # Queued after a large write (maintenance/receivers.py): ANALYZE what a search of the bucket
-    # would otherwise plan from statistics that do not know its rows.
-    return statistics.planner_statistics_refresh(bucket_ids=[bucket_id])
 
 
 # --- scheduled jobs (maintenance/schedules.py), recorded as JobRuns -------------------------------

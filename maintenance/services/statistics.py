@@ -1,5 +1,5 @@
 """Fresh planner statistics after large writes: ``ANALYZE`` of the tables a search reads, when
-enough of them changed since their last ANALYZE, run by the worker right after the write.
+enough of them changed since their last ANALYZE, right after the write.
 
 Why (bench/results/burst-search-2026-11-28.md, docs/MAINTENANCE.md "Planner statistics"): every
 statement of a search names its bucket (``tenant_id = … AND bucket_id = …``), and PostgreSQL
@@ -13,8 +13,9 @@ every vector of the bucket, and BM25's document frequencies a scan of the bucket
 of the GIN index. Autovacuum analyzes a table only once 10% of it changed (plus 50 rows): soon
 for a new installation's small table, not for a new bucket in a large one.
 
-The worker runs :func:`planner_statistics_refresh` after writes of at least
-``ENGRAM_ANALYZE_MIN_ROWS`` rows (maintenance/receivers.py): never in the request.
+The writing process runs :func:`planner_statistics_refresh` in a thread of its own after writes of
+at least ``ENGRAM_ANALYZE_MIN_ROWS`` rows to a bucket (maintenance/receivers.py): never in the
+request, and without waiting behind the worker's queue.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def stale_tables(*, bucket_ids: Iterable[uuid.UUID] = ()) -> dict[str, str]:
 
 def planner_statistics_refresh(*, bucket_ids: Iterable[uuid.UUID] = ()) -> dict:
     """ANALYZE the search tables :func:`stale_tables` names (``ENGRAM_ANALYZE_THRESHOLD = 0``:
-    none). Each under a try-lock: a table another worker is analyzing now is skipped. A steady
+    none). Each under a try-lock: a table another process is analyzing now is skipped. A steady
     stream of writes analyzes a table about once per threshold's share of its rows."""
     if settings.ENGRAM_ANALYZE_THRESHOLD <= 0:
         return {"analyzed": {}, "skipped": ["off"]}
