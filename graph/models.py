@@ -127,6 +127,11 @@ class EdgeQuerySet(BucketScopedQuerySet):
     def current(self) -> EdgeQuerySet:
         return self.filter(valid_to__isnull=True)
 
+    def stated(self) -> EdgeQuerySet:
+        """Edges whose memory is not past its ``expires_at``: what a reader is told (search leaves
+        such a memory out, and so what it said)."""
+        return self.filter(Exists(Memory.objects.filter(pk=OuterRef("source_memory_id")).unexpired()))
+
 
 class Edge(models.Model):
     id = models.UUIDField(primary_key=True, db_default=RandomUUID(), editable=False)

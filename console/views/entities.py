@@ -159,7 +159,7 @@ def entity_page(request, bucket_id, entity_id):
     if request.method == "POST":
         require(request, CHANGE)
         return _correct(request, bucket, entity)
-    edges = list(selectors.edges_of_entity(entity=entity))
+    edges = list(selectors.edges_of_entity(entity=entity, include_expired=True))
     as_of = _as_of(request)
     profile = profiles.entity_profile(entity=entity, as_of=as_of, budget=DIGEST_BUDGET, limit=profiles.MAX_FACTS)
     now = timezone.now()
@@ -193,7 +193,7 @@ def _as_of(request) -> datetime | None:
 
 def _edge_of(entity: Entity, value) -> Edge:
     pk = parse_uuid(str(value or ""))
-    edge = selectors.edges_of_entity(entity=entity).filter(pk=pk).first() if pk else None
+    edge = selectors.edges_of_entity(entity=entity, include_expired=True).filter(pk=pk).first() if pk else None
     if edge is None:
         raise Http404
     return edge

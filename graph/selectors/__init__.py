@@ -65,13 +65,21 @@ def edge_get(*, tenant: Tenant, edge_id, token: ApiToken | None = None) -> Edge:
 
 
 def edges_of_entity(
-    *, entity: Entity, as_of: datetime | None = None, agents: AgentRestriction | None = None
+    *,
+    entity: Entity,
+    as_of: datetime | None = None,
+    agents: AgentRestriction | None = None,
+    include_expired: bool = False,
 ) -> QuerySet[Edge]:
+    """The edges touching ``entity``; not those of a memory past its ``expires_at`` unless
+    ``include_expired`` (the console's operators see them). Validity windows are as stored."""
     edges = (
         Edge.objects.filter(tenant_id=entity.tenant_id, bucket_id=entity.bucket_id)
         .filter(Q(subject=entity) | Q(object_entity=entity))
         .visible_to(agents)
     )
+    if not include_expired:
+        edges = edges.stated()
     if as_of is not None:
         edges = edges.valid_at(as_of)
     return edges.select_related("subject", "object_entity").order_by("predicate", "valid_from", "id")
@@ -85,7 +93,8 @@ def edge_list(
     predicate: str | None = None,
     agents: AgentRestriction | None = None,
 ) -> QuerySet[Edge]:
-    edges = Edge.objects.for_bucket(bucket).visible_to(agents)
+    """The bucket's edges, newest first; not those of a memory past its ``expires_at``."""
+    edges = Edge.objects.for_bucket(bucket).visible_to(agents).stated()
     if valid_at is not None:
         edges = edges.valid_at(valid_at)
     if entity_id is not None:

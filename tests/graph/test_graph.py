@@ -326,6 +326,15 @@ class TestGraphApi:
             body = api.get(f"/api/v1/edges/{edge.pk}/memories").json()
             assert [m["id"] for m in body["results"]] == [str(kept)], edge.source_memory_id
 
+    def test_edges_of_an_expired_memory_are_not_listed(self, api, bucket):
+        kept, gone = write_extracted(bucket, "Alice works at Initech.", "Bob lives in Oslo.")
+        Memory.objects.filter(pk=gone).update(expires_at=at(2020))
+        listed = api.get(f"/api/v1/buckets/{bucket.pk}/edges").json()["results"]
+        assert {e["source_memory_id"] for e in listed} == {str(kept)}
+        bob = Entity.objects.for_bucket(bucket).get(normalized_name="bob")
+        body = api.get(f"/api/v1/entities/{bob.pk}").json()
+        assert body["current_edges"] == body["historical_edges"] == []
+
     def test_outsider_gets_404_everywhere(self, outsider_api, bucket):
         write_extracted(bucket, "Alice works at Initech.")
         entity = Entity.objects.for_bucket(bucket).first()
