@@ -51,6 +51,27 @@ application = ChunkedBodies(application, settings.DATA_UPLOAD_MAX_MEMORY_SIZE, s
 get_resolver().url_patterns  # noqa: B018 (the access imports them)
 
 
+def _load_before_fork() -> None:
+    """What a worker's first write would otherwise load (about 10 s on a loaded 2-core machine):
+    the lemmatizer (spaCy's lookup tables; spaCy imports PyTorch) and the tokenizer that counts
+    a text's tokens (transformers). Loaded here, in gunicorn's master before it binds, they reach
+    every worker through the fork. Neither starts a thread when loaded (PyTorch's and the
+    tokenizer's thread pools start on their first parallel use, which happens in a worker); the
+    embedding model, whose ONNX Runtime session does start threads, stays per worker. A failure
+    is the first write's to report, as without this."""
+    from engram_site.providers import embedding, lemmatizer
+
+    for load in (lemmatizer.preload, embedding.preload_tokenizer):
+        try:
+            load()
+        except Exception:  # noqa: BLE001 (a missing package or model: the write path reports it)
+            pass
+
+
+if settings.ENGRAM_PRELOAD_MODELS:
+    _load_before_fork()
+
+
 def start_worker() -> None:
     """What a web worker process starts for itself, once: the OTLP exporter (when tracing is
     configured) and the embedding model's warm-up (ENGRAM_PRELOAD_MODELS). gunicorn calls it in

@@ -279,6 +279,12 @@ def _get_tokenizer():
     return _tokenizer
 
 
+def preload_tokenizer() -> None:
+    """Load the token-counting tokenizer now rather than on the first count (a web server's
+    master does, before it forks its workers: engram_site/wsgi.py). Loading starts no thread."""
+    _get_tokenizer()
+
+
 def count_tokens(texts: list[str]) -> list[int]:
     """WordPiece token counts (without [CLS]/[SEP]); the rough estimate if the
     tokenizer cannot be loaded, so ``token_count`` is never left empty."""

@@ -54,6 +54,15 @@ def _load():
     return _nlp
 
 
+def preload() -> None:
+    """Load the pipeline now rather than on the first text (a web server's master does, before
+    it forks its workers: engram_site/wsgi.py). Disabled or unavailable: nothing to load."""
+    try:
+        _load()
+    except LemmatizerUnavailable:
+        pass
+
+
 _STOPS: frozenset[str] | None = None
 
 

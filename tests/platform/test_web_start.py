@@ -60,3 +60,47 @@ def test_a_call_while_the_web_server_loads_the_application_is_refused_at_once_no
         wait_for(lambda: http_get(f"http://127.0.0.1:{port}/health")[0] == 200, timeout=120, proc=server.proc)
     finally:
         server.stop()
+
+
+# What the master loads for its workers (engram_site/wsgi.py, _load_before_fork): the lemmatizer
+# and the token counter, so that a worker's first write does not import spaCy, PyTorch and
+# transformers (about 10 s); and no thread with them, which a fork would not carry.
+LOAD_CHECK = """
+import json, os, sys
+
+def native_threads():
+    return len(os.listdir("/proc/self/task"))
+
+import django
+django.setup()
+from engram_site.providers import embedding, lemmatizer
+before = (native_threads(), lemmatizer._nlp is not None, embedding._tokenizer is not None)
+import engram_site.wsgi
+after = (native_threads(), lemmatizer._nlp is not None, embedding._tokenizer is not None)
+pid = os.fork()
+if pid == 0:  # a worker: what it needs is there, and works
+    ok = lemmatizer.lemmatize("Maya moved to Porto") == "maya move porto" and embedding.count_tokens(["a b"]) == [2]
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"before": before, "after": after, "child": os.waitstatus_to_exitcode(status),
+                  "onnxruntime": "onnxruntime" in sys.modules}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preload", ["1", "0"])
+def test_the_master_loads_the_lemmatizer_and_token_counter_for_its_workers_and_starts_no_thread(preload, tmp_path):
+    import json
+    import subprocess
+
+    env = base_env(DATABASE_URL=test_database_url(), ENGRAM_PRELOAD_MODELS=preload, DJANGO_SETTINGS_MODULE="engram_site.settings")
+    out = subprocess.run([sys.executable, "-c", LOAD_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    threads_before, *loaded_before = report["before"]
+    threads_after, *loaded_after = report["after"]
+    assert loaded_before == [False, False]
+    assert loaded_after == ([True, True] if preload == "1" else [False, False])
+    assert threads_after == threads_before  # loading them started no thread in the master
+    assert not report["onnxruntime"]  # the embedding model stays per worker
+    assert report["child"] == 0
