@@ -1,3 +1,4 @@
+import contextlib
 import io
 import os
 import re
@@ -62,10 +63,9 @@ def _load_before_fork() -> None:
     from engram_site.providers import embedding, lemmatizer
 
     for load in (lemmatizer.preload, embedding.preload_tokenizer):
-        try:
+        # A missing package or model: the write path reports it, as without this.
+        with contextlib.suppress(Exception):
             load()
-        except Exception:  # noqa: BLE001 (a missing package or model: the write path reports it)
-            pass
 
 
 if settings.ENGRAM_PRELOAD_MODELS:

@@ -14,6 +14,7 @@ memories app's (``memories/search_terms.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -57,10 +58,8 @@ def _load():
 def preload() -> None:
     """Load the pipeline now rather than on the first text (a web server's master does, before
     it forks its workers: engram_site/wsgi.py). Disabled or unavailable: nothing to load."""
-    try:
+    with contextlib.suppress(LemmatizerUnavailable):
         _load()
-    except LemmatizerUnavailable:
-        pass
 
 
 _STOPS: frozenset[str] | None = None

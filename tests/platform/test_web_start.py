@@ -5,7 +5,9 @@ of waiting in the listen queue for a worker still importing Django."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -90,10 +92,9 @@ print(json.dumps({"before": before, "after": after, "child": os.waitstatus_to_ex
 @pytest.mark.slow
 @pytest.mark.parametrize("preload", ["1", "0"])
 def test_the_master_loads_the_lemmatizer_and_token_counter_for_its_workers_and_starts_no_thread(preload, tmp_path):
-    import json
-    import subprocess
-
-    env = base_env(DATABASE_URL=test_database_url(), ENGRAM_PRELOAD_MODELS=preload, DJANGO_SETTINGS_MODULE="engram_site.settings")
+    env = base_env(
+        DATABASE_URL=test_database_url(), ENGRAM_PRELOAD_MODELS=preload, DJANGO_SETTINGS_MODULE="engram_site.settings"
+    )
     out = subprocess.run([sys.executable, "-c", LOAD_CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
