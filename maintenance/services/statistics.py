@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 
 from engram_site.locks import LockHeld, advisory_lock
 
@@ -94,12 +94,18 @@ def planner_statistics_refresh(*, bucket_ids: Iterable[uuid.UUID] = ()) -> dict:
     skipped: list[str] = []
     for table, reason in stale_tables(bucket_ids=bucket_ids).items():
         try:
-            with advisory_lock(f"analyze:{table}"):
+            with advisory_lock(f"analyze:{table}"), transaction.atomic():
                 started = time.perf_counter()
                 with connection.cursor() as cur:
+                    # ANALYZE waits for a lock that a REINDEX CONCURRENTLY (the nightly HNSW
+                    # reindex), a VACUUM or another ANALYZE holds for minutes: not for long.
+                    cur.execute("SET LOCAL lock_timeout = '2s'")
                     cur.execute(f"ANALYZE {connection.ops.quote_name(table)}")
                 analyzed[table] = round(time.perf_counter() - started, 3)
                 logger.info("ANALYZE %s in %.3f s: %s", table, analyzed[table], reason)
         except LockHeld:
+            skipped.append(table)
+        except OperationalError as exc:  # the lock timeout: autovacuum or the next write's check
+            logger.info("ANALYZE %s skipped: %s", table, exc)
             skipped.append(table)
     return {"analyzed": analyzed, "skipped": skipped}

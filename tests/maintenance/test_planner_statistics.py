@@ -129,3 +129,23 @@ def test_the_knob_at_zero_queues_and_analyzes_nothing(quick_writes, tenant, djan
     assert planned_rows(new) < BURST / 10
     assert len(ids) == BURST
     assert planner_statistics_refresh(bucket_ids=[new.pk]) == {"analyzed": {}, "skipped": ["off"]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_table_locked_by_a_reindex_is_skipped_not_waited_for(settings, monkeypatch, tenant):
+    # A REINDEX CONCURRENTLY (the nightly HNSW reindex) holds this lock for minutes.
+    import psycopg
+
+    monkeypatch.setattr("memories.receivers.enqueue_enrichment", lambda **kwargs: None)
+    settings.ENGRAM_EMBEDDINGS_ENABLED = settings.ENGRAM_GRAPH_ENABLED = settings.ENGRAM_KEYS_ENABLED = False
+    settings.ENGRAM_ANALYZE_THRESHOLD, settings.ENGRAM_ANALYZE_MIN_ROWS = 0, 200  # the burst checks nothing
+    new = Bucket.objects.create(tenant=tenant, name="imported history")
+    write(new, *(f"Imported memory {i}." for i in range(BURST)))
+    settings.ENGRAM_ANALYZE_THRESHOLD = 0.05
+    params = connection.get_connection_params()
+    keep = {k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")}
+    with psycopg.connect(**keep) as other:
+        other.execute("LOCK TABLE memories IN SHARE UPDATE EXCLUSIVE MODE")
+        report = planner_statistics_refresh(bucket_ids=[new.pk])
+    assert report["skipped"] == ["memories"] and "memories" not in report["analyzed"]
+    assert planner_statistics_refresh(bucket_ids=[new.pk])["analyzed"].keys() == {"memories"}
