@@ -35,9 +35,10 @@ EXACT_SCAN_BELOW = 2000
 # vectors the configured ef_search is multiplied by (graph size / EF_GROWS_FROM) ** EF_GROWTH:
 # x2.3 at 250k, x4.3 at 500k, x8 at 1M. The graphs are table-wide (every tenant's vectors are in them).
 EF_GROWS_FROM = 100_000
+EF_GROWTH = 0.9
+
 # Passages read per candidate wanted (nearest_passages): a long memory has several near a question.
 PASSAGES_PER_CANDIDATE = 3
-EF_GROWTH = 0.9
 
 
 def scaled_ef_search(ef_search: int, graph_size: float) -> int:
