@@ -87,9 +87,11 @@ class RankingConfig:
     # median over 300 generated questions x 2,000 memories of the benchmark corpus (0.138; 90th
     # percentile 0.26), all about other people's lives, so unrelated but alike in kind.
     vector_floor: float = 0.14
-    # BM25. Memories are short and uniform in length, so length normalisation is kept mild.
+    # BM25. b 0.5 since 2026-11-28: on the three sets (bench/results/eval-three-2026-11-28-passages.md)
+    # 0.3 left the long working sessions 0.014 of recall@10 below the best candidate, 0.5 none of
+    # them more than 0.008 (ours -0.005, LoCoMo -0.001, long +0.006 against 0.3); 0.75 cost ours 0.013.
     bm25_k1: float = 0.9
-    bm25_b: float = 0.3
+    bm25_b: float = 0.5
     # Recency: score *= (1 - w) + w * 0.5 ** (age_days / half_life).
     recency_half_life_days: float = 365.0
     recency_weight: float = 0.3
@@ -154,6 +156,9 @@ class RankingConfig:
     # draws the best towards the second best ((1 - w) x best + w x second).
     passages: str = "off"
     passage_second: float = 0.0
+    # Taken off a passage's similarity before it competes with the memory's own vector: a long
+    # memory has many windows, so more chances to be near any question than a short memory.
+    passage_discount: float = 0.0
     # pgvector HNSW search breadth (recall vs. latency; see bench/results/).
     ef_search: int = 100
     # A memory without a context vector (the first of its sequence, or written with
@@ -201,6 +206,7 @@ _NUMERIC_BOUNDS = {
     "importance_boost": (0.0, 2.0),
     "superseded_weight": (0.0, 1.0),
     "passage_second": (0.0, 1.0),
+    "passage_discount": (0.0, 1.0),
     "ef_search": (10, EF_SEARCH_MAX),
 }
 

@@ -7,7 +7,9 @@ A memory's own vector is of its first ~1,000 characters (the model's window); it
 ``"off"``, the memory's own vector alone; ``"max"``, the best of its own vector
 and its passages (a memory is as near as its nearest part), with ``passage_second`` > 0 drawing
 that towards the second best (``(1 - w) x best + w x second``: a memory two of whose parts match
-ranks above one with a single lucky window). Memories found only through a passage join the list,
+ranks above one with a single lucky window), and ``passage_discount`` is taken off a passage's
+similarity (a long memory has many windows, so more chances to be near any question than a short
+one). Memories found only through a passage join the list,
 so a long memory is a candidate when any of its parts is near the question.
 """
 
@@ -80,7 +82,9 @@ def with_passages(
     w = config.passage_second
     for memory_id, found in matches.items():
         own = scores.get(memory_id)
-        sims = sorted([m.similarity for m in found] + ([own] if own is not None else []), reverse=True)
+        sims = sorted(
+            [m.similarity - config.passage_discount for m in found] + ([own] if own is not None else []), reverse=True
+        )
         best = sims[0]
         second = sims[1] if len(sims) > 1 else best
         scores[memory_id] = (1.0 - w) * best + w * second

@@ -83,6 +83,17 @@ def test_passages_second_best_blend_is_bounded_by_the_best(bucket, bucket_with_a
     assert scores[0.5] < scores[0.0]
 
 
+def test_a_passage_discount_lowers_what_a_passage_adds(bucket, bucket_with_a_long_memory):
+    long_id = bucket_with_a_long_memory
+
+    def score(**ranking):
+        result = memories_search(bucket=bucket, query=QUESTION, mode="vector", explain=True, ranking_overrides=ranking)
+        return next(h.explain["signals"]["vector"]["score"] for h in result.hits if h.id == long_id)
+
+    full = score(passages="max")
+    assert score(passages="max", passage_discount=0.1) == pytest.approx(full - 0.1, abs=1e-5)
+
+
 def test_a_filter_keeps_the_passages_of_the_memories_it_excludes_out(bucket, bucket_with_a_long_memory):
     from memories.filters import MemoryFilters
 
