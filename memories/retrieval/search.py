@@ -232,8 +232,10 @@ def memories_search(
         found = diversity.diversify(
             found, diversity.vectors(bucket, [h.id for h in found[: config.diversity_pool]]), config
         )
-    if config.passages != "off" and embedding_model and "+" not in embedding_model:
-        # Which part of each long hit matched (the budget may return that part alone).
+    if embedding_model and "+" not in embedding_model:
+        # Which part of each long hit matched (the budget may return that part alone), whether or
+        # not passages counted in the ranking (the ``passages`` knob): one statement, only when a
+        # hit is a long memory the vector walk did not already place.
         _which_passages(found if token_budget is not None else found[:limit], passage_matches, query,
                         embedding_model, explain)  # fmt: skip
     found = hits.apply_budget(found, limit, token_budget, excerpt)

@@ -141,6 +141,9 @@ def test_the_api_names_the_passage_and_the_budget_returns_it_rather_than_the_who
     assert cut["token_count"] <= 400 < Memory.objects.get(pk=long_id).token_count
     assert budgeted["total_tokens"] == sum(r["token_count"] for r in budgeted["results"]) <= 400
 
+    # Passages off in the ranking (the default): the hit still names its passage, and the budget cuts it.
+    [plain] = [r for r in search(api, bucket, QUESTION, token_budget=400)["results"] if r["id"] == str(long_id)]
+    assert plain["passage"] == hit["passage"] and plain["excerpt"] is not None
     # "whole": the budget leaves the memory out rather than cut it.
     strict = search(api, bucket, QUESTION, ranking=ranking, token_budget=400, excerpt="whole")
     assert str(long_id) not in [r["id"] for r in strict["results"]]
