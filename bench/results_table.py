@@ -47,6 +47,7 @@ OPTIONAL = ("series", "commit")
 # The scripts that measure something and write a report; a header naming anything else is a typo.
 BENCHMARKS = (
     "background_yield.py",
+    "burst_search.py",
     "classify_accuracy.py",
     "context_batching.py",
     "contradiction_accuracy.py",
