@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from memories.models import Memory
 
 # The recipe's version: a key built by an older one is built again (memory_keys.version).
-# 2: a list's introducing line said once (sources/keys.py).
-KEY_VERSION = 2
+# 2: a list's introducing line said once (sources/keys.py). 3: a date that names its year in
+# the American order ("June 15, 2021") is left alone, not read as "June" of the nearest year.
+KEY_VERSION = 3
 
 
 @dataclass

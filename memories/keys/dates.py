@@ -54,8 +54,10 @@ _EXPRESSION = re.compile(
 )
 # A month named without its year: "in May", "on May 2", "2nd of June" (capitalised: "may" is a verb).
 _MONTH = re.compile(
-    rf"\b(?:(?P<day1>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?)?(?P<month>{_MONTH_NAME})\.?"
-    rf"(?: (?P<day2>\d{{1,2}})(?:st|nd|rd|th)?\b)?(?!,? \d{{4}})(?!\w)"
+    rf"\b(?:(?P<day1>\d{{1,2}})(?:st|nd|rd|th)? (?:of )?)?(?P<month>{_MONTH_NAME})\b"
+    # Not a date that names its year, whichever way round: "June 15, 2022", "June 15th 2022".
+    rf"(?!\.? \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}})"
+    rf"(?:\.? (?P<day2>\d{{1,2}})(?:st|nd|rd|th)?\b)?(?!,? \d{{4}})(?!\w)"
 )
 # "May" opening a sentence is the verb ("May I ask…") unless a day follows.
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)$")

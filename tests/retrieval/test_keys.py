@@ -63,9 +63,21 @@ def test_relative_dates_are_resolved_against_the_writing_time(text, meaning):
 
 
 def test_what_fixes_no_date_is_left_alone():
-    for text in ("May I ask you something?", "On Friday we eat fish.", "We met on 12 June 2021.", "in 2019 I was 30"):
+    for text in (
+        "May I ask you something?",
+        "On Friday we eat fish.",
+        "We met on 12 June 2021.",
+        "in 2019 I was 30",
+        "Ezra had a blood test on June 15, 2021.",
+        "The lease started March 3rd 2020.",
+    ):
         assert resolve(text, TUESDAY) == [], text
     assert resolve("yesterday", None) == []
+
+
+def test_a_month_ending_a_sentence_is_annotated_before_the_full_stop():
+    annotated, _meanings = annotate("Ravi hopes to see them in August.", TUESDAY)
+    assert annotated == "Ravi hopes to see them in August (August 2023)."
 
 
 def test_annotate_writes_each_meaning_beside_its_expression():
