@@ -60,9 +60,11 @@ class RankingConfig:
             "vector_context": 0.5,
             "keyword": 1.0,
             "keyword_context": 0.5,
-            # Key documents (docs/RETRIEVAL.md, "Keys that carry facts"): off until measured.
-            "keyword_key": 0.0,
-            "vector_key": 0.0,
+            # Key documents (docs/RETRIEVAL.md, "Keys that carry facts"): both at 0.5 raised hybrid
+            # recall@10 on all three sets (ours 0.896 -> 0.901, LoCoMo 0.805 -> 0.808, long 0.838 ->
+            # 0.846; the smallest worst regret of the weights tried). A bucket without keys runs neither.
+            "keyword_key": 0.5,
+            "vector_key": 0.5,
             # The graph list changed recall@10 by 0.000 on our set and 0.001 on LoCoMo (0.25
             # against 0) while it costs ~8-10 ms of a 100k-bucket search: off by default,
             # weighted in per tenant or request (graph mode runs it alone).

@@ -22,6 +22,7 @@ from tests.factories import write, write_extracted
 
 TUESDAY = datetime(2023, 5, 9, 15, 0, tzinfo=UTC)
 KEYS_ON = {"weights": {"keyword_key": 1.0, "vector_key": 1.0}}
+KEYS_OFF = {"weights": {"keyword_key": 0, "vector_key": 0}}
 KEYS_ONLY = {"weights": {"keyword": 0, "keyword_context": 0, "vector": 0, "vector_context": 0, **KEYS_ON["weights"]}}
 
 
@@ -158,8 +159,13 @@ def test_a_question_answered_only_through_the_key(bucket):
     query = "What happened on 2 May 2023?"
     # The memory's own words say nothing of 2 May: without keys every May memory matches alike
     # (its date words), and the newer ones win.
-    found = memories_search(bucket=bucket, query=query, mode="keyword", now=now, record_access=False)
+    found = memories_search(
+        bucket=bucket, query=query, mode="keyword", now=now, ranking_overrides=KEYS_OFF, record_access=False
+    )
     assert found.hits[0].id != race
+    # The defaults weigh the keys in.
+    found = memories_search(bucket=bucket, query=query, mode="keyword", now=now, record_access=False)
+    assert found.hits[0].id == race
     keyed = memories_search(
         bucket=bucket, query=query, mode="keyword", now=now, ranking_overrides=KEYS_ONLY, record_access=False,
         explain=True,
