@@ -117,9 +117,10 @@ def test_a_memory_is_written_found_edited_deleted_and_restored(live):
         found = engram.search(
             live.main, "Where does Ana's sister live?", mode="hybrid", limit=5, token_budget=500,
             filters={"hint_tags": ["family"], "attributed_to": "user"}, explain=True, ranking={"fusion": "rrf"},
-            now=datetime.now(UTC),
+            now=datetime.now(UTC), excerpt="whole",
         )  # fmt: skip
         assert [hit.id for hit in found] == [written.id]
+        assert found.results[0].excerpt is None  # a short memory is returned whole
         assert found.mode_used == "keyword" and found.warnings  # the server runs without the model
         assert found.results[0].score > 0 and found.results[0].explain is not None
         assert not engram.search(live.main, "Where does Ana's sister live?", filters={"hint_tags": ["work"]})

@@ -35,6 +35,7 @@ from engram_client.models import (
 
 Attribution = Literal["user", "assistant"]
 SearchMode = Literal["hybrid", "vector", "keyword", "graph"]
+Excerpt = Literal["auto", "passage", "whole"]
 
 
 class Engram:
@@ -282,13 +283,16 @@ class Engram:
         explain: bool | None = None,
         ranking: dict[str, Any] | None = None,
         now: datetime | str | None = None,
+        excerpt: Excerpt | None = None,
     ) -> SearchResult:
         """The memories that answer ``query`` best (``hybrid`` by default), within ``limit``
         and ``token_budget``. ``filters``: ``hint_tags``, ``agent_id``, ``run_id``,
         ``attributed_to``, ``created_after``, ``created_before``, ``importance_min``,
-        ``include_expired``, ``include_superseded``, ``as_of``, … (docs/API.md)."""
+        ``include_expired``, ``include_superseded``, ``as_of``, … (docs/API.md). ``excerpt``:
+        how much of a long memory a hit returns (``auto``, the server's default: its matched
+        passage when the whole would not fit the budget; ``passage``; ``whole``)."""
         fields = core.body(query=query, mode=mode, limit=limit, token_budget=token_budget, filters=filters,
-                           explain=explain, ranking=ranking, now=now)  # fmt: skip
+                           explain=explain, ranking=ranking, now=now, excerpt=excerpt)  # fmt: skip
         return self._run(core.search_call(bucket_id, fields))
 
     def search_buckets(
@@ -303,6 +307,7 @@ class Engram:
         explain: bool | None = None,
         ranking: dict[str, Any] | None = None,
         now: datetime | str | None = None,
+        excerpt: Excerpt | None = None,
     ) -> SearchResult:
         """One search over several buckets (default: every bucket the token can read), fused
         once and cut to one ``limit`` and one ``token_budget``; each hit's ``bucket_id`` names
@@ -310,7 +315,7 @@ class Engram:
         :meth:`search`."""
         fields = core.body(query=query, buckets=None if buckets is None else [str(b) for b in buckets], mode=mode,
                            limit=limit, token_budget=token_budget, filters=filters, explain=explain, ranking=ranking,
-                           now=now)  # fmt: skip
+                           now=now, excerpt=excerpt)  # fmt: skip
         return self._run(core.search_across_call(fields))
 
     # --- export and import -------------------------------------------------------------------
