@@ -62,8 +62,9 @@ class RankingConfig:
             "keyword_context": 0.5,
             # Key documents (docs/RETRIEVAL.md, "Keys that carry facts"): both at 0.5 raised hybrid
             # recall@10 on all three sets (ours 0.896 -> 0.901, LoCoMo 0.805 -> 0.808, long 0.838 ->
-            # 0.846; the smallest worst regret of the weights tried; measured with bm25_b 0.3, not yet
-            # with 0.5). A bucket without keys runs neither.
+            # 0.846; the smallest worst regret of the weights tried, with bm25_b 0.3; with bm25_b 0.5
+            # too: 0.907, 0.809, 0.851, docs/RETRIEVAL.md "The defaults together"). A bucket without
+            # keys runs neither.
             "keyword_key": 0.5,
             "vector_key": 0.5,
             # The graph list changed recall@10 by 0.000 on our set and 0.001 on LoCoMo (0.25
