@@ -462,7 +462,8 @@ def test_ranking_overrides_are_applied(api, bucket):
         ({"keyword_context": 0}, {"bm25": [False], "vector": [False, True], "embed": 1}),
         ({"keyword": 0, "keyword_context": 0}, {"bm25": [], "vector": [False, True], "embed": 1}),
         ({"vector_context": 0}, {"bm25": [False, True], "vector": [False], "embed": 1}),
-        ({"vector": 0, "vector_context": 0}, {"bm25": [False, True], "vector": [], "embed": 0}),
+        # (the key documents' vector is weighted in by default: zeroed too, no embedding is made)
+        ({"vector": 0, "vector_context": 0, "vector_key": 0}, {"bm25": [False, True], "vector": [], "embed": 0}),
         (None, {"bm25": [False, True], "vector": [False, True], "embed": 1}),  # the defaults
     ],
 )
@@ -669,7 +670,8 @@ def test_large_buckets_are_searched_through_the_hnsw_index_with_its_settings(api
     finally:
         with connection.cursor() as cur:
             cur.execute("RESET enable_seqscan; RESET enable_sort; RESET enable_bitmapscan")
-    assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "hnsw"}
+    walks = body["results"][0]["explain"]["vector_search"]
+    assert (walks["vector"], walks["vector_context"]) == ("hnsw", "hnsw")  # (vector_key: the bucket has no keys)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -937,12 +939,14 @@ def test_a_large_bucket_without_context_vectors_skips_the_context_walk_until_it_
     facts = [f"Fact {i}: the blue notebook sits on shelf {i}" for i in range(30)]
     write(bucket, *facts, api=api, sequence=False)  # sequence=False: no context
     body = search(api, bucket, "Where is the blue notebook?", mode="vector", explain=True)
-    assert body["results"][0]["explain"]["vector_search"] == {"vector": "hnsw", "vector_context": "none"}
+    walks = body["results"][0]["explain"]["vector_search"]
+    assert (walks["vector"], walks["vector_context"]) == ("hnsw", "none")
 
     # A small bucket is still read exactly: nothing is skipped there.
     monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 2000)
     body = search(api, bucket, "Which shelf has the notebook?", mode="vector", explain=True)
-    assert body["results"][0]["explain"]["vector_search"] == {"vector": "exact", "vector_context": "exact"}
+    walks = body["results"][0]["explain"]["vector_search"]
+    assert (walks["vector"], walks["vector_context"]) == ("exact", "exact")
 
     # This process's writes renew the count: sequenced memories are found by their context
     # (two context vectors, fewer than the cutoff: read exactly).

@@ -1172,6 +1172,8 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
             AgentCall({"bucket_id": "bucket", "conflict_id": "conflict"}, lambda agent, ids: {"action": "keep_both"})
         ]
     },
+    # The token's own pair is open (or kept both): reached, and refused as not superseded.
+    "bucket-conflict-undo": {"POST": [AgentCall({"bucket_id": "bucket", "conflict_id": "conflict"}, own=(409,))]},
     # Admin scope: a token held to agents cannot have it (tenants.services.token_issue).
     "bucket-merge": {
         "POST": [
@@ -1191,6 +1193,19 @@ AGENT_EXEMPT = {
         name: "admin scope (the tenant's webhooks), which a token held to agents cannot have (test_agent_tokens.py)"
         for name in ("webhook-list", "webhook-detail", "webhook-secret", "webhook-deliveries", "webhook-retry")
     },
+    **{
+        name: "admin scope (an operator's graph corrections), which a token held to agents cannot have"
+        " (test_agent_tokens.py; tests/graph/test_graph_correction_api.py refuses a token without it)"
+        for name in (
+            "entity-rename",
+            "entity-merge",
+            "entity-split",
+            "entity-alias-add",
+            "entity-alias-remove",
+            "edge-detail",
+            "edge-fix",
+        )
+    },  # fmt: skip
 }
 
 
