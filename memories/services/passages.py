@@ -36,6 +36,7 @@ from engram_site import activity
 from engram_site.providers import embedding
 from memories import passages
 from memories.models import LONG_MEMORY_TOKENS, Memory, MemoryPassage
+from memories.services import backlog
 from memories.text import embedding_text
 from tenants.models import Bucket
 
@@ -83,26 +84,16 @@ def _pending(
     limit: int | None,
     count: bool = False,
 ):
-    where = [_OUT_OF_DATE]
-    params: list = [passages.PASSAGE_VERSION]
-    if memory_ids is not None:
-        where.append("m.id = ANY(%s::uuid[])")
-        params.append([str(i) for i in memory_ids])
-    if bucket is not None:
-        where.append("m.tenant_id = %s AND m.bucket_id = %s")
-        params += [bucket.tenant_id, bucket.pk]
-    if after is not None:
-        where.append("(m.created_at, m.id) > (%s, %s)")
-        params += list(after)
-    select = "count(*)" if count else "m.id, m.created_at"
-    tail = "" if count else "ORDER BY m.created_at, m.id LIMIT %s"
-    sql = f"""
-        SELECT {select} FROM memories m JOIN buckets b ON b.id = m.bucket_id
-        WHERE {" AND ".join(where)} {tail}
-    """
-    with connection.cursor() as cur:
-        cur.execute(sql, params if count else [*params, limit])
-        return cur.fetchone()[0] if count else cur.fetchall()
+    return backlog.out_of_date(
+        joins="",
+        condition=_OUT_OF_DATE,
+        condition_params=[passages.PASSAGE_VERSION],
+        memory_ids=memory_ids,
+        bucket=bucket,
+        after=after,
+        limit=limit,
+        count=count,
+    )
 
 
 def passages_pending_count(*, bucket: Bucket | None = None) -> int:
