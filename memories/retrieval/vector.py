@@ -93,6 +93,17 @@ _SAME_MODEL = (
 )
 
 
+def _reads_exactly(buckets: list, column: str, where: str, params: list, population: int) -> bool:
+    """Whether a walk over ``column`` reads its rows exactly rather than through the HNSW index:
+    a population below EXACT_SCAN_BELOW, or filters (beyond the buckets) that leave fewer rows
+    than that (bucket_stats remembers the filtered count, estimated by the planner)."""
+    return population < EXACT_SCAN_BELOW or (
+        where != MemoryFilters().sql(buckets)[0]
+        and bucket_stats.filtered_rows(buckets[0], column, where, params, lambda: estimated_rows(where, params, column))
+        < EXACT_SCAN_BELOW
+    )
+
+
 def nearest(
     bucket: Bucket | list[Bucket],
     query_vector,
@@ -140,13 +151,7 @@ def nearest(
     """
     exact_params = [*params, *gate, vector, vector, limit]
     with binding_cursor(connection) as cur:
-        if population < EXACT_SCAN_BELOW or (
-            where != MemoryFilters().sql(buckets)[0]
-            and bucket_stats.filtered_rows(
-                buckets[0], column, where, params, lambda: estimated_rows(where, params, column)
-            )
-            < EXACT_SCAN_BELOW
-        ):
+        if _reads_exactly(buckets, column, where, params, population):
             cur.execute(exact_sql, exact_params)
             return _neighbours(cur.fetchall(), "exact")
         # The graph's size, estimated as the table's rows times this bucket's share of rows
@@ -207,13 +212,7 @@ def nearest_key(
     """
     exact_params = [*source_params, vector, vector, limit]
     with binding_cursor(connection) as cur:
-        if population < EXACT_SCAN_BELOW or (
-            where != MemoryFilters().sql(buckets)[0]
-            and bucket_stats.filtered_rows(
-                buckets[0], "embedding", where, params, lambda: estimated_rows(where, params, "embedding")
-            )
-            < EXACT_SCAN_BELOW
-        ):
+        if _reads_exactly(buckets, "embedding", where, params, population):
             cur.execute(exact_sql, exact_params)
             return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
         graph = max(population, stats["table_rows"] * population / max(1, stats["n"]))
@@ -267,13 +266,7 @@ def nearest_passages(
     """
     exact_params = [*source_params, vector, vector, limit]
     with binding_cursor(connection) as cur:
-        if population < EXACT_SCAN_BELOW or (
-            where != MemoryFilters().sql(buckets)[0]
-            and bucket_stats.filtered_rows(
-                buckets[0], "embedding", where, params, lambda: estimated_rows(where, params, "embedding")
-            )
-            < EXACT_SCAN_BELOW
-        ):
+        if _reads_exactly(buckets, "embedding", where, params, population):
             cur.execute(exact_sql, exact_params)
             return passages.grouped(cur.fetchall()), "exact"
         graph = max(population, stats["table_rows"] * population / max(1, stats["n"]))
