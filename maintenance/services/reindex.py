@@ -13,7 +13,14 @@ from engram_site.jobs.runner import JobRecorder
 
 logger = logging.getLogger(__name__)
 
-HNSW_INDEXES = ("idx_memories_embedding_hnsw", "idx_memories_context_hnsw")
+# Every HNSW index in the schema: the memories' own two, the key documents' and the passages'.
+# A test holds this list to the catalogue, so an index added later cannot be left out.
+HNSW_INDEXES = (
+    "idx_memories_embedding_hnsw",
+    "idx_memories_context_hnsw",
+    "idx_memory_keys_hnsw",
+    "idx_memory_passages_hnsw",
+)
 
 
 def _index_size(cur, name: str) -> int | None:

@@ -170,3 +170,14 @@ def test_a_leftover_from_an_interrupted_reindex_is_dropped(bucket):
     outcome = runner.run_job("reindex_hnsw", reindex.hnsw_reindex, lock=True, indexes=["idx_memories_embedding_hnsw"])
     assert outcome.counts["idx_memories_embedding_hnsw"]["dropped_leftovers"] == ["idx_memories_embedding_hnsw_ccnew"]
     assert index_state("idx_memories_embedding_hnsw") == (True, 1)
+
+
+def test_the_reindex_covers_every_hnsw_index_in_the_schema(db):
+    """The job's list is the catalogue's: an HNSW index left off it would never be rebuilt."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
+            "WHERE am.amname = 'hnsw' AND c.relkind = 'i'"
+        )
+        in_schema = {row[0] for row in cur.fetchall()}
+    assert in_schema == set(reindex.HNSW_INDEXES)
