@@ -4,6 +4,10 @@ The tools are the Python client's (``engram_client.mcp``); here each call gets a
 ``AsyncEngram`` that carries the bearer token of the ``/mcp`` request it serves and reaches the
 REST API in-process. What a token may do over MCP is therefore what it may do over the API:
 its scopes, its bucket restriction and its tenant are checked by the same views.
+
+A connection may name its default bucket (an id or a name) in an ``X-Engram-Bucket`` header, or
+in the URL as ``/mcp?bucket=…`` for a client that can set no header; a tool call that names no
+bucket uses it.
 """
 
 from __future__ import annotations
@@ -34,8 +38,15 @@ def client_for(ctx: Context) -> AsyncEngram:
     )
 
 
+def default_bucket_for(ctx: Context) -> str | None:
+    """The default bucket the ``/mcp`` request names: its ``X-Engram-Bucket`` header, else its
+    ``bucket`` query parameter (UTF-8 in the URL, for a name a header cannot carry)."""
+    request = ctx.request_context.request
+    return (request.headers.get("x-engram-bucket") or request.query_params.get("bucket") or "").strip() or None
+
+
 def build() -> Served:
-    server = create_server(client_for)
+    server = create_server(client_for, default_bucket=default_bucket_for)
     server.streamable_http_app(
         # Stateless, JSON answers: every POST is one complete exchange, whichever web worker
         # takes it, and nothing needs to stream (mcp_server/bridge.py).

@@ -67,13 +67,14 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory):
             outsider.delete()
 
 
-def session(server, token: str, body, *, mode: str = "auto"):
-    """Run ``body(client)`` in an MCP client session with ``token``; returns what it returns."""
+def session(server, token: str, body, *, mode: str = "auto", headers: dict | None = None, query: str = ""):
+    """Run ``body(client)`` in an MCP client session with ``token`` (and more ``headers``, and a
+    ``query`` string on the URL); returns what it returns."""
 
     async def main():
         async with (
-            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-            Client(streamable_http_client(server.url, http_client=http), mode=mode) as client,
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}", **(headers or {})}, timeout=60) as http,
+            Client(streamable_http_client(server.url + query, http_client=http), mode=mode) as client,
         ):
             return await body(client)
 
@@ -115,6 +116,79 @@ def test_a_memory_round_trips_through_the_tools(server, mode):
     refused, message = steps["gone"]
     assert refused and "not found" in message.lower()
     assert not Memory.objects.filter(pk=memory_id).exists()
+
+
+def test_search_memories_spans_the_buckets_it_is_given(server):
+    async def body(client):
+        main = await call(client, "add_memories", bucket=server.main, contents="The kiln in main fires at dawn.")
+        notes = await call(client, "add_memories", bucket=server.notes, contents="The kiln in notes cools at dusk.")
+        ids = {main[1]["memories"][0]["id"]: server.main, notes[1]["memories"][0]["id"]: server.notes}
+        return ids, [
+            await call(client, "search_memories", query="kiln", buckets=["main", server.notes]),
+            await call(client, "search_memories", query="kiln", buckets=["*"]),
+            await call(client, "search_memories", query="kiln", bucket="main"),
+            await call(client, "search_memories", query="kiln", bucket="main", buckets=["notes"]),
+            await call(client, "search_memories", query="kiln", buckets=["main", "nowhere"]),
+        ]
+
+    ids, (named, every, one, both, unknown) = session(server, server.tokens.read_write, body)
+    for refused, found in (named, every):
+        assert not refused, found
+        assert {(hit["id"], hit["bucket"]) for hit in found["results"]} == set(ids.items())
+        assert {b["name"] for b in found["buckets"]} == {"main", "notes"}
+    assert [hit["id"] for hit in one[1]["results"]] == [i for i, b in ids.items() if b == server.main]
+    assert "bucket" not in one[1]["results"][0] and "buckets" not in one[1]
+    assert both[0] and "not both" in both[1]
+    assert unknown[0] and "'nowhere'" in unknown[1]
+
+    async def restricted(client):
+        return (
+            await call(client, "search_memories", query="kiln", buckets=["*"]),
+            await call(client, "search_memories", query="kiln", buckets=[server.main, server.notes]),
+        )
+
+    # A token held to notes: every bucket it can read is notes; main is another's, not found.
+    (refused, found), (main_refused, message) = session(server, server.tokens.notes_only, restricted)
+    assert not refused and {hit["bucket"] for hit in found["results"]} == {server.notes}
+    assert main_refused and "not found" in message.lower(), message
+
+    async def outsider(client):
+        return await call(client, "search_memories", query="kiln", buckets=[server.main])
+
+    refused, message = session(server, server.tokens.outsider, outsider)
+    assert refused and "not found" in message.lower(), message
+
+
+def test_a_connection_names_its_default_bucket_in_a_header_or_the_url(server):
+    """The read-write token sees two buckets: without a default, a call that names none is
+    refused; X-Engram-Bucket (an id or a name) or ?bucket= picks one for the connection."""
+
+    async def body(client):
+        listed = await call(client, "list_buckets")
+        added = await call(client, "add_memories", contents="The ferry leaves at noon.")
+        found = await call(client, "search_memories", query="When does the ferry leave?")
+        return listed, added, found
+
+    by_header = session(server, server.tokens.read_write, body, headers={"X-Engram-Bucket": "notes"})
+    by_query = session(server, server.tokens.read_write, body, query=f"?bucket={server.main}")
+    both = session(server, server.tokens.read_write, body, headers={"X-Engram-Bucket": server.notes},
+                   query="?bucket=main")  # fmt: skip
+    for (_, listed), (refused, added), (_, found), bucket in (
+        (*by_header, server.notes), (*by_query, server.main), (*both, server.notes)
+    ):  # fmt: skip
+        assert listed["default"] == bucket
+        assert not refused and added["bucket"] == bucket
+        assert [hit["id"] for hit in found["results"]] == [added["memories"][0]["id"]]
+
+    async def unnamed(client):
+        return await call(client, "add_memories", contents="Where would this go?")
+
+    refused, message = session(server, server.tokens.read_write, unnamed)
+    assert refused and "Several buckets" in message
+
+    # A default outside the token's reach is not a way into it.
+    refused, message = session(server, server.tokens.notes_only, unnamed, headers={"X-Engram-Bucket": server.main})
+    assert refused and "not found" in message.lower(), message
 
 
 def test_get_profile_says_what_is_known_about_someone_now_and_before(server):

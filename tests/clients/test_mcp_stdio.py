@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -69,10 +70,12 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
 
 
 def stdio(live, token: str, *args: str) -> Client:
-    """An MCP client session with ``engram-mcp`` spawned over stdio."""
-    params = StdioServerParameters(
-        command=str(ENGRAM_MCP), args=list(args), env={"ENGRAM_URL": live.base, "ENGRAM_TOKEN": token}
-    )
+    """An MCP client session with ``engram-mcp`` spawned over stdio (the SDK gives it a minimal
+    environment: PYTHONPATH is passed on, so it imports the client this test imports)."""
+    env = {"ENGRAM_URL": live.base, "ENGRAM_TOKEN": token}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    params = StdioServerParameters(command=str(ENGRAM_MCP), args=list(args), env=env)
     return Client(params, read_timeout_seconds=60)
 
 
@@ -96,7 +99,9 @@ def test_an_agent_lists_the_tools_and_round_trips_a_memory(live):
             assert set(tools) == TOOLS
             assert all(tool.description for tool in tools.values())
             search_schema = tools["search_memories"].input_schema["properties"]
-            assert {"query", "bucket", "limit", "token_budget", "mode", "filters"} <= set(search_schema)
+            assert {"query", "bucket", "buckets", "limit", "token_budget", "mode", "filters", "excerpt"} <= set(
+                search_schema
+            )
             assert all(p.get("description") for p in search_schema.values())
             assert tools["search_memories"].annotations.read_only_hint
             assert tools["get_profile"].annotations.read_only_hint

@@ -9,7 +9,8 @@ context):
   client configured from ``--url``/``--token``/``--bucket`` or ``ENGRAM_URL``/``ENGRAM_TOKEN``/
   ``ENGRAM_BUCKET``;
 - Engram's own ``/mcp`` endpoint serves them over streamable HTTP, with a client per request
-  carrying that request's bearer token.
+  carrying that request's bearer token, and a default bucket per request from its
+  ``X-Engram-Bucket`` header or ``?bucket=`` query parameter.
 
 Every tool goes through the HTTP API with that client's token, so its scopes, its bucket
 restriction and its tenant decide what a tool may do; an API error becomes a tool error with
@@ -46,6 +47,10 @@ from engram_client.errors import Conflict, EngramError
 from engram_client.models import Bucket, Memory, Profile, ProfileFact
 
 ClientFor = Callable[[Context], AsyncEngram | Awaitable[AsyncEngram]]
+# A default bucket for every call, or one chosen per call from its context (the HTTP request).
+DefaultBucket = str | Callable[[Context], str | None] | None
+# search_memories(buckets=["*"]): every bucket the token can read.
+ALL_BUCKETS = "*"
 
 _MAX_LISTED_BUCKETS = 100
 # Facts per list a get_profile answer carries (the digest chooses from all of them).
@@ -58,9 +63,9 @@ conversations with add_memories (one fact per string, written so it makes sense 
 depend on what you were told before, call search_memories with a natural-language question.
 To know what is known about someone or something (the user, a person, a project), call
 get_profile with the name. Use update_memory when a stored fact changed and delete_memory when
-it was wrong. Memories
-live in buckets; list_buckets shows them, and a tool's bucket argument picks one by id or
-name (it can be left out when a default bucket is configured or only one exists)."""
+it was wrong. Memories live in buckets; list_buckets shows them, and a tool's bucket argument
+picks one by id or name (it can be left out when a default bucket is configured or only one
+exists); search_memories can search several at once with buckets."""
 
 BucketArg = Annotated[
     str | None,
@@ -69,14 +74,18 @@ BucketArg = Annotated[
 MemoryId = Annotated[str, Field(description="The memory's id, as add_memories or search_memories returned it.")]
 
 
-def create_server(client_for: ClientFor, *, default_bucket: str | None = None, name: str = "engram") -> MCPServer:
+def create_server(client_for: ClientFor, *, default_bucket: DefaultBucket = None, name: str = "engram") -> MCPServer:
     """An MCP server with Engram's seven memory tools.
 
     ``client_for(ctx)`` returns (or returns an awaitable of) the :class:`AsyncEngram` a tool
-    call uses; the tools never close it. ``default_bucket`` (an id or a name) is used when a
-    call names no bucket; without it, a token that sees exactly one bucket uses that one.
+    call uses; the tools never close it. ``default_bucket`` (an id or a name, or a function of
+    the call's context returning one or None) is used when a call names no bucket; without it,
+    a token that sees exactly one bucket uses that one.
     """
     server = MCPServer(name, instructions=INSTRUCTIONS, version=core.__version__)
+
+    def default_of(ctx: Context) -> str | None:
+        return (default_bucket(ctx) if callable(default_bucket) else default_bucket) or None
 
     async def engram(ctx: Context) -> AsyncEngram:
         client = client_for(ctx)
@@ -84,8 +93,8 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
             client = await client
         return client
 
-    async def bucket_id(api: AsyncEngram, bucket: str | None) -> str:
-        return await _resolve_bucket(api, bucket or default_bucket)
+    async def bucket_id(api: AsyncEngram, bucket: str | None, ctx: Context) -> str:
+        return await _resolve_bucket(api, bucket or default_of(ctx))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     async def add_memories(
@@ -113,8 +122,11 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
             dict[str, Any] | None, Field(description="Any JSON object kept with each memory (not searched).")
         ] = None,
     ) -> CallToolResult:
-        """Remember facts: store one or more memories in Engram. The same text stored twice is kept
-        once (the answer then says deduplicated). Returns each memory's id."""
+        """Remember: store facts worth keeping beyond this conversation (what the user said about
+        themselves, their preferences, decisions, names, dates, plans). Call it when you learn such
+        a fact; pass several at once as a list. Not for facts already stored (search first when
+        unsure; the same text stored twice is kept once and answered as deduplicated) nor for
+        changing one (update_memory). Returns each memory's id."""
         items = [contents] if isinstance(contents, str) else list(contents)
         if not items:
             raise ToolError("contents is empty: give a fact, or a list of facts.")
@@ -122,7 +134,7 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
                            metadata=metadata)  # fmt: skip
         async with _api_errors():
             api = await engram(ctx)
-            target = await bucket_id(api, bucket)
+            target = await bucket_id(api, bucket, ctx)
             written = await api.add_memories(target, [{"content": text, **fields} for text in items])
         return _result({"bucket": target, "memories": [{"id": w.id, "deduplicated": w.deduplicated} for w in written]})
 
@@ -131,6 +143,14 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
         ctx: Context,
         query: Annotated[str, Field(description="What to recall, as a natural-language question or keywords.")],
         bucket: BucketArg = None,
+        buckets: Annotated[
+            list[str] | None,
+            Field(
+                description="Search several buckets together instead of one: their ids or names, or ['*'] for every "
+                "bucket this token can read. One ranking, one limit and one token budget; each result names its "
+                "bucket. Leave out to search bucket (or the default bucket)."
+            ),
+        ] = None,
         limit: Annotated[int, Field(ge=1, le=100, description="At most this many memories (1-100).")] = 10,
         token_budget: Annotated[
             int | None, Field(ge=1, description="Return only the best memories whose text fits in this many tokens.")
@@ -147,29 +167,56 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
                 "as_of (ISO 8601: memory as it stood then)."
             ),
         ] = None,
+        excerpt: Annotated[
+            Literal["auto", "passage", "whole"] | None,
+            Field(
+                description="How much of a long memory a result holds: 'auto' (default) its passage that matched, "
+                "with a little context, when the whole memory would not fit token_budget; 'passage' always that "
+                "passage; 'whole' always the whole memory (one that does not fit is left out). A result that is a "
+                "passage says excerpt: true; get_memory reads the whole memory."
+            ),
+        ] = None,
     ) -> CallToolResult:
-        """Recall: search Engram's memories for the ones that best answer the query, best first, each
-        with its id, content, date (when it was stated) and relevance score."""
+        """Recall: find the stored memories that best answer a question, best first, each with its id,
+        content, date (when it was stated) and relevance score. Call it before answering anything that
+        may depend on what you were told earlier (the user's preferences, people, past decisions),
+        and before storing a fact, to see whether it is known. For everything about one person or
+        thing at once, get_profile is shorter."""
+        if bucket and buckets is not None:
+            raise ToolError("Give bucket or buckets, not both.")
+        fields: dict[str, Any] = {"limit": limit, "token_budget": token_budget, "mode": mode, "filters": filters,
+                                  "excerpt": excerpt}  # fmt: skip
         async with _api_errors():
             api = await engram(ctx)
-            target = await bucket_id(api, bucket)
-            found = await api.search(target, query, limit=limit, token_budget=token_budget, mode=mode,
-                                     filters=filters)  # fmt: skip
+            if buckets is None:
+                found = await api.search(await bucket_id(api, bucket, ctx), query, **fields)
+            else:
+                chosen = None if ALL_BUCKETS in buckets else await _resolve_buckets(api, buckets)
+                found = await api.search_buckets(query, buckets=chosen, **fields)
         results = []
         for hit in found:
-            row = {"id": hit.id, "content": hit.content, "date": _date(hit.created_at),
-                   "score": round(hit.score, 4) if hit.score is not None else None}  # fmt: skip
+            row: dict[str, Any] = {"id": hit.id}
+            if buckets is not None:
+                row["bucket"] = hit.bucket_id
+            row |= {"content": hit.content, "date": _date(hit.created_at),
+                    "score": round(hit.score, 4) if hit.score is not None else None}  # fmt: skip
+            if hit.excerpt:
+                row["excerpt"] = True  # content is the matched passage of a longer memory
             if hit.superseded:
                 row["superseded"] = True  # a later memory replaced this fact
             results.append(row)
         answer: dict[str, Any] = {"results": results}
+        if buckets is not None:
+            answer["buckets"] = [_compact({"id": b.get("id"), "name": b.get("name")}) for b in found.buckets]
         if found.warnings:
             answer["warnings"] = found.warnings
         return _result(answer)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def get_memory(ctx: Context, id: MemoryId) -> CallToolResult:
-        """Read one memory by its id: its content, when it was stated, by whom, and its tags."""
+        """Read one memory whole by its id (from search_memories or add_memories): its content, when it
+        was stated, by whom, its tags and metadata. Use it when a search result is an excerpt of a longer
+        memory or you need its details; to find memories, use search_memories."""
         async with _api_errors():
             memory = await (await engram(ctx)).get_memory(id)
         return _result(_memory(memory))
@@ -180,14 +227,18 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
         id: MemoryId,
         content: Annotated[str, Field(description="The memory's new text, replacing the old (kept in its history).")],
     ) -> CallToolResult:
-        """Correct a memory: replace its text when the fact changed or was stated wrongly."""
+        """Correct a memory: replace its text when the user corrects a stored fact or it changed
+        (moved, new job, new preference). Find its id with search_memories first; the old text stays in
+        the memory's history. To add a new, separate fact use add_memories."""
         async with _api_errors():
             memory = await (await engram(ctx)).update_memory(id, content=content)
         return _result({"updated": True, **_memory(memory)})
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
     async def delete_memory(ctx: Context, id: MemoryId) -> CallToolResult:
-        """Forget a memory that is wrong or no longer wanted. An operator can still restore it for a while."""
+        """Forget a memory: when the user asks you to forget something, or a stored fact was never
+        true. A fact that changed is better corrected with update_memory. An operator can still restore
+        it for a while."""
         async with _api_errors():
             await (await engram(ctx)).delete_memory(id)
         return _result({"id": id, "deleted": True})
@@ -210,12 +261,13 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
     ) -> CallToolResult:
         """What is known about a person, place or thing right now: a short digest to rely on, the
         current facts (with the ids of the memories stating them) and what changed before. Use it
-        before answering about someone the user has talked about; it makes no search."""
+        before answering about someone the user has talked about ('user' for the user); it makes no
+        search, so for a question about an event or a topic use search_memories."""
         if (name is None) == (entity_id is None):
             raise ToolError("Give name or entity_id (one of them).")
         async with _api_errors():
             api = await engram(ctx)
-            target = await bucket_id(api, bucket)
+            target = await bucket_id(api, bucket, ctx)
             try:
                 profile = await api.get_profile(target, name=name, entity_id=entity_id, as_of=as_of, budget=budget,
                                                 limit=_PROFILE_FACTS)  # fmt: skip
@@ -228,7 +280,8 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def list_buckets(ctx: Context) -> CallToolResult:
-        """List the memory buckets this token can use (id, name, description) and which one is the default."""
+        """List the memory buckets this token can use (id, name, description) and which one is the
+        default. Use it when a tool asks which bucket, or to choose buckets for search_memories."""
         async with _api_errors():
             api = await engram(ctx)
             buckets = []
@@ -236,7 +289,7 @@ def create_server(client_for: ClientFor, *, default_bucket: str | None = None, n
                 buckets.append(bucket)
                 if len(buckets) > _MAX_LISTED_BUCKETS:
                     break
-            default = _default_of(buckets, default_bucket)
+            default = _default_of(buckets, default_of(ctx))
         answer: dict[str, Any] = {
             "buckets": [_bucket(b) for b in buckets[:_MAX_LISTED_BUCKETS]],
             "default": default,
@@ -256,6 +309,25 @@ async def _api_errors() -> AsyncIterator[None]:
         yield
     except EngramError as exc:
         raise ToolError(str(exc)) from exc
+
+
+async def _resolve_buckets(api: AsyncEngram, chosen: list[str]) -> list[str]:
+    """The ids of ``chosen`` (ids or names), in order, each once; names are looked up in one
+    listing of the token's buckets."""
+    if not chosen:
+        raise ToolError("buckets is empty: name the buckets to search, or ['*'] for all of them.")
+    ids: dict[str, str] = {}
+    names = [b for b in chosen if _as_uuid(b) is None]
+    by_name: dict[str, str] = {}
+    if names:
+        async for bucket in api.list_buckets(page_size=_MAX_LISTED_BUCKETS):
+            by_name.setdefault(bucket.name, bucket.id)
+    for wanted in chosen:
+        bucket_id = _as_uuid(wanted) or by_name.get(wanted)
+        if bucket_id is None:
+            raise ToolError(f"No bucket named {wanted!r} is visible to this token; list_buckets shows them.")
+        ids.setdefault(bucket_id, wanted)
+    return list(ids)
 
 
 async def _resolve_bucket(api: AsyncEngram, chosen: str | None) -> str:
