@@ -72,6 +72,12 @@ EMBEDDING_BATCH_SECONDS = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
 EMBEDDING_TEXTS = Counter("engram_embedding_texts_total", "Texts embedded by the embedding model.")
+REPLICA_READS = Counter(
+    "engram_replica_reads_total",
+    "Searches and memory lists with a replica configured (engram_site/replica.py), by the database "
+    "that answered and why it was chosen.",
+    ["database", "reason"],
+)
 JOB_RUNS = Counter(
     "engram_job_runs_total",
     "Background job runs finished, by job and outcome (succeeded, failed, skipped, …).",

@@ -121,6 +121,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # A database outage is a 503 on every page (the console too), not only in the API.
     "engram_site.middleware.DatabaseUnavailableMiddleware",
+    # After an API request that may have written, its tenant's reads on a replica wait for it
+    # (engram_site/replica.py); nothing without DATABASE_REPLICA_URL.
+    "engram_site.replica.ReadYourWritesMiddleware",
 ]
 
 ROOT_URLCONF = "engram_site.urls"
@@ -165,6 +168,27 @@ _db.setdefault("OPTIONS", {})
 _db["OPTIONS"].setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5))
 _db["TEST"] = {"NAME": env_str("DATABASE_TEST_NAME", "test_engram")}
 DATABASES = {"default": _db}
+# A streaming replica (hot standby) of that database: the API's searches and memory lists read
+# it, everything else stays on the primary (engram_site/replica.py). Unset: no replica alias,
+# every read on the primary.
+DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL")
+if DATABASE_REPLICA_URL:
+    _replica = dj_database_url.parse(
+        DATABASE_REPLICA_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True
+    )
+    _replica.setdefault("OPTIONS", {}).setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5))
+    # The test suite creates no database on a standby (it could not): the alias reads the test database.
+    _replica["TEST"] = {"MIRROR": "default"}
+    DATABASES["replica"] = _replica
+DATABASE_ROUTERS = ["engram_site.replica.Router"]
+# Read-your-writes on the replica: after a tenant's write, for ENGRAM_REPLICA_WINDOW seconds its
+# reads either wait (at most ENGRAM_REPLICA_WAIT_MS) for the replica to replay past the
+# primary's position, or read the primary ("primary").
+ENGRAM_READ_YOUR_WRITES = env_str("ENGRAM_READ_YOUR_WRITES", "wait")
+if ENGRAM_READ_YOUR_WRITES not in ("wait", "primary"):
+    raise ImproperlyConfigured("ENGRAM_READ_YOUR_WRITES must be 'wait' or 'primary'")
+ENGRAM_REPLICA_WAIT_MS = env_int("ENGRAM_REPLICA_WAIT_MS", 250)
+ENGRAM_REPLICA_WINDOW = env_int("ENGRAM_REPLICA_WINDOW", 60)
 # PostgreSQL's client programs for `backup` / `restore` (engram_site/pgtools.py): the embedded
 # wheel's PostgreSQL 18 copies unless this names another directory.
 ENGRAM_PG_BIN = env_str("ENGRAM_PG_BIN")

@@ -15,9 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import connection
-
 from engram_site.providers import lemmatizer, nlp
+from engram_site.replica import read_connection
 from graph import extract as extraction
 from graph.extract.vocabulary import SYMMETRIC, relation_predicate
 from graph.selectors import entities_by_first_name
@@ -144,7 +143,7 @@ def _entities_named(bucket, keys: list[str], *, speaker: bool = False) -> dict[s
     the bucket's one person of that first name ("Alice" -> Alice Chen)."""
     if not keys:
         return {}
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             f"""
             SELECT id::text, name FROM graph_entities
@@ -196,7 +195,7 @@ def _related(bucket, owners: dict[str, str], predicate: str, person_first: bool,
         "SELECT r.id FROM (" + " UNION ".join(f"({arm})" for arm in arms) + ") r(id)"
         " JOIN graph_entities g ON g.id = r.id WHERE g.type <> 'SPEAKER'"
     )
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             query,
             {"t": bucket.tenant_id, "b": bucket.pk, "o": _array(owners), "p": predicate, "m": moment,
@@ -232,7 +231,7 @@ def _described(bucket, question: Question, moment, agents=None) -> tuple[dict[st
         if not owner:
             continue
         owners |= owner
-        with connection.cursor() as cur:
+        with read_connection().cursor() as cur:
             # graph_edges_unnamed, then the edges of the same memories (graph_edges_source).
             cur.execute(
                 f"""
@@ -257,7 +256,7 @@ def _described(bucket, question: Question, moment, agents=None) -> tuple[dict[st
 def _names(ids: set[str]) -> dict[str, str]:
     if not ids:
         return {}
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute("SELECT id::text, name FROM graph_entities WHERE id = ANY(%s::uuid[])", [_array(ids)])
         return dict(cur.fetchall())
 
@@ -279,7 +278,7 @@ def _walk(bucket, seeds: dict[str, str], moment: datetime, agents=None):
     edge_memories: dict[str, tuple] = {}
     frontier = list(seeds)
     visible, visible_params = _visible_edges(agents)
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         for level in range(1, MAX_DEPTH + 1):
             if not frontier:
                 break
@@ -384,7 +383,7 @@ def walk_signal(*, bucket, query: str, filters, config, now: datetime):
     narrowed = where != type(filters)(include_expired=True).sql(bucket)[0]
     join = f"JOIN memories m ON m.id = s.memory_id WHERE {where}" if narrowed else ""
     edge_ids = list(edge_memories)
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             f"""
             WITH reached(entity_id, weight, quota) AS (SELECT * FROM unnest(%s::uuid[], %s::float8[], %s::int[])),
@@ -502,7 +501,7 @@ def entity_signal(*, bucket, query: str, filters, config, now: datetime):
     """
     forward = edges.format(far="object_entity_id", forward="true", near="subject_id", visible=visible)
     backward = edges.format(far="subject_id", forward="false", near="object_entity_id", visible=visible)
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             f"""
             WITH seed(entity_id, weight) AS (SELECT * FROM unnest(%(seeds)s::uuid[], %(weights)s::float8[])),

@@ -26,8 +26,15 @@ def memory_get(*, tenant: Tenant, memory_id, token: ApiToken | None = None, for_
     return memory
 
 
-def memory_list(*, bucket: Bucket, filters: MemoryFilters, pending: bool | None = None) -> QuerySet[Memory]:
-    queryset = access.with_pending(Memory.objects.for_bucket(bucket).defer("embedding", "context_embedding"))
+def memory_list(
+    *, bucket: Bucket, filters: MemoryFilters, pending: bool | None = None, using: str | None = None
+) -> QuerySet[Memory]:
+    """The bucket's memories passing ``filters``, read from the database ``using`` (a replica's
+    too, engram_site/replica.py; by default where the router sends reads)."""
+    memories = Memory.objects.for_bucket(bucket)
+    if using is not None:
+        memories = memories.using(using)
+    queryset = access.with_pending(memories.defer("embedding", "context_embedding"))
     queryset = queryset.filter(filters.q())
     if pending is True:
         queryset = queryset.filter(PENDING_ENRICHMENT)

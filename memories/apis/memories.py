@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.services import request_actor
+from engram_site import replica
 from engram_site.fields import JSONObjectField, StrictBooleanField, StrictSerializer
 from engram_site.openapi import BODY, cursor_page, errors
 from engram_site.pagination import CreatedCursorPagination, cursor_field, list_response, page_size_field
@@ -168,8 +169,15 @@ class BucketMemoriesApi(APIView):
         if "hint_tags" in values:
             values["hint_tags"] = [t.strip() for t in values["hint_tags"].split(",") if t.strip()]
         filters = MemoryFilters(**values, agents=request.auth.agents)
-        memories = selectors.memory_list(bucket=bucket, filters=filters, pending=pending)
-        return list_response(request, self, memories, MemoryOut, paginator=CreatedCursorPagination)
+        # A replica reads the page, if there is one (engram_site/replica.py); the bucket and the
+        # token were checked on the primary.
+        return replica.read(
+            request.auth.tenant_id,
+            lambda using: list_response(
+                request, self, selectors.memory_list(bucket=bucket, filters=filters, pending=pending, using=using),
+                MemoryOut, paginator=CreatedCursorPagination,
+            ),
+        )  # fmt: skip
 
 
 class MemoryDetailOut(MemoryOut):

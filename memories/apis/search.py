@@ -9,6 +9,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from engram_site import replica
 from engram_site.fields import (
     JSONObjectField,
     StrictBooleanField,
@@ -105,6 +106,7 @@ class SearchOut(serializers.Serializer):
 class SearchApi(APIView):
     # Searching is reading, even though the query travels in a POST body.
     required_scopes = {"POST": TokenScope.READ}
+    replica_reads = True  # a POST that writes nothing: it reads a replica, if any (engram_site/replica.py)
 
     @extend_schema_serializer(component_name="Search")
     class Input(StrictSerializer):
@@ -135,15 +137,21 @@ class SearchApi(APIView):
         bucket = bucket_get(tenant=request.auth.tenant, bucket_id=bucket_id, token=request.auth)
         params = self.Input(data=request.data)
         params.is_valid(raise_exception=True)
-        return Response(_search(params.validated_data, [bucket], agents=request.auth.agents))
+        return Response(
+            replica.read(
+                request.auth.tenant_id,
+                lambda using: _search(params.validated_data, [bucket], agents=request.auth.agents, using=using),
+            )
+        )
 
 
-def _search(data: dict, buckets: list, *, agents=None, across: bool = False) -> dict:
+def _search(data: dict, buckets: list, *, agents=None, across: bool = False, using: str | None = None) -> dict:
     """Run the search a validated body asks for over ``buckets``; the response body. The
     bucket search and the search across buckets share it: one bucket searched either way gives
     the same hits (across buckets, each names its bucket). ``agents``: the token's agent
     restriction (only those agents' memories are searched); the search counts in the tenant's
-    usage."""
+    usage. ``using``: the database it reads (the buckets were read from the primary: who may
+    read what is never judged on a replica)."""
     if not buckets:
         return {"mode_used": data["mode"], "results": [], "warnings": [], "total_tokens": 0}
     started = time.perf_counter()
@@ -158,6 +166,7 @@ def _search(data: dict, buckets: list, *, agents=None, across: bool = False) -> 
         ranking_overrides=data.get("ranking"),
         now=data.get("now"),
         excerpt=data["excerpt"],
+        using=using,
     )
     payload = {
         "mode_used": result.mode_used,
@@ -192,6 +201,7 @@ class CrossSearchApi(APIView):
     """One search over several buckets: fused once, cut to one limit and one token budget."""
 
     required_scopes = {"POST": TokenScope.READ}
+    replica_reads = True
 
     @extend_schema_serializer(component_name="SearchAcrossBuckets")
     class Input(SearchApi.Input):
@@ -234,6 +244,9 @@ class CrossSearchApi(APIView):
             raise serializers.ValidationError(
                 {"buckets": [f"The token can read more than {MAX_SEARCH_BUCKETS} buckets: name the ones to search."]}
             )
-        payload = _search(data, buckets, agents=request.auth.agents, across=True)
+        payload = replica.read(
+            request.auth.tenant_id,
+            lambda using: _search(data, buckets, agents=request.auth.agents, across=True, using=using),
+        )
         payload["buckets"] = [{"id": str(b.pk), "name": b.name} for b in buckets]
         return Response(payload)

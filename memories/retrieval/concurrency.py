@@ -11,7 +11,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connection
+from django.db import OperationalError, close_old_connections, connections
+
+from engram_site.replica import read_connection
 
 SEARCH_WORKERS = 8
 WALK_WORKERS = 4
@@ -33,6 +35,8 @@ def _in_thread(function, *args, **kwargs):
     round trip per signal; a kept connection found dead instead (the database restarted
     since) is replaced and the signal run once more."""
     close_old_connections()
+    # The database the search reads (the replica's when it reads one: the context carries it).
+    connection = read_connection()
     connection.health_check_done = True
     try:
         return function(*args, **kwargs)
@@ -44,14 +48,15 @@ def _in_thread(function, *args, **kwargs):
 
 
 def close_search_connections() -> None:
-    """Close the database connections of the executor threads (each thread runs exactly one
-    closing task: they wait for each other). Tests call it before the test database goes."""
+    """Close the database connections (the primary's, and a replica's) of the executor threads
+    (each thread runs exactly one closing task: they wait for each other). Tests call it before
+    the test database goes."""
     for pool, workers in _POOLS:
         barrier = threading.Barrier(workers)
 
         def close(barrier=barrier):
             barrier.wait(timeout=30)
-            connection.close()
+            connections.close_all()
 
         for future in [pool.submit(close) for _ in range(workers)]:
             future.result(timeout=60)

@@ -24,8 +24,8 @@ import re
 import uuid
 
 import numpy as np
-from django.db import connection
 
+from engram_site.replica import read_connection
 from memories import ranking
 from memories.filters import in_buckets
 from memories.retrieval.hits import Hit
@@ -90,7 +90,7 @@ def vectors(bucket: Bucket | list[Bucket], ids: list[uuid.UUID]) -> dict[uuid.UU
     if not ids:
         return {}
     scope, params = in_buckets(bucket, None)
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             f"SELECT id, embedding::text FROM memories WHERE {' AND '.join(scope)} AND id = ANY(%s)"
             " AND embedding IS NOT NULL",

@@ -6,9 +6,8 @@ import math
 import re
 import uuid
 
-from django.db import connection
-
 from engram_site import metrics, tracing
+from engram_site.replica import read_connection
 from memories import ranking, search_terms
 from memories.filters import MemoryFilters, bucket_list
 from memories.retrieval.concurrency import start
@@ -48,7 +47,7 @@ def query_lexemes(query_lemmas: str) -> list[str]:
         return []
     if all(_PLAIN_TERM.fullmatch(term) for term in terms):
         return sorted(set(terms))
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute("SELECT lexeme FROM unnest(to_tsvector('simple', %s))", [query_lemmas])
         return [row[0] for row in cur.fetchall()]
 
@@ -245,7 +244,7 @@ def _bm25(
         present, idf, present, *params, candidate_query, *order_params, MAX_KEYWORD_MATCHES,
         k1, k1, b, b, avgdl, config.candidates,
     ]  # fmt: skip
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(sql, all_params)
         rows = cur.fetchall()
     coverage = max((float(row[2]) for row in rows[:10]), default=0.0) / query_mass

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from django.db import connection
-
+from engram_site.replica import read_connection
 from memories import ranking, text
 from memories.filters import MemoryFilters, in_buckets
 from tenants.models import Bucket
@@ -29,7 +28,7 @@ def lift_neighbours(
     best = sorted(fused, key=lambda memory_id: -fused[memory_id])[:NEIGHBOUR_SOURCES]
     where, params = filters.sql(bucket)
     scope, scope_params = in_buckets(bucket, None)
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             f"""
             WITH source AS (

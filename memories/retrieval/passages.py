@@ -19,9 +19,9 @@ import uuid
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import connection
 
 from engram_site.db import binding_cursor
+from engram_site.replica import read_connection
 from memories import ranking
 
 
@@ -44,7 +44,7 @@ def passages_of(memory_ids: list, query_vector, *, model: str) -> dict[uuid.UUID
     if not memory_ids:
         return {}
     vector = np.asarray(query_vector, dtype=np.float32)
-    with binding_cursor(connection) as cur:
+    with binding_cursor(read_connection()) as cur:
         cur.execute(
             """
             SELECT p.memory_id, p.ordinal, p.char_start, p.char_end, 1 - (p.embedding <=> %s::vector)

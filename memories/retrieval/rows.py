@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from django.db import connection
-
+from engram_site.replica import read_connection
 from memories import ranking
 from memories.filters import in_buckets
 from memories.retrieval.fusion import QueryCues, boost_bounds
@@ -44,7 +43,7 @@ def fetch_rows(
     scope, scope_params = in_buckets(bucket, None)
     probe = f", EXISTS (SELECT 1 FROM memories i WHERE {important_where}) AS probe" if important else ""
     params: list = important_params * bool(important) + [*scope_params, ids]
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(
             f"SELECT {', '.join(ROW_COLUMNS)}{probe} FROM memories WHERE {' AND '.join(scope)} AND id = ANY(%s)",
             params,

@@ -12,6 +12,7 @@ first; the caller decides how to render them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from engram_site import metrics, tracing
+from engram_site import metrics, replica, tracing
 from engram_site.providers import embedding
 from memories import access, ranking
 from memories.filters import MemoryFilters, bucket_list
@@ -89,6 +90,7 @@ def memories_search(
     now: datetime | None = None,
     record_access: bool = True,
     excerpt: str = "auto",
+    using: str | None = None,
 ) -> SearchResult:
     """Search ``bucket`` — or ``buckets``, several of one tenant, as one collection — for
     ``query``; hits best first.
@@ -106,7 +108,34 @@ def memories_search(
     A hit of a long memory names its passage nearest the question (``passage``), and may
     return that passage with a little context instead of the whole memory (``excerpt``:
     :data:`~memories.retrieval.hits.EXCERPT_MODES`, see :func:`~memories.retrieval.hits.apply_budget`).
+
+    ``using``: the database alias the search reads (every signal, in every thread), a replica's
+    included (:mod:`engram_site.replica`); by default the one the caller reads. The access
+    times it records go to the primary all the same (a write-behind buffer).
     """
+    with replica.reading(using) if using is not None else contextlib.nullcontext():
+        return _search(
+            bucket=bucket, buckets=buckets, query=query, mode=mode, limit=limit, token_budget=token_budget,
+            filters=filters, explain=explain, ranking_overrides=ranking_overrides, now=now,
+            record_access=record_access, excerpt=excerpt,
+        )  # fmt: skip
+
+
+def _search(
+    *,
+    bucket: Bucket | None,
+    buckets: list[Bucket] | None,
+    query: str,
+    mode: str,
+    limit: int | None,
+    token_budget: int | None,
+    filters: MemoryFilters | None,
+    explain: bool,
+    ranking_overrides: dict | None,
+    now: datetime | None,
+    record_access: bool,
+    excerpt: str,
+) -> SearchResult:
     if (bucket is None) == (buckets is None):
         raise TypeError("give bucket or buckets")
     scope = bucket_list(bucket if buckets is None else buckets)

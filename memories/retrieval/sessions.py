@@ -19,9 +19,9 @@ from __future__ import annotations
 import uuid
 
 import numpy as np
-from django.db import connection
 
 from engram_site.db import binding_cursor
+from engram_site.replica import read_connection
 from memories import ranking
 from memories.filters import MemoryFilters, in_buckets
 from tenants.models import Bucket
@@ -47,7 +47,7 @@ def session_context(
     sources = sorted(fused, key=lambda memory_id: (-fused[memory_id], str(memory_id)))[: config.session_sources]
     where, params = filters.sql(bucket)
     scope, scope_params = in_buckets(bucket, None)
-    with binding_cursor(connection) as cur:
+    with binding_cursor(read_connection()) as cur:
         cur.execute(
             f"""
             WITH source AS (

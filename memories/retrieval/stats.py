@@ -8,8 +8,9 @@ import time
 import uuid
 
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 
+from engram_site.replica import read_connection
 from engram_site.scoping import in_this_context
 from tenants.models import Bucket
 
@@ -94,7 +95,7 @@ class _BucketStats:
             except Exception:  # the next search counts synchronously
                 logger.warning("refreshing the statistics of bucket %s failed", bucket.pk, exc_info=True)
             finally:
-                connection.close()  # this thread's own connection
+                connections.close_all()  # this thread's own connections (the replica's too)
                 with self._lock:
                     self._refreshing.discard(bucket.pk)
 
@@ -109,7 +110,7 @@ class _BucketStats:
         return self._count(bucket)
 
     def _count(self, bucket: Bucket) -> dict:
-        with connection.cursor() as cur:
+        with read_connection().cursor() as cur:
             cur.execute(
                 """
                 SELECT count(*),
@@ -198,7 +199,7 @@ class _BucketStats:
         missing = [lx for lx in lexemes if lx not in result]
         if missing:
             table, tsv, extra = _DOCUMENTS[column]
-            with connection.cursor() as cur:
+            with read_connection().cursor() as cur:
                 cur.execute(
                     f"""
                     SELECT t.lexeme, (SELECT count(*) FROM {table} m
@@ -255,7 +256,7 @@ class _BucketStats:
         counted: dict[tuple[str, uuid.UUID], int] = {}
         if missing:
             table, tsv, extra = _DOCUMENTS[column]
-            with connection.cursor() as cur:
+            with read_connection().cursor() as cur:
                 cur.execute(
                     f"""
                     SELECT t.lexeme, c.bucket_id, c.n FROM unnest(%s::text[]) AS t(lexeme)

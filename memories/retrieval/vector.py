@@ -9,11 +9,11 @@ import uuid
 import weakref
 
 import numpy as np
-from django.db import connection
 
 from engram_site import metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.providers import embedding
+from engram_site.replica import read_connection
 from memories import ranking
 from memories.filters import MemoryFilters, bucket_list, in_buckets
 from memories.models import half_precision_distance
@@ -61,8 +61,9 @@ def hnsw_settings(cur, ef_search: int) -> None:
     set on the session, once per connection and value: a connection used only for searches
     keeps them, and the round trip is saved.
     """
-    in_transaction = connection.in_atomic_block
-    raw = connection.connection
+    db = read_connection()  # the replica's, in a search that reads it
+    in_transaction = db.in_atomic_block
+    raw = db.connection
     if not in_transaction and _session_ef_search.get(raw) == ef_search:
         return
     cur.execute(
@@ -76,7 +77,7 @@ def hnsw_settings(cur, ef_search: int) -> None:
 def estimated_rows(where: str, params: list, column: str) -> float:
     """The planner's estimate of the embedded rows passing ``where`` (from the column
     statistics ANALYZE keeps: a plan, not a count, so it costs the same for any filter)."""
-    with connection.cursor() as cur:
+    with read_connection().cursor() as cur:
         cur.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM memories m WHERE {where} AND m.{column} IS NOT NULL", params)
         plan = cur.fetchone()[0]
     if isinstance(plan, str):
@@ -150,7 +151,7 @@ def nearest(
         SELECT id, 1 - (v <=> %s::vector) AS similarity, bare FROM b ORDER BY v <=> %s::vector LIMIT %s
     """
     exact_params = [*params, *gate, vector, vector, limit]
-    with binding_cursor(connection) as cur:
+    with binding_cursor(read_connection()) as cur:
         if _reads_exactly(buckets, column, where, params, population):
             cur.execute(exact_sql, exact_params)
             return _neighbours(cur.fetchall(), "exact")
@@ -211,7 +212,7 @@ def nearest_key(
         SELECT id, 1 - (v <=> %s::vector) AS similarity FROM b ORDER BY v <=> %s::vector LIMIT %s
     """
     exact_params = [*source_params, vector, vector, limit]
-    with binding_cursor(connection) as cur:
+    with binding_cursor(read_connection()) as cur:
         if _reads_exactly(buckets, "embedding", where, params, population):
             cur.execute(exact_sql, exact_params)
             return [(r[0], float(r[1])) for r in cur.fetchall()], "exact"
@@ -265,7 +266,7 @@ def nearest_passages(
         ORDER BY v <=> %s::vector LIMIT %s
     """
     exact_params = [*source_params, vector, vector, limit]
-    with binding_cursor(connection) as cur:
+    with binding_cursor(read_connection()) as cur:
         if _reads_exactly(buckets, "embedding", where, params, population):
             cur.execute(exact_sql, exact_params)
             return passages.grouped(cur.fetchall()), "exact"
