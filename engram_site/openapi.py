@@ -35,7 +35,15 @@ _ERRORS = {
     404: "Not found, or owned by another tenant (indistinguishable).",
     409: "A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again.",
     410: "(`cursor_expired`) Events after the cursor were deleted by the retention window: the reader missed some.",
+    412: (
+        "(`precondition_failed`) The If-Match (or If-None-Match) condition does not hold: the object changed "
+        "since it was read; the body names its current `version` and `etag`. Nothing was changed."
+    ),
     413: "The request body is larger than ENGRAM_MAX_BODY_BYTES.",
+    428: (
+        "(`precondition_required`) A change of an existing object needs If-Match (its ETag, or *); the body names "
+        "its current `version` and `etag`. Nothing was changed."
+    ),
     414: f"The URL (path and query string) is longer than {settings.MAX_URL_BYTES:,} bytes (`uri_too_long`).",
     415: "The body is not JSON (Content-Type must be application/json).",
     429: "Rate limited; retry after Retry-After seconds.",

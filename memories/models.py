@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
 from django.contrib.postgres.indexes import GinIndex, OpClass
@@ -733,3 +735,124 @@ class MemoryEventTrim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.bucket_id} trimmed through {self.xid}.{self.event_id}"
+
+
+# --- memory blocks (docs/API.md, "Memory blocks") ------------------------------------------------------
+
+# A block's label: lower-case letters, digits, "_" and "-", starting with a letter or digit, at
+# most 64 characters: it is a path segment (/buckets/{id}/blocks/{label}), so nothing to escape.
+BLOCK_LABEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+BLOCK_LABEL_MAX = 64
+# Seed 001's memory_blocks default; a block's limit may be set from 1 to BLOCK_MAX_TOKENS_LIMIT.
+BLOCK_MAX_TOKENS_DEFAULT = 2048
+BLOCK_MAX_TOKENS_LIMIT = 32_768
+
+
+class MemoryBlockQuerySet(BucketScopedQuerySet):
+    def owned_by(self, agent_id: str | None) -> MemoryBlockQuerySet:
+        """The bucket's shared blocks (``agent_id`` None) or one agent's."""
+        return self.filter(agent_id__isnull=True) if agent_id is None else self.filter(agent_id=agent_id)
+
+
+class MemoryBlock(models.Model):
+    """A named block of text an agent keeps in every prompt (seed 001's ``memory_blocks``: the
+    persona, the human, any label), per bucket and optionally per agent, held to ``max_tokens``
+    (counted by the tokenizer the search budget counts with).
+
+    ``version`` starts at 1 and grows by one with each change; a write names the version it was
+    based on and is refused if the row has moved on (memories/services/blocks.py compares and
+    sets it in one UPDATE). Every version is kept in ``block_edit_log``. Tenant and bucket
+    cascade in the database (migration 0017).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    # None: the bucket's shared block; else the agent's own (the same agent ids as memories').
+    agent_id = models.TextField(null=True, blank=True)
+    label = models.CharField(max_length=BLOCK_LABEL_MAX)
+    content = models.TextField(blank=True, default="")
+    token_count = models.PositiveIntegerField(default=0)
+    max_tokens = models.PositiveIntegerField(default=BLOCK_MAX_TOKENS_DEFAULT)
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(db_default=TransactionNow())
+    updated_at = models.DateTimeField(db_default=TransactionNow())
+
+    objects = MemoryBlockQuerySet.as_manager()
+
+    class Meta:
+        db_table = "memory_blocks"
+        constraints = [
+            # One block per label and owner (shared or an agent): the lookup of a block by its
+            # path, the bucket's list (WHERE tenant_id, bucket_id ORDER BY agent_id, label) and
+            # the race of two creates (the second insert fails here: 412).
+            models.UniqueConstraint(
+                fields=["tenant", "bucket", "agent_id", "label"], nulls_distinct=False, name="memory_blocks_owner_label"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.agent_id or 'shared'}) v{self.version}"
+
+    @property
+    def etag(self) -> str:
+        """The HTTP entity tag of this version. The block's id is in it, so a block deleted and
+        made again (whose versions start over) never matches a tag of the one before."""
+        return f'"{self.pk}.{self.version}"'
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        """The blocks an agent-limited token reads: its agents' (and the shared ones if allowed)."""
+        return agents.q("agent_id")
+
+
+class BlockChange(models.TextChoices):
+    CREATED = "created", "created"
+    EDITED = "edited", "edited"
+
+
+class BlockEdit(models.Model):
+    """One version of a block (seed 001's ``block_edit_log``): its text and limit after the change,
+    who made it, when and why. Written in the change's transaction; goes with its block (ON
+    DELETE CASCADE, migration 0017)."""
+
+    id = models.BigAutoField(primary_key=True)
+    block = models.ForeignKey(
+        MemoryBlock, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    version = models.PositiveIntegerField()
+    change = models.CharField(max_length=20, choices=BlockChange.choices)
+    content = models.TextField(blank=True, default="")
+    token_count = models.PositiveIntegerField()
+    max_tokens = models.PositiveIntegerField()
+    reason = models.TextField(blank=True, default="")
+    actor_kind = models.CharField(max_length=20)
+    actor_id = models.CharField(max_length=64, blank=True, default="")
+    actor_label = models.CharField(max_length=200, blank=True, default="")
+    edited_at = models.DateTimeField(db_default=TransactionNow())
+
+    objects = BucketScopedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "block_edit_log"
+        constraints = [
+            # A block's history newest first (WHERE block_id ORDER BY version DESC); one row per version.
+            models.UniqueConstraint(fields=["block", "version"], name="block_edit_log_block_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.block_id} v{self.version}"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        return agents.q("block__agent_id")

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+import re
+
+from django.db.models import F, QuerySet
 
 from engram_site.exceptions import NotFound
 from engram_site.scoping import scopes_disabled
 from memories import access
 from memories.filters import MemoryFilters
-from memories.models import PENDING_ENRICHMENT, DeletedMemory, EnrichmentFailure, Memory, MemoryVersion
+from memories.models import (
+    BLOCK_LABEL_PATTERN,
+    PENDING_ENRICHMENT,
+    BlockEdit,
+    DeletedMemory,
+    EnrichmentFailure,
+    Memory,
+    MemoryBlock,
+    MemoryVersion,
+)
 from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
 
@@ -99,3 +110,29 @@ def enrichment_backlog() -> dict[tuple, float]:
     """Memories of every tenant still missing a derived column (for /metrics): a count over
     the partial index idx_memories_enrich_pending, which holds only those rows."""
     return {(): float(Memory.objects.filter(PENDING_ENRICHMENT).count())}
+
+
+def block_get(*, bucket: Bucket, label: str, agent_id: str | None, agents: AgentRestriction | None) -> MemoryBlock:
+    """The bucket's block ``label`` of ``agent_id`` (None: the shared one), or NotFound — also
+    for a label that cannot be one, and for a block the token's agent restriction hides."""
+    if not re.match(BLOCK_LABEL_PATTERN, label) or (agents is not None and not agents.can_read(agent_id)):
+        raise NotFound("Block not found.")
+    # memory_blocks_owner_label: WHERE tenant_id, bucket_id, agent_id, label.
+    block = MemoryBlock.objects.for_bucket(bucket).owned_by(agent_id).filter(label=label).first()
+    if block is None:
+        raise NotFound("Block not found.")
+    return block
+
+
+def block_list(*, bucket: Bucket, agents: AgentRestriction | None, agent_id: str | None = None) -> QuerySet:
+    """The bucket's blocks the token may read, shared ones first, then by agent and label
+    (memory_blocks_owner_label); ``agent_id``: that agent's only."""
+    blocks = MemoryBlock.objects.for_bucket(bucket).visible_to(agents)
+    if agent_id is not None:
+        blocks = blocks.filter(agent_id=agent_id)
+    return blocks.order_by("tenant_id", "bucket_id", F("agent_id").asc(nulls_first=True), "label")
+
+
+def block_history(*, block: MemoryBlock) -> QuerySet[BlockEdit]:
+    """The block's versions, newest first (block_edit_log_block_version)."""
+    return BlockEdit.objects.filter(tenant_id=block.tenant_id, block_id=block.pk).order_by("-version")

@@ -1,12 +1,15 @@
 from django.urls import path
 
-from memories.apis import buckets, erasure, failures, feed, lifecycle, memories, search, transfer
+from memories.apis import blocks, buckets, erasure, failures, feed, lifecycle, memories, search, transfer
 
 urlpatterns = [
     path("buckets", buckets.BucketListApi.as_view(), name="bucket-list"),
     path("buckets/<str:bucket_id>", buckets.BucketDetailApi.as_view(), name="bucket-detail"),
     path("buckets/<str:bucket_id>/merge", buckets.BucketMergeApi.as_view(), name="bucket-merge"),
     path("buckets/<str:bucket_id>/memories", memories.BucketMemoriesApi.as_view(), name="bucket-memories"),
+    path("buckets/<str:bucket_id>/blocks", blocks.BlockListApi.as_view(), name="bucket-blocks"),
+    path("buckets/<str:bucket_id>/blocks/<str:label>", blocks.BlockDetailApi.as_view(), name="block-detail"),
+    path("buckets/<str:bucket_id>/blocks/<str:label>/history", blocks.BlockHistoryApi.as_view(), name="block-history"),
     path("buckets/<str:bucket_id>/search", search.SearchApi.as_view(), name="bucket-search"),
     path("buckets/<str:bucket_id>/deleted", lifecycle.DeletedMemoriesApi.as_view(), name="bucket-deleted"),
     path(

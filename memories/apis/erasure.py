@@ -51,6 +51,8 @@ class ErasureOut(serializers.Serializer):
     source_chunks = serializers.IntegerField()
     duplicate_candidates = serializers.IntegerField()
     conflict_candidates = serializers.IntegerField(help_text="contradiction review pairs")
+    blocks = serializers.IntegerField(help_text="the agent's memory blocks (an erasure by agent_id alone)")
+    block_versions = serializers.IntegerField(help_text="their history entries")
     audit_events_scrubbed = serializers.IntegerField(help_text="audit events whose details quoted an erased memory")
 
 

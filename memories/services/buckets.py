@@ -21,6 +21,7 @@ from audit.services import Actor, audit_record
 from engram_site.exceptions import DomainError, NotFound
 from memories.models import Memory
 from memories.participants import Participant, collect, run
+from memories.services.blocks import blocks_move_bucket
 from memories.services.merge import memories_absorb, memories_move_bucket
 from memories.services.stats_cache import forget_stats
 from tenants.models import ApiToken, Bucket, Tenant
@@ -232,6 +233,7 @@ def bucket_merge(*, source: Bucket, target: Bucket, remove_source: bool, actor) 
         memories_absorb(mapping=mapping, actor=actor)
         oldest = Memory.objects.for_bucket(source).aggregate(oldest=Min("created_at"))["oldest"]
         moved = memories_move_bucket(source=source, target=target)
+        blocks = blocks_move_bucket(source=source, target=target)
         ApiToken.objects.filter(tenant_id=source.tenant_id, bucket_id=source.pk).update(bucket_id=target.pk)
         run(
             Participant.merge_after,
@@ -262,6 +264,7 @@ def bucket_merge(*, source: Bucket, target: Bucket, remove_source: bool, actor) 
                 **result.as_dict(),
                 "source_name": source_name,
                 "target_name": target.name,
+                **blocks,
                 # absorbed source memory -> the target memory that absorbed it (first 100)
                 "deduplicated_into": {str(k): str(v) for k, v in list(mapping.items())[:100]},
             },

@@ -26,6 +26,7 @@ from audit.services import Actor, audit_record, audit_scrub
 from engram_site.exceptions import DomainError
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAccess, MemoryKey, MemoryVersion
 from memories.participants import Participant, collect, run
+from memories.services.blocks import blocks_erase
 from memories.services.feed_writer import events_erase
 from memories.services.ingest.context import CONTEXT_PREDECESSORS
 from memories.services.stats_cache import forget_stats
@@ -55,6 +56,8 @@ class ErasureReport:
     source_chunks: int = 0
     duplicate_candidates: int = 0
     conflict_candidates: int = 0
+    blocks: int = 0  # the agent's memory blocks (an erasure by agent_id alone)
+    block_versions: int = 0
     audit_events_scrubbed: int = 0
 
     def as_dict(self) -> dict:
@@ -194,6 +197,12 @@ def _erase(
         tenant_id=tenant.pk, erased=[(e.id, e.bucket_id, e.agent_id) for e in erased], agent_erased="agent_id" in fields
     )
     report.audit_events_scrubbed += audit_scrub(tenant=tenant, object_ids=ids, texts=said)
+    if set(fields) == {"agent_id"}:
+        # The agent's blocks are its own, like its memories; an erasure narrowed further (by run,
+        # by attribution) is about some memories of it, not about the agent, and keeps them.
+        blocks = blocks_erase(tenant=tenant, agent_id=fields["agent_id"], bucket=bucket)
+        report.blocks, report.block_versions = blocks.blocks, blocks.versions
+        report.audit_events_scrubbed += audit_scrub(tenant=tenant, object_ids=blocks.ids, texts=blocks.texts)
     report.audit_events_scrubbed += audit_scrub(tenant=tenant, actions=TOPIC_ACTIONS, texts=_forgotten(tenant, topics))
     audit_record(
         actor=actor, action="memory.erase", tenant=tenant, object_type="memory", object_ids=ids,

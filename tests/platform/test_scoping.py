@@ -43,6 +43,7 @@ from memories.models import (
     NextEmbedding,
 )
 from memories.services import MemoryInput, memories_ingest, memory_delete, memory_update
+from memories.services.blocks import Expected, block_put
 from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
 from memories.services.keys import memory_keys_build
@@ -192,6 +193,7 @@ def _build_rows(tenant: Tenant, mark: str) -> None:
     last_event = MemoryEvent.objects.filter(bucket_id=bucket.pk).order_by("id").last()
     MemoryEventTrim.objects.create(bucket=bucket, xid=last_event.xid, event_id=last_event.pk)
     failures_record(stage="graph", errors={ids[0]: f"{mark} tripped"})
+    block_put(bucket=bucket, agent_id=None, label="persona", content=f"{mark} persona", expected=Expected())
     memory_keys_build(memory_ids=[ids[1]], wait=False)
     # A memory past the model's window, and its passages.
     [long] = memories_ingest(

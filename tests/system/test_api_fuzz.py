@@ -46,6 +46,7 @@ from engram_site.wsgi import application  # what gunicorn serves
 from graph.models import Edge, Entity
 from graph.services.extraction import graph_extract_memories
 from memories.services import MemoryInput, memories_ingest
+from memories.services.blocks import Expected, block_put
 from memories.services.buckets import bucket_create
 from sources.services.process import source_process
 from sources.services.submit import source_submit_document
@@ -62,7 +63,7 @@ COVERAGE_CASES = 250
 
 # Every status an invalid request may get. 413 and 414 are ours (a body over
 # ENGRAM_MAX_BODY_BYTES, a URL over MAX_URL_BYTES).
-REJECTED = ["400", "401", "403", "404", "405", "409", "413", "414", "415", "429"]
+REJECTED = ["400", "401", "403", "404", "405", "409", "412", "413", "414", "415", "428", "429"]
 
 CONFIG = schemathesis.Config.from_dict(
     {
@@ -105,6 +106,7 @@ class World:
         self.other_bucket = bucket_create(tenant=self.tenant, name="fuzz-other")
         ids = [r.id for r in memories_ingest(bucket=self.bucket, items=[MemoryInput(content=c) for c in MEMORIES])]
         self.memory_id = ids[0]
+        block_put(bucket=self.bucket, agent_id=None, label="persona", content="Curious and kind.", expected=Expected())
         self.entity_id = self.edge_id = self.source_id = None
         if "/entities" in operation.path or "/edges" in operation.path or operation.path.endswith("/profile"):
             graph_extract_memories(memory_ids=ids)
@@ -127,6 +129,7 @@ class World:
     def new_bucket(self) -> str:
         bucket = bucket_create(tenant=self.tenant, name=f"fresh-{next(self.counter)}")
         memories_ingest(bucket=bucket, items=[MemoryInput(content="Carol lives in Oslo.")])
+        block_put(bucket=bucket, agent_id=None, label="persona", content="Curious and kind.", expected=Expected())
         return str(bucket.pk)
 
     def new_memory(self) -> str:
@@ -173,6 +176,18 @@ def prepare(case, world: World, index: int) -> None:
     if "name" in case.query and index % 2 == 0:
         # A profile by name: a generated name is seldom one of the bucket's (404); Alice is.
         case.query = {**case.query, "name": "Alice"}
+    if "label" in (case.path_parameters or {}) and index % 2 == 0:
+        # A block's label: a generated one names no block (404 to all but a PUT); persona is seeded.
+        case.path_parameters = {**case.path_parameters, "label": "persona"}
+        # The seeded block is the shared one: a generated agent_id names a block no one wrote.
+        case.query = {name: value for name, value in (case.query or {}).items() if name != "agent_id"}
+    if "/blocks/{label}" in case.operation.path and case.operation.method.upper() != "GET" and index % 3 != 2:
+        # A change of an existing block needs If-Match (428 without); * matches any version.
+        case.headers = {**(case.headers or {}), "If-Match": "*"}
+        case.headers.pop("If-None-Match", None)
+        if case.operation.method.upper() == "PATCH" and index % 4 == 0:
+            # A generated change seldom says exactly one thing (content, append or replace) under the limit.
+            case.body = {"append": "Also likes tea.", "reason": "fuzz"}
     if "cursor" in case.query and index % 3:
         # A generated cursor is never one the API wrote (400); drop it to let the filters run.
         case.query = {name: value for name, value in case.query.items() if name != "cursor"}

@@ -49,6 +49,7 @@ from engram_site.models import JobRun, JobStatus
 from maintenance.models import ConflictCandidate
 from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryEvent
 from memories.services import MemoryInput, memories_ingest, memory_delete
+from memories.services.blocks import Expected, block_put
 from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
 from sources.services.submit import source_submit_document
@@ -124,6 +125,7 @@ def world(tenant, other_tenant) -> World:
         subscription=webhook, tenant=tenant, event_id=MemoryEvent.objects.filter(tenant_id=tenant.pk).first().pk,
         event_kind="created", next_attempt_at=now, last_error=A_MARK,
     )  # fmt: skip
+    block_put(bucket=a1, agent_id=None, label="persona", content=f"{A_MARK} Marta's persona", expected=Expected())
     objects = {
         "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
         "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
@@ -142,6 +144,7 @@ def world(tenant, other_tenant) -> World:
     # Tenant B: its own rows (so its lists are not trivially empty) and its operator, who
     # holds every permission there is and is a member of B only.
     b_ids = _memories(b1, f"{B_MARK} Bruno sails to Lisbon.", f"{B_MARK} Bruno sails toward Lisbon.")
+    block_put(bucket=b1, agent_id=None, label="persona", content=f"{B_MARK} Bruno's persona", expected=Expected())
     b_entity, b_edge = make_graph_fact(b1, b_ids[0], B_MARK)
     make_duplicate_candidate(b1, *b_ids)
     failures_record(stage="graph", errors={b_ids[0]: f"{B_MARK} the extractor tripped over Bruno"})
@@ -207,14 +210,22 @@ class Call:
     expect: int | None = 404
     follow: bool = False
     targets: tuple = ()  # extra keys of A the call names (besides those in kwargs)
+    fixed: dict = field(default_factory=dict)  # url kwargs that are names, not ids (a block's label)
+    headers: dict = field(default_factory=dict)  # e.g. If-Match: * (a write that would go through)
 
     def aimed_at(self) -> set[str]:
         return {v for v in self.kwargs.values() if not v.startswith("own_")} | set(self.targets)
+
+    def url(self, name: str, ids: dict) -> str:
+        return reverse(name, kwargs={**{k: ids[v] for k, v in self.kwargs.items()}, **self.fixed})
 
 
 # Routes without an object id: what they are and where their isolation is checked.
 LISTED = "list or create in the caller's own tenant: test_lists_and_searches_never_show_another_tenants_rows"
 STATIC = "no tenant data"
+
+PERSONA = {"label": "persona"}
+ANY_VERSION = {"If-Match": "*"}
 
 API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     "bucket-list": LISTED,
@@ -248,6 +259,18 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     "bucket-events": {
         "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"after": "0.0", "limit": 5})]
     },
+    # Blocks are named by label in the bucket: A's bucket with the label of A's block.
+    "bucket-blocks": {"GET": [Call({"bucket_id": "bucket"})]},
+    "block-detail": {
+        "GET": [Call({"bucket_id": "bucket"}, fixed=PERSONA)],
+        "PUT": [
+            Call({"bucket_id": "bucket"}, lambda ids: {"content": "overwritten"}, fixed=PERSONA, headers=ANY_VERSION),
+            Call({"bucket_id": "bucket"}, lambda ids: {"content": "planted"}, fixed={"label": "planted"}),
+        ],
+        "PATCH": [Call({"bucket_id": "bucket"}, lambda ids: {"append": "planted"}, fixed=PERSONA, headers=ANY_VERSION)],
+        "DELETE": [Call({"bucket_id": "bucket"}, fixed=PERSONA, headers=ANY_VERSION)],
+    },
+    "block-history": {"GET": [Call({"bucket_id": "bucket"}, fixed=PERSONA)]},
     "webhook-list": LISTED,
     "webhook-detail": {
         "GET": [Call({"webhook_id": "webhook"})],
@@ -647,10 +670,10 @@ def test_every_api_method_has_calls_in_the_matrix():
 # --- the API -----------------------------------------------------------------------------------------
 
 
-def _api_request(client, method: str, url: str, data):
+def _api_request(client, method: str, url: str, data, headers: dict | None = None):
     if method == "GET":
-        return client.get(url, data or {})
-    return getattr(client, method.lower())(url, data, format="json")
+        return client.get(url, data or {}, headers=headers)
+    return getattr(client, method.lower())(url, data, format="json", headers=headers)
 
 
 def _outsiders(world: World):
@@ -669,9 +692,9 @@ def test_api_route_answers_404_to_outsiders_and_changes_nothing(world, name):
                 random = {key: random_id(world.objects[key]) for key in call.aimed_at()}
                 answers = []
                 for ids in ({**a_ids, **own}, {**a_ids, **random, **own}):
-                    url = reverse(name, kwargs={k: ids[v] for k, v in call.kwargs.items()})
+                    url = call.url(name, ids)
                     before = db_snapshot()
-                    response = _api_request(client, method, url, call.data(ids) if call.data else None)
+                    response = _api_request(client, method, url, call.data(ids) if call.data else None, call.headers)
                     assert_unchanged(before, f"{label}: {method} {url}")
                     answers.append(response)
                 mine, control = answers
@@ -700,9 +723,9 @@ def test_a_token_without_the_scope_an_operation_needs_gets_403_and_changes_nothi
             if needed in scopes:
                 continue
             for call in method_calls:
-                url = reverse(name, kwargs={k: ids[v] for k, v in call.kwargs.items()})
+                url = call.url(name, ids)
                 before = db_snapshot()
-                response = _api_request(client, method, url, call.data(ids) if call.data else None)
+                response = _api_request(client, method, url, call.data(ids) if call.data else None, call.headers)
                 assert_unchanged(before, f"{scopes} {method} {url}")
                 assert response.status_code == 403, f"{scopes} {method} {name}: {response.status_code}"
                 checked += 1
@@ -858,6 +881,7 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
         ("GET", f"/api/v1/buckets/{b1}/enrichment-failures", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/conflicts", None, B_MARK),
         ("GET", f"/api/v1/buckets/{b1}/events", None, B_MARK),
+        ("GET", f"/api/v1/buckets/{b1}/blocks", None, B_MARK),
         ("GET", "/api/v1/webhooks", None, B_MARK),
         ("POST", "/api/v1/buckets", {"name": "fresh"}, None),
     ]
@@ -994,7 +1018,7 @@ class AgentWorld:
 
     def ids(self, agent: str) -> dict[str, str]:
         ids = {role: str(obj.pk) for (owner, role), obj in self.objects.items() if owner == agent}
-        return {**ids, "bucket": str(self.bucket.pk)}
+        return {**ids, "bucket": str(self.bucket.pk), "agent": agent}
 
     def all_ids(self) -> list[str]:
         return [str(obj.pk) for obj in self.objects.values()]
@@ -1016,6 +1040,7 @@ def agent_world(tenant) -> AgentWorld:
         source = source_submit_document(
             bucket=bucket, title=f"{mark} notes", text=f"{mark} Marta likes tea.", agent_id=agent
         ).source
+        block_put(bucket=bucket, agent_id=agent, label="persona", content=f"{mark} persona", expected=Expected())
         objects |= {
             (agent, "memory"): _memory(m1), (agent, "deleted"): DeletedMemory.objects.get(pk=m3),
             (agent, "entity"): entity, (agent, "edge"): edge, (agent, "source"): source,
@@ -1040,6 +1065,13 @@ class AgentCall:
     own: tuple = (200, 201, 202, 204)
     shows: bool = False
     jsonl: bool = False  # the body is one JSON Lines line (the import)
+    fixed: dict = field(default_factory=dict)  # url kwargs that are names, not ids (a block's label)
+    headers: dict = field(default_factory=dict)
+    owner: bool = False  # the object is the agent's by ?agent_id= (a block)
+
+    def url(self, name: str, ids: dict) -> str:
+        url = reverse(name, kwargs={**{k: ids[v] for k, v in self.kwargs.items()}, **self.fixed})
+        return f"{url}?agent_id={ids['agent']}" if self.owner else url
 
 
 def _agent_search(mode):
@@ -1183,6 +1215,35 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
         ]
     },  # fmt: skip
     "erasure": {"POST": [AgentCall(data=lambda agent, ids: {"agent_id": agent}, refused=403, own=(403,))]},
+    # A block is the agent's by ?agent_id=: the other agent's is missing to read and change (404),
+    # and writing one as the other agent is refused (403 agent_forbidden).
+    "bucket-blocks": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
+    "block-detail": {
+        "GET": [AgentCall({"bucket_id": "bucket"}, fixed=PERSONA, owner=True, shows=True)],
+        "PUT": [
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {"content": f"{AGENT_MARKS[agent]} overwritten"},
+                fixed=PERSONA,
+                owner=True,
+                headers=ANY_VERSION,
+                refused=403,
+                shows=True,
+            )
+        ],
+        "PATCH": [
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {"append": "planted"},
+                fixed=PERSONA,
+                owner=True,
+                headers=ANY_VERSION,
+                shows=True,
+            )
+        ],
+        "DELETE": [AgentCall({"bucket_id": "bucket"}, fixed=PERSONA, owner=True, headers=ANY_VERSION)],
+    },  # fmt: skip
+    "block-history": {"GET": [AgentCall({"bucket_id": "bucket"}, fixed=PERSONA, owner=True, shows=True)]},
 }
 # Routes of API_ROUTES the agent matrix need not aim: what they are and where that is checked.
 AGENT_EXEMPT = {
@@ -1233,7 +1294,7 @@ def _body(response) -> bytes:
 def _agent_request(client, method: str, url: str, call: AgentCall, data):
     if call.jsonl:
         return client.post(url, data=json.dumps(data).encode() + b"\n", content_type="application/x-ndjson")
-    return _api_request(client, method, url, data)
+    return _api_request(client, method, url, data, call.headers)
 
 
 def _method_order(method: str) -> int:
@@ -1250,7 +1311,7 @@ def test_a_token_held_to_an_agent_is_refused_every_path_to_another_agents_memori
             where = f"{method} {name} {call}"
 
             def url(ids, call=call):
-                return reverse(name, kwargs={k: ids[v] for k, v in call.kwargs.items()})
+                return call.url(name, ids)
 
             # Aimed at beta: refused (or, for a read of the bucket, without beta's rows); nothing changes.
             before = db_snapshot()
@@ -1269,6 +1330,8 @@ def test_a_token_held_to_an_agent_is_refused_every_path_to_another_agents_memori
             if call.refused == 404:
                 # The bucket is the one both agents share; the object in it is replaced.
                 random = {role: str(uuid.uuid4()) for role in call.kwargs.values() if role != "bucket"}
+                if call.owner:
+                    random["agent"] = f"nobody-{uuid.uuid4().hex[:8]}"
                 control = _agent_request(client, method, url({**theirs, **random}), call,
                                          call.data("beta", {**theirs, **random}) if call.data else None)  # fmt: skip
                 assert normalised(body, [*scrub, *random.values()]) == normalised(
