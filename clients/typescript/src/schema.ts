@@ -38,6 +38,60 @@ export interface paths {
         patch: operations["buckets_update"];
         trace?: never;
     };
+    "/api/v1/buckets/{bucket_id}/blocks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The bucket's blocks the token may read: the shared ones first, then each agent's, by label. */
+        get: operations["blocks_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/buckets/{bucket_id}/blocks/{label}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The block, with its version's ETag (also in the ETag header). */
+        get: operations["blocks_retrieve"];
+        /** @description Set the block's whole text. Without a block yet: created (201), needing no If-Match (If-None-Match: * makes that a condition: 412 if one exists). An existing block is replaced only with If-Match: its ETag (412 if it has changed since) or *; without If-Match, 428. Text over max_tokens: 400 block_too_long, nothing changed. */
+        put: operations["blocks_put"];
+        post?: never;
+        /** @description Delete the block and its history. Needs If-Match (its ETag, or *): 412 if stale, 428 without. */
+        delete: operations["blocks_destroy"];
+        options?: never;
+        head?: never;
+        /** @description Change the block: its whole text (content), a line added (append), a part replaced (replace, replace_with) and/or its limit (max_tokens). Needs If-Match: the ETag of the version the change is based on (412 if the block has changed since) or * (applied to the text as it is when written: two appends with * both land); 428 without. Over max_tokens: 400 block_too_long, nothing changed. */
+        patch: operations["blocks_update"];
+        trace?: never;
+    };
+    "/api/v1/buckets/{bucket_id}/blocks/{label}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Every version of the block, newest first: its text then, who wrote it, when and why. */
+        get: operations["blocks_history"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/buckets/{bucket_id}/conflicts": {
         parameters: {
             query?: never;
@@ -709,6 +763,65 @@ export interface components {
          * @enum {string}
          */
         AttributedToEnum: "user" | "assistant";
+        BlockHistoryPage: {
+            results: components["schemas"]["BlockVersionOut"][];
+            count: number;
+            /** Format: uri */
+            next: string | null;
+            /** Format: uri */
+            previous: string | null;
+        };
+        BlockOut: {
+            /** Format: uuid */
+            bucket_id: string;
+            label: string;
+            /** @description the agent whose block it is; null: the bucket's shared block */
+            agent_id: string | null;
+            content: string;
+            /** @description what the text costs of a search's token budget */
+            token_count: number;
+            max_tokens: number;
+            /** @description 1 when created, one more with each change */
+            version: number;
+            /** @description the ETag header's value: send it in If-Match to change this version */
+            etag: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        BlockPage: {
+            results: components["schemas"]["BlockOut"][];
+            count: number;
+            /** Format: uri */
+            next: string | null;
+            /** Format: uri */
+            previous: string | null;
+        };
+        BlockPutRequest: {
+            content: string;
+            /** @description the block's limit (default: unchanged, 2048 for a new block) */
+            max_tokens?: number;
+            /** @default  */
+            reason: string;
+        };
+        BlockVersionOut: {
+            version: number;
+            /** @description created or edited */
+            change: string;
+            /** @description the text as this version left it */
+            content: string;
+            token_count: number;
+            max_tokens: number;
+            /** @description why, as the writer said */
+            reason: string;
+            /** @description {"kind": "token" | "operator" | "system", "id", "label"} */
+            readonly actor: {
+                [key: string]: unknown;
+            };
+            /** Format: date-time */
+            edited_at: string;
+        };
         BucketCreateRequest: {
             name: string;
             /** @default  */
@@ -1203,6 +1316,10 @@ export interface components {
             duplicate_candidates: number;
             /** @description contradiction review pairs */
             conflict_candidates: number;
+            /** @description the agent's memory blocks (an erasure by agent_id alone) */
+            blocks: number;
+            /** @description their history entries */
+            block_versions: number;
             /** @description audit events whose details quoted an erased memory */
             audit_events_scrubbed: number;
         };
@@ -1450,6 +1567,19 @@ export interface components {
         };
         /** @enum {unknown} */
         NullEnum: null;
+        PatchedBlockPatchRequest: {
+            /** @description the whole new text */
+            content?: string;
+            /** @description text added as a new line at the end */
+            append?: string;
+            /** @description text to replace (its first occurrence; 409 replace_text_missing if absent) … */
+            replace?: string;
+            /** @description … by this text */
+            replace_with?: string;
+            max_tokens?: number;
+            /** @default  */
+            reason: string;
+        };
         PatchedBucketUpdateRequest: {
             name?: string;
             description?: string;
@@ -2327,6 +2457,716 @@ export interface operations {
             };
             /** @description The body is not JSON (Content-Type must be application/json). */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    blocks_list: {
+        parameters: {
+            query?: {
+                /** @description only this agent's blocks */
+                agent_id?: string;
+                /** @description 1–500 (default 50) */
+                limit?: number;
+                /** @description 0 or more (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                bucket_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BlockPage"];
+                };
+            };
+            /** @description Invalid input (`invalid`, `parse_error` or a domain code); nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    blocks_retrieve: {
+        parameters: {
+            query?: {
+                /** @description the agent whose block it is; omitted: the shared block */
+                agent_id?: string;
+            };
+            header?: never;
+            path: {
+                bucket_id: string;
+                /** @description the block's name: lower-case letters, digits, _ and -, at most 64 characters */
+                label: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BlockOut"];
+                };
+            };
+            /** @description Invalid input (`invalid`, `parse_error` or a domain code); nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    blocks_put: {
+        parameters: {
+            query?: {
+                /** @description the agent whose block it is; omitted: the shared block */
+                agent_id?: string;
+            };
+            header?: {
+                /** @description the ETag of the version the change is based on, or * for whatever version there is */
+                "If-Match"?: string;
+                /** @description * : create the block only if there is none (412 if there is) */
+                "If-None-Match"?: string;
+            };
+            path: {
+                bucket_id: string;
+                /** @description the block's name: lower-case letters, digits, _ and -, at most 64 characters */
+                label: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BlockPutRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BlockOut"];
+                };
+            };
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BlockOut"];
+                };
+            };
+            /** @description Invalid input (`invalid`, `parse_error` or a domain code); nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description (`precondition_failed`) The If-Match (or If-None-Match) condition does not hold: the object changed since it was read; the body names its current `version` and `etag`. Nothing was changed. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is larger than ENGRAM_MAX_BODY_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is not JSON (Content-Type must be application/json). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description (`precondition_required`) A change of an existing object needs If-Match (its ETag, or *); the body names its current `version` and `etag`. Nothing was changed. */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    blocks_destroy: {
+        parameters: {
+            query?: {
+                /** @description the agent whose block it is; omitted: the shared block */
+                agent_id?: string;
+            };
+            header?: {
+                /** @description the ETag of the version the change is based on, or * for whatever version there is */
+                "If-Match"?: string;
+            };
+            path: {
+                bucket_id: string;
+                /** @description the block's name: lower-case letters, digits, _ and -, at most 64 characters */
+                label: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid input (`invalid`, `parse_error` or a domain code); nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description (`precondition_failed`) The If-Match (or If-None-Match) condition does not hold: the object changed since it was read; the body names its current `version` and `etag`. Nothing was changed. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description (`precondition_required`) A change of an existing object needs If-Match (its ETag, or *); the body names its current `version` and `etag`. Nothing was changed. */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    blocks_update: {
+        parameters: {
+            query?: {
+                /** @description the agent whose block it is; omitted: the shared block */
+                agent_id?: string;
+            };
+            header?: {
+                /** @description the ETag of the version the change is based on, or * for whatever version there is */
+                "If-Match"?: string;
+            };
+            path: {
+                bucket_id: string;
+                /** @description the block's name: lower-case letters, digits, _ and -, at most 64 characters */
+                label: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchedBlockPatchRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BlockOut"];
+                };
+            };
+            /** @description Invalid input (`invalid`, `parse_error` or a domain code); nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description (`precondition_failed`) The If-Match (or If-None-Match) condition does not hold: the object changed since it was read; the body names its current `version` and `etag`. Nothing was changed. */
+            412: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is larger than ENGRAM_MAX_BODY_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is not JSON (Content-Type must be application/json). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description (`precondition_required`) A change of an existing object needs If-Match (its ETag, or *); the body names its current `version` and `etag`. Nothing was changed. */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    blocks_history: {
+        parameters: {
+            query?: {
+                /** @description the agent whose block it is; omitted: the shared block */
+                agent_id?: string;
+                /** @description 1–500 (default 50) */
+                limit?: number;
+                /** @description 0 or more (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                bucket_id: string;
+                /** @description the block's name: lower-case letters, digits, _ and -, at most 64 characters */
+                label: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BlockHistoryPage"];
+                };
+            };
+            /** @description Invalid input (`invalid`, `parse_error` or a domain code); nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
                 headers: {
                     [name: string]: unknown;
                 };
