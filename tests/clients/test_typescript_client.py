@@ -70,10 +70,10 @@ def npm_test(folder, env: dict[str, str]) -> dict[str, int]:
     return counts
 
 
-def test_the_typescript_clients_own_tests_pass_against_a_live_server(live):
+def test_the_typescript_client_and_its_vercel_ai_example_pass_their_tests_against_a_live_server(live):
+    # One test, in this order: the example builds the client it links (its pretest), which two
+    # test processes (pytest-xdist) must not do at the same time as the client's own build.
     counts = npm_test(CLIENT, live.env)
     assert counts["pass"] >= 18, counts  # the offline retry tests, the schema check, the live ones, the docs snippet
-
-
-def test_the_vercel_ai_example_remembers_and_recalls_against_a_live_server(live):
-    npm_test(EXAMPLE, live.env)
+    counts = npm_test(EXAMPLE, live.env)
+    assert counts["pass"] >= 4, counts  # the tools called directly, in generateText's loop, the docs snippet, read-only
