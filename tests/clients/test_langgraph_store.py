@@ -8,19 +8,14 @@ TTL), the mapping of namespaces to buckets, and the refusals of the tokens that 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-from types import SimpleNamespace
 
 import pytest
 from engram_client import Engram, PermissionDenied
 from engram_client.langgraph import EngramStore
 from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
 
-from memories.services.buckets import bucket_create
-from tenants import services as tenant_services
-from tests.support import ROOT, base_env, test_database_url, wait_for, web_server
+from tests.support import ROOT, wait_for
+from tests.support.adapters import adapter_server, run_python
 from tests.support.snippets import code_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -28,32 +23,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 @pytest.fixture(scope="module")
 def live(django_db_setup, django_db_blocker, tmp_path_factory):
-    """gunicorn with the embedding model on the test database; a tenant with a bucket ``notes``
-    and tokens of each kind, and an outsider tenant (all committed)."""
-    log = tmp_path_factory.mktemp("langgraph") / "server.log"
-    with django_db_blocker.unblock():
-        tenant = tenant_services.tenant_create(name="LangGraph tenant")
-        notes = bucket_create(tenant=tenant, name="notes")
-        outsider = tenant_services.tenant_create(name="LangGraph outsider")
-
-        def token(owner, scopes, bucket=None, **kwargs) -> str:
-            return tenant_services.token_issue(tenant=owner, name="lg", scopes=scopes, bucket=bucket, **kwargs).secret
-
-        tokens = SimpleNamespace(
-            rw=token(tenant, ["read", "write"]),
-            read_only=token(tenant, ["read"]),
-            notes_only=token(tenant, ["read", "write"], bucket=notes),
-            alfa_only=token(tenant, ["read", "write"], agent_ids=["alfa"]),
-            outsider=token(outsider, ["read", "write"]),
-        )
-    env = base_env(DATABASE_URL=test_database_url(), ENGRAM_TOKEN_RATE="100000/min")
-    try:
-        with web_server(env, workers=1, log=log) as base:
-            yield SimpleNamespace(base=base, tokens=tokens, notes=str(notes.pk), log=log)
-    finally:
-        with django_db_blocker.unblock():
-            tenant.delete()
-            outsider.delete()
+    with adapter_server(django_db_blocker, tmp_path_factory.mktemp("langgraph") / "server.log", "LangGraph") as live:
+        yield live
 
 
 def store(live, token=None, **options) -> EngramStore:
@@ -212,15 +183,6 @@ def test_restricted_tokens_are_refused_clearly(live):
     with pytest.raises(PermissionDenied) as refused:
         agents.put(("agents", "beta"), "plan", {"text": "Ship on Monday."})
     assert refused.value.code == "agent_forbidden"
-
-
-def run_python(live, *args: str) -> str:
-    """A Python script (a file, or ``-c`` code) run as a user would, with ENGRAM_URL and
-    ENGRAM_TOKEN naming the live server; its output."""
-    env = {**os.environ, "ENGRAM_URL": live.base, "ENGRAM_TOKEN": live.tokens.rw}
-    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_the_example_remembers_a_preference_across_threads(live):
