@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from langchain_core.tools import BaseTool, StructuredTool, ToolException
-from pydantic import ConfigDict, Field, PrivateAttr
+try:
+    from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.tools import BaseTool, StructuredTool, ToolException
+    from pydantic import ConfigDict, Field, PrivateAttr
+except ModuleNotFoundError as missing:  # the framework is the "langchain" extra, not a dependency
+    raise ModuleNotFoundError(
+        f'engram_client.langchain needs {missing.name}: pip install "engram-client[langchain]"', name=missing.name
+    ) from missing
 
 from engram_client._async import AsyncEngram
 from engram_client._bridge import Buckets, Connection, Steps, call

@@ -46,23 +46,28 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    IndexConfig,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-    TTLConfig,
-    get_text_at_path,
-    tokenize_path,
-    validate_op_namespace,
-)
+try:
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        IndexConfig,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+        TTLConfig,
+        get_text_at_path,
+        tokenize_path,
+        validate_op_namespace,
+    )
+except ModuleNotFoundError as missing:  # the framework is the "langgraph" extra, not a dependency
+    raise ModuleNotFoundError(
+        f'engram_client.langgraph needs {missing.name}: pip install "engram-client[langgraph]"', name=missing.name
+    ) from missing
 
 from engram_client._async import AsyncEngram
 from engram_client._bridge import Buckets, Connection, Steps, call, take

@@ -28,8 +28,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from agents import FunctionTool, function_tool
-from agents.memory import SessionSettings
+try:
+    from agents import FunctionTool, function_tool
+    from agents.memory import SessionSettings
+except ModuleNotFoundError as missing:  # the framework is the "openai-agents" extra, not a dependency
+    raise ModuleNotFoundError(
+        f'engram_client.openai_agents needs {missing.name}: pip install "engram-client[openai-agents]"',
+        name=missing.name,
+    ) from missing
 
 from engram_client._async import AsyncEngram
 from engram_client._bridge import Buckets, Connection, Steps, call, take
