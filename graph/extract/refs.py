@@ -21,6 +21,7 @@ from graph.extract.vocabulary import (
     THIRD_PERSON,
     TITLES,
     WEEKDAYS,
+    lowercase_words,
 )
 from memories.text import speaker_prefix
 
@@ -159,6 +160,21 @@ def _looks_like_name(token) -> bool:
     return not token.is_sent_start or token.dep_ in {"nsubj", "nsubjpass"}
 
 
+def _capitalised_by_position(token) -> bool:
+    """A common lower-case word opening its sentence ("Things", "Good", "Summer"), unless the
+    sentence names something by it: "Buddy is my dog", "Lucky, my cat, ..." (relation words)."""
+    if not token.is_sent_start or token.lower_ not in lowercase_words():
+        return False
+    if any(c.dep_ == "appos" and c.lemma_.lower() in RELATIONS for c in token.children):
+        return False
+    head = token.head
+    return not (
+        token.dep_ == "nsubj"
+        and head.lemma_ == "be"
+        and any(c.dep_ == "attr" and c.lemma_.lower() in RELATIONS for c in head.children)
+    )
+
+
 def _name_tokens(token) -> list:
     """The words of the name whose head is ``token``: its proper-noun compounds (left, in a
     contiguous run) and a model number after it ("iPhone 15")."""
@@ -238,6 +254,8 @@ class Resolver:
         elif token.pos_ == "PROPN" or _looks_like_name(token):
             tokens = _trim(_name_tokens(token))
             kind = "THING"
+            if tokens == [token] and _capitalised_by_position(token):
+                return None  # "Things have been busy", "Good to hear": a word, not a name
         else:
             return None
         if not tokens:

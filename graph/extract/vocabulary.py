@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import calendar
+import functools
 import re
+from pathlib import Path
 
 from memories.text import TITLES as NAME_TITLES
+
+
+@functools.cache
+def lowercase_words() -> frozenset[str]:
+    """Common words written in lower case far more often than capitalised ("things", "good"):
+    capitalised at a sentence's start only by their position (make_lowercase_words.py)."""
+    return frozenset(Path(__file__).with_name("lowercase_words.txt").read_text().split())
+
 
 # --- people and animals by relation ----------------------------------------------------------
 

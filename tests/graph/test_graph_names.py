@@ -231,3 +231,21 @@ def test_graph_mode_answers_about_a_relative_without_a_name(api, bucket):
     assert hit["id"] == str(ohio), hit["content"]
     assert hit["explain"]["graph_path"] == "User —mom_lives_in→ Ohio"
     assert graph_search(api, bucket, "Where does Tim's mom live?")[0]["content"] == "Tim's mom lives in Texas."
+
+
+def test_a_word_capitalised_only_by_opening_its_sentence_is_not_an_entity(bucket):
+    """ "Things", "Good", "Summer" open sentences all the time; the small tagger calls them proper
+    nouns, and the graph filled with entities named by common words. A name that is also a
+    word stays a name where the sentence says what it names."""
+    write_extracted(
+        bucket,
+        *daily(
+            "Melanie: Good to hear that, Caroline! Things have been busy here.",
+            "Caroline: Things are going well with the kids.",
+            "Summer is my favourite season.",
+            "Buddy is my dog.",
+            "Grace moved to Porto.",
+        ),
+    )
+    assert {"Good", "Things", "Summer"}.isdisjoint(names(bucket))
+    assert {"Melanie", "Caroline", "Buddy", "Grace", "Porto"} <= names(bucket)
