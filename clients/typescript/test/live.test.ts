@@ -120,6 +120,29 @@ describe("against a live server", live, () => {
     assert.equal(imported.length, 3);
   });
 
+  test("the bucket, source, graph and admin operations answer as typed, or refuse without the scope", async () => {
+    const bucket = await engram.createBucket(`ts-ops-${randomUUID().slice(0, 8)}`);
+    const renamed = await engram.updateBucket(bucket.id, { description: "renamed by the TS client" });
+    assert.equal(renamed.description, "renamed by the TS client");
+    const gone = await engram.addMemory(bucket.id, "A memory to delete.");
+    await engram.addMemory(bucket.id, "A memory to keep.");
+    await engram.deleteMemory(gone.id);
+    assert.equal((await engram.getBucket(bucket.id)).memory_count, 1);
+    assert.deepEqual((await collect(engram.listDeletedMemories(bucket.id))).map((m) => m.id), [gone.id]);
+
+    const submitted = await engram.submitDocument(bucket.id, "Trip notes", "We land in Lisbon on 3 May. The hotel is in Alfama.");
+    assert.equal((await engram.getSource(submitted.id)).title, "Trip notes");
+    assert.deepEqual((await collect(engram.listSources(bucket.id, { kind: "document" }))).map((s) => s.id), [submitted.id]);
+    assert.equal((await engram.deleteSource(submitted.id)).id, submitted.id);
+
+    assert.deepEqual(await collect(engram.listEntities(bucket.id)), []); // the graph is the worker's: none runs here
+    assert.deepEqual(await collect(engram.listEdges(bucket.id)), []);
+    // Scope admin: a read-write token is refused and nothing is erased or merged.
+    assert.ok((await refusal(engram.erase({ agent_id: "nobody", dry_run: true }))) instanceof PermissionDenied);
+    assert.ok((await refusal(engram.mergeBucket(bucket.id, main.id, { dry_run: true }))) instanceof PermissionDenied);
+    assert.ok((await refusal(engram.deleteBucket(bucket.id))) instanceof PermissionDenied);
+  });
+
   test("errors carry the API's status, code, message and body", async () => {
     const invalid = await refusal(engram.addMemories(main.id, ["fine", " "]));
     assert.ok(invalid instanceof ValidationError);
