@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
 
-from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,6 +22,8 @@ from engram_site.fields import (
 from engram_site.openapi import BODY, errors
 from memories import ranking, retrieval
 from memories.filters import MemoryFilters
+from memories.models import BLOCK_LABEL_PATTERN
+from memories.retrieval.blocks import MAX_BLOCK_LABELS, blocks_within_budget, search_blocks
 from memories.serializers import SearchFiltersIn
 from tenants import usage
 from tenants.models import Scope as TokenScope
@@ -96,11 +99,75 @@ def _hit_json(hit: retrieval.Hit, explain: bool, with_bucket: bool = False) -> d
     return item
 
 
+class SearchBlockOut(serializers.Serializer):
+    bucket_id = serializers.UUIDField()
+    label = serializers.CharField()
+    agent_id = serializers.CharField(allow_null=True)
+    content = serializers.CharField(allow_blank=True)
+    token_count = serializers.IntegerField()
+    version = serializers.IntegerField()
+    etag = serializers.CharField()
+
+
+class LeftOutBlockOut(serializers.Serializer):
+    bucket_id = serializers.UUIDField()
+    label = serializers.CharField()
+    agent_id = serializers.CharField(allow_null=True)
+    token_count = serializers.IntegerField(help_text="more than what was left of the token budget")
+
+
 class SearchOut(serializers.Serializer):
     mode_used = serializers.ChoiceField(choices=retrieval.MODES)
     results = SearchHitOut(many=True)
     warnings = serializers.ListField(child=serializers.CharField())
-    total_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField(help_text="what the answer's texts cost: the results' and the blocks'")
+    blocks = SearchBlockOut(
+        many=True, required=False,
+        help_text="with include_blocks: the memory blocks, to be placed before the results, within the token budget",
+    )  # fmt: skip
+    blocks_left_out = LeftOutBlockOut(
+        many=True, required=False, help_text="with include_blocks and a token budget: the blocks that did not fit"
+    )
+    explain = serializers.JSONField(
+        required=False, help_text="with explain: how the token budget was shared between blocks and memories"
+    )
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "boolean"},
+            {
+                "type": "array",
+                "items": {"type": "string", "pattern": BLOCK_LABEL_PATTERN},
+                "minItems": 1,
+                "maxItems": MAX_BLOCK_LABELS,
+                "uniqueItems": True,
+            },
+        ]
+    }
+)
+class IncludeBlocksField(serializers.Field):
+    """``true`` (every block the search is for), ``false``, or a list of labels."""
+
+    default_error_messages = {
+        "invalid": f"true, false or a list of 1 to {MAX_BLOCK_LABELS} block labels (each once).",
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            return data
+        if (
+            isinstance(data, list)
+            and 1 <= len(data) <= MAX_BLOCK_LABELS
+            and all(isinstance(label, str) and re.match(BLOCK_LABEL_PATTERN, label) for label in data)
+            and len(set(data)) == len(data)
+        ):
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
 
 
 class SearchApi(APIView):
@@ -123,6 +190,12 @@ class SearchApi(APIView):
             default="auto",
             help_text="a long memory's hit: `auto` returns its matched passage with a little context when the "
             "whole memory does not fit what is left of `token_budget`; `passage` always; `whole` never",
+        )
+        include_blocks = IncludeBlocksField(
+            required=False,
+            help_text="true, or a list of labels: the memory blocks the search is for (the shared ones, and those of "
+            "filters.agent_id or of the token's agents) come first in the answer, inside `token_budget`; a block "
+            "that does not fit is left out (blocks_left_out) and the memories get what the blocks leave",
         )
 
         def validate_ranking(self, value):
@@ -155,27 +228,63 @@ def _search(data: dict, buckets: list, *, agents=None, across: bool = False, usi
     if not buckets:
         return {"mode_used": data["mode"], "results": [], "warnings": [], "total_tokens": 0}
     started = time.perf_counter()
-    result = retrieval.memories_search(
-        buckets=buckets,
-        query=data["query"],
-        mode=data["mode"],
-        limit=data.get("limit"),
-        token_budget=data.get("token_budget"),
-        filters=MemoryFilters(**data.get("filters", {}), agents=agents),
-        explain=data["explain"],
-        ranking_overrides=data.get("ranking"),
-        now=data.get("now"),
-        excerpt=data["excerpt"],
-        using=using,
-    )
+    filters = MemoryFilters(**data.get("filters", {}), agents=agents)
+    token_budget = data.get("token_budget")
+    include = data.get("include_blocks")
+    blocks = None
+    if include:
+        found = search_blocks(buckets=buckets, labels=None if include is True else include, filters=filters,
+                              using=using)  # fmt: skip
+        blocks = blocks_within_budget(found, token_budget)
+    left = token_budget - blocks.tokens if blocks is not None and token_budget is not None else token_budget
+    if left == 0:
+        # The blocks took the whole budget: no memory can fit, so none is searched for.
+        result = retrieval.SearchResult(
+            mode_used=data["mode"], hits=[], warnings=["The blocks took the whole token budget: no memory fits."]
+        )
+    else:
+        result = retrieval.memories_search(
+            buckets=buckets,
+            query=data["query"],
+            mode=data["mode"],
+            limit=data.get("limit"),
+            token_budget=left,
+            filters=filters,
+            explain=data["explain"],
+            ranking_overrides=data.get("ranking"),
+            now=data.get("now"),
+            excerpt=data["excerpt"],
+            using=using,
+        )
+    results = [_hit_json(hit, data["explain"], with_bucket=across) for hit in result.hits]
+    memory_tokens = sum((h.excerpt_tokens if h.excerpt is not None else h.row["token_count"]) or 0 for h in result.hits)
     payload = {
         "mode_used": result.mode_used,
-        "results": [_hit_json(hit, data["explain"], with_bucket=across) for hit in result.hits],
+        "results": results,
         "warnings": result.warnings,
-        "total_tokens": sum(
-            (h.excerpt_tokens if h.excerpt is not None else h.row["token_count"]) or 0 for h in result.hits
-        ),
+        "total_tokens": memory_tokens + (blocks.tokens if blocks is not None else 0),
     }
+    if blocks is not None:
+        payload["blocks"] = [_block_json(block) for block in blocks.included]
+        payload["blocks_left_out"] = [
+            {"bucket_id": str(b.bucket_id), "label": b.label, "agent_id": b.agent_id, "token_count": b.token_count}
+            for b in blocks.left_out
+        ]
+        if data["explain"]:
+            # The blocks' effect on the ranking's outcome is the budget they took: named once for the
+            # answer and beside each hit's boosts.
+            shares = {"token_budget": token_budget, "blocks": blocks.tokens, "memories": left}
+            payload["explain"] = {
+                "budget": {**shares, "memory_tokens": memory_tokens},
+                "blocks": [
+                    f"{b.label}" if b.agent_id is None else f"{b.label} ({b.agent_id})" for b in blocks.included
+                ],
+                "blocks_left_out": [
+                    f"{b.label}" if b.agent_id is None else f"{b.label} ({b.agent_id})" for b in blocks.left_out
+                ],
+            }
+            for item in results:
+                item["explain"]["budget"] = shares
     usage.record_search(
         tenant_id=buckets[0].tenant_id,
         milliseconds=(time.perf_counter() - started) * 1000,
@@ -185,6 +294,13 @@ def _search(data: dict, buckets: list, *, agents=None, across: bool = False, usi
 
 
 MAX_SEARCH_BUCKETS = 100
+
+
+def _block_json(block) -> dict:
+    return {
+        "bucket_id": str(block.bucket_id), "label": block.label, "agent_id": block.agent_id, "content": block.content,
+        "token_count": block.token_count, "version": block.version, "etag": block.etag,
+    }  # fmt: skip
 
 
 class BucketRefOut(serializers.Serializer):

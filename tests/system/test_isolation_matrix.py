@@ -886,7 +886,12 @@ def test_lists_and_searches_never_show_another_tenants_rows_api(world):
         ("POST", "/api/v1/buckets", {"name": "fresh"}, None),
     ]
     for mode in ("hybrid", "keyword", "vector", "graph"):
-        query = {"query": f"{A_MARK} {B_MARK} Marta lighthouse Porto Bruno", "mode": mode, "explain": True}
+        query = {
+            "query": f"{A_MARK} {B_MARK} Marta lighthouse Porto Bruno",
+            "mode": mode,
+            "explain": True,
+            "include_blocks": True,
+        }
         checks.append(("POST", f"/api/v1/buckets/{b1}/search", query, B_MARK if mode != "graph" else None))
         checks.append(("POST", "/api/v1/search", query, B_MARK if mode != "graph" else None))
     for method, url, data, must_show in checks:
@@ -1077,7 +1082,9 @@ class AgentCall:
 def _agent_search(mode):
     return AgentCall(
         {"bucket_id": "bucket"},
-        lambda agent, ids: {"query": f"{ALFA} {BETA} Marta lighthouse Porto", "mode": mode, "explain": True},
+        lambda agent, ids: {
+            "query": f"{ALFA} {BETA} Marta lighthouse Porto", "mode": mode, "explain": True, "include_blocks": True
+        },
         refused=200, shows=mode != "graph",
     )  # fmt: skip
 
