@@ -1062,7 +1062,14 @@ export interface components {
             mode_used: components["schemas"]["SearchModeEnum"];
             results: components["schemas"]["CrossSearchHitOut"][];
             warnings: string[];
+            /** @description what the answer's texts cost: the results' and the blocks' */
             total_tokens: number;
+            /** @description with include_blocks: the memory blocks, to be placed before the results, within the token budget */
+            blocks?: components["schemas"]["SearchBlockOut"][];
+            /** @description with include_blocks and a token budget: the blocks that did not fit */
+            blocks_left_out?: components["schemas"]["LeftOutBlockOut"][];
+            /** @description with explain: how the token budget was shared between blocks and memories */
+            explain?: unknown;
             /** @description the buckets searched, in the order given (by default: by name) */
             buckets: components["schemas"]["BucketRefOut"][];
         };
@@ -1406,6 +1413,14 @@ export interface components {
          * @enum {string}
          */
         KeepEnum: "a" | "b";
+        LeftOutBlockOut: {
+            /** Format: uuid */
+            bucket_id: string;
+            label: string;
+            agent_id: string | null;
+            /** @description more than what was left of the token budget */
+            token_count: number;
+        };
         MemoryBatchInRequest: {
             memories: components["schemas"]["MemoryInRequest"][];
             /**
@@ -1725,8 +1740,20 @@ export interface components {
              * @default auto
              */
             excerpt: components["schemas"]["ExcerptEnum"];
+            /** @description true, or a list of labels: the memory blocks the search is for (the shared ones, and those of filters.agent_id or of the token's agents) come first in the answer, inside `token_budget`; a block that does not fit is left out (blocks_left_out) and the memories get what the blocks leave */
+            include_blocks?: boolean | string[];
             /** @description ids of the buckets to search (1 to 100, no repeats); default: every bucket the token can read */
             buckets?: string[];
+        };
+        SearchBlockOut: {
+            /** Format: uuid */
+            bucket_id: string;
+            label: string;
+            agent_id: string | null;
+            content: string;
+            token_count: number;
+            version: number;
+            etag: string;
         };
         SearchFiltersInRequest: {
             hint_tags?: string[];
@@ -1797,7 +1824,14 @@ export interface components {
             mode_used: components["schemas"]["SearchModeEnum"];
             results: components["schemas"]["SearchHitOut"][];
             warnings: string[];
+            /** @description what the answer's texts cost: the results' and the blocks' */
             total_tokens: number;
+            /** @description with include_blocks: the memory blocks, to be placed before the results, within the token budget */
+            blocks?: components["schemas"]["SearchBlockOut"][];
+            /** @description with include_blocks and a token budget: the blocks that did not fit */
+            blocks_left_out?: components["schemas"]["LeftOutBlockOut"][];
+            /** @description with explain: how the token budget was shared between blocks and memories */
+            explain?: unknown;
         };
         SearchRequest: {
             query: string;
@@ -1826,6 +1860,8 @@ export interface components {
              * @default auto
              */
             excerpt: components["schemas"]["ExcerptEnum"];
+            /** @description true, or a list of labels: the memory blocks the search is for (the shared ones, and those of filters.agent_id or of the token's agents) come first in the answer, inside `token_budget`; a block that does not fit is left out (blocks_left_out) and the memories get what the blocks leave */
+            include_blocks?: boolean | string[];
         };
         SourceDeleted: {
             /** Format: uuid */
