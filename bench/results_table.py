@@ -63,6 +63,7 @@ BENCHMARKS = (
     "ingest_throughput.py",
     "load_test.py",
     "model_probe.py",
+    "replica_reads.py",
     "search_latency.py",
 )
 
