@@ -45,6 +45,9 @@ class McpApi(APIView):
     permission_classes = [HoldsToken]
     # The tools' own API requests count against the tenant's rate quotas, not the envelope.
     quota_exempt = True
+    # Nor is the envelope a write (engram_site/replica.py): each tool's own API request that
+    # writes notes its tenant for read-your-writes; a search through MCP then waits only for those.
+    replica_reads = True
     parser_classes: list = []  # the body goes to the MCP server as it came
     renderer_classes = [JSONRenderer]
     content_negotiation_class = JsonAnswers
