@@ -22,7 +22,8 @@ from psycopg.types.json import Jsonb
 from memories.models import Memory
 from memories.services.buckets import bucket_create
 from tenants import services as tenant_services
-from tests.support import base_env, manage, test_database_url, web_server
+from tests.support import ROOT, base_env, manage, test_database_url, web_server
+from tests.support.snippets import code_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -189,6 +190,24 @@ def test_a_connection_names_its_default_bucket_in_a_header_or_the_url(server):
     # A default outside the token's reach is not a way into it.
     refused, message = session(server, server.tokens.notes_only, unnamed, headers={"X-Engram-Bucket": server.main})
     assert refused and "not found" in message.lower(), message
+
+
+def test_the_configuration_in_integrations_md_connects_with_its_default_bucket(server):
+    """docs/INTEGRATIONS.md's MCP configuration, as an agent reads it: its URL (here the test
+    server's), its headers with this test's token, and its bucket header naming notes."""
+    (config,) = code_blocks(ROOT / "docs" / "INTEGRATIONS.md", "MCP", language="json")
+    entry = json.loads(config)["mcpServers"]["engram"]
+    assert entry["url"].endswith("/mcp")
+    headers = dict(entry["headers"])
+    assert headers.pop("Authorization").startswith("Bearer ")
+    assert set(headers) == {"X-Engram-Bucket"}
+    headers["X-Engram-Bucket"] = "notes"
+
+    async def body(client):
+        return await call(client, "list_buckets")
+
+    refused, listed = session(server, server.tokens.read_write, body, headers=headers)
+    assert not refused and listed["default"] == server.notes
 
 
 def test_get_profile_says_what_is_known_about_someone_now_and_before(server):
