@@ -514,6 +514,70 @@ class VersionKind(models.TextChoices):
     RECLASSIFIED = "reclassified", "reclassified"
     DELETED = "deleted", "deleted"
     RESTORED = "restored", "restored"
+    # Not a change of the memory: an agent rated it for a query (SearchFeedback). Recorded here
+    # so that the memory's history says who taught the ranking what about it; no feed event.
+    RATED = "rated", "rated by feedback"
+
+
+class FeedbackSignal(models.TextChoices):
+    USEFUL = "useful", "useful"
+    IRRELEVANT = "irrelevant", "irrelevant"
+
+
+class SearchFeedback(models.Model):
+    """An agent's word on a memory a search returned: ``useful`` or ``irrelevant`` for ``query``
+    (seed 001's ``search_feedback``). Written by memories.services.feedback; read by the search
+    (memories.retrieval.feedback), which lifts a memory rated useful for questions like the
+    query and demotes one rated irrelevant, by how alike the questions are (``query_embedding``,
+    by the bucket's model when it was rated) and how recent the rating is (docs/RETRIEVAL.md,
+    "Feedback").
+
+    The row goes with its memory (a foreign key ON DELETE CASCADE, migration 0018: a delete, a
+    purge, an erasure); a merge moves it to the surviving memory, a bucket merge to the target
+    bucket (memories.services.merge). An erasure of an agent or a run also deletes the ratings
+    that agent or run gave (memories.services.erasure).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    memory = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    # Denormalised like memories' own: the search's statement leads with them.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    signal = models.CharField(max_length=16, choices=FeedbackSignal.choices)
+    query = models.TextField()
+    # NULL when the embedding model was down at the write: the rating is kept (and shown in the
+    # history) but changes no ranking, which compares questions by their vectors.
+    query_embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedding_model = models.CharField(max_length=64, null=True, blank=True)
+    agent_id = models.CharField(max_length=200, null=True, blank=True)
+    run_id = models.CharField(max_length=200, null=True, blank=True)
+    created_at = models.DateTimeField(db_default=TransactionNow())
+
+    objects = BucketScopedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "search_feedback"
+        indexes = [
+            # The search: a bucket's ratings newer than the horizon (memories.retrieval.feedback).
+            models.Index(fields=["tenant", "bucket", "created_at"], name="idx_search_feedback_bucket"),
+            # The cascade from memories, a merge moving a memory's ratings, its history.
+            models.Index(fields=["memory"], name="idx_search_feedback_memory"),
+            # An erasure by agent.
+            models.Index(fields=["tenant", "agent_id"], name="idx_search_feedback_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.signal} {self.memory_id} for {self.query[:40]!r}"
+
+    @classmethod
+    def agent_scope(cls, agents) -> Q:
+        return agents.q("agent_id")
 
 
 class MemoryVersion(models.Model):

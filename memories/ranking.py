@@ -17,7 +17,8 @@ The lists are fused (``score``: min-max normalised score fusion, or ``rrf``:
 reciprocal rank fusion), lifted by their sequence neighbours' scores, then
 multiplied by boosts: recency (exponential decay with a half-life), scope,
 people named in the query and their own transcript lines, time expressions for
-"when" questions, trusted writers, and a demotion for superseded memories.
+"when" questions, trusted writers, a demotion for superseded memories, and what agents said
+of memories for questions like this one (feedback: a lift for useful, a demotion for irrelevant).
 
 Defaults live in :data:`DEFAULTS`. A tenant overrides any of them in
 ``Tenant.settings["retrieval"]`` and a request in its ``ranking`` object; both
@@ -154,6 +155,15 @@ class RankingConfig:
     importance_boost: float = 0.5
     # Superseded (historical) memories are demoted, not hidden.
     superseded_weight: float = 0.5
+    # Feedback (memories/retrieval/feedback.py): a rating counts for a query as alike as its own
+    # beyond feedback_similarity (cosine of the two questions), by how far beyond, halved every
+    # feedback_half_life_days. A memory rated useful gains feedback_weight x that weight x the
+    # best fused score (and joins the candidates); one rated irrelevant keeps
+    # 1 - feedback_demotion x that weight of its score. Both 0: feedback is not read.
+    feedback_weight: float = 0.5
+    feedback_demotion: float = 0.8
+    feedback_similarity: float = 0.8
+    feedback_half_life_days: float = 90.0
     # Long memories (memories/retrieval/passages.py): "max" scores a memory in the vector list by
     # the best of its own vector (its first ~1,000 characters: the model's window) and its
     # passages', and finds it by a passage too; "off", by its own vector alone. passage_second
@@ -209,6 +219,10 @@ _NUMERIC_BOUNDS = {
     "trust_boost": (0.0, 2.0),
     "importance_boost": (0.0, 2.0),
     "superseded_weight": (0.0, 1.0),
+    "feedback_weight": (0.0, 2.0),
+    "feedback_demotion": (0.0, 1.0),
+    "feedback_similarity": (0.0, 0.99),
+    "feedback_half_life_days": (1.0, 36500.0),
     "passage_second": (0.0, 1.0),
     "passage_discount": (0.0, 1.0),
     "ef_search": (10, EF_SEARCH_MAX),

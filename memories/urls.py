@@ -1,6 +1,6 @@
 from django.urls import path
 
-from memories.apis import blocks, buckets, erasure, failures, feed, lifecycle, memories, search, transfer
+from memories.apis import blocks, buckets, erasure, failures, feed, feedback, lifecycle, memories, search, transfer
 
 urlpatterns = [
     path("buckets", buckets.BucketListApi.as_view(), name="bucket-list"),
@@ -22,6 +22,7 @@ urlpatterns = [
     path("buckets/<str:bucket_id>/import", transfer.BucketImportApi.as_view(), name="bucket-import"),
     path("memories/<str:memory_id>", memories.MemoryDetailApi.as_view(), name="memory-detail"),
     path("memories/<str:memory_id>/history", lifecycle.MemoryHistoryApi.as_view(), name="memory-history"),
+    path("memories/<str:memory_id>/feedback", feedback.MemoryFeedbackApi.as_view(), name="memory-feedback"),
     path("memories/<str:memory_id>/restore", lifecycle.MemoryRestoreApi.as_view(), name="memory-restore"),
     path("erasure", erasure.ErasureApi.as_view(), name="erasure"),
     path("search", search.CrossSearchApi.as_view(), name="search"),

@@ -43,6 +43,9 @@ class ErasureOut(serializers.Serializer):
     access_times = serializers.IntegerField()
     enrichment_failures = serializers.IntegerField(help_text="enrichment failure records of the erased memories")
     keys = serializers.IntegerField(help_text="key documents of the erased memories")
+    feedback = serializers.IntegerField(
+        help_text="ratings of the erased memories, and those the erased agent or run gave other memories"
+    )
     contexts_cleared = serializers.IntegerField(help_text="other memories whose sequence context quoted an erased one")
     graph_mentions = serializers.IntegerField()
     graph_edges = serializers.IntegerField()

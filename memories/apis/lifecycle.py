@@ -24,7 +24,8 @@ from tenants.selectors import bucket_get
 class VersionOut(serializers.Serializer):
     version = serializers.IntegerField(help_text="1 for the memory's first change, then 2, 3, ...")
     kind = serializers.CharField(
-        help_text="edited, reclassified, superseded, merged (into details.into), deleted or restored"
+        help_text="edited, reclassified, superseded, merged (into details.into), deleted, restored, "
+        "or rated (feedback: details.signal, details.query, details.agent_id, details.run_id; no field changed)"
     )
     changed = serializers.ListField(child=serializers.CharField(), help_text="the fields the change set")
     previous = serializers.JSONField(help_text="those fields' values before the change")
@@ -65,7 +66,8 @@ class MemoryHistoryApi(APIView):
         responses={200: HistoryOut, **errors(404)},
         description=(
             "Every change of the memory, oldest first: content and field edits, reclassification, supersession, "
-            "merges, delete and restore, each with the previous values of the fields it changed and who made it. "
+            "merges, delete and restore, and every rating it was given (kind rated), each with the previous values "
+            "of the fields it changed and who made it. "
             f"A deleted memory keeps its history until it is purged; at most the {MAX_VERSIONS} newest versions."
         ),
     )

@@ -8,7 +8,7 @@ each row decide the factors, and a superseded memory is kept below its successor
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from memories import ranking
@@ -25,6 +25,8 @@ class QueryCues:
     people: list[str]  # lower case
     when: bool
     mentioned: re.Pattern | None  # any of ``people`` as a word
+    # Memory id -> what its ratings say for this query (memories.retrieval.feedback.FeedbackScore).
+    feedback: dict = field(default_factory=dict)
 
 
 def query_cues(query: str, config: ranking.RankingConfig) -> QueryCues:
@@ -49,6 +51,8 @@ def boost_bounds(config: ranking.RankingConfig, cues: QueryCues) -> tuple[float,
         * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
     )
     min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight)
+    if cues.feedback:
+        min_boost *= min(score.factor(config) for score in cues.feedback.values())
     return min_boost, max_boost
 
 
@@ -71,6 +75,9 @@ def row_boosts(
         boosts["trust"] = 1.0 + config.trust_boost
     if row["importance"]:
         boosts["importance"] = 1.0 + config.importance_boost * row["importance"]
+    rated = cues.feedback.get(row["id"])
+    if rated is not None and rated.irrelevant > 0 and config.feedback_demotion > 0:
+        boosts["feedback"] = rated.factor(config)
     row["superseded"] = row["superseded_at"] is not None and row["superseded_at"] <= (as_of or now)
     if row["superseded"]:
         boosts["superseded"] = config.superseded_weight

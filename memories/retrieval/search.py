@@ -25,7 +25,7 @@ from engram_site.providers import embedding
 from memories import access, ranking
 from memories.filters import MemoryFilters, bucket_list
 from memories.models import LONG_MEMORY_TOKENS
-from memories.retrieval import diversity, fusion, hits, keyword, neighbours, rows, sessions, vector
+from memories.retrieval import diversity, feedback, fusion, hits, keyword, neighbours, rows, sessions, vector
 from memories.retrieval import passages as retrieval_passages
 from memories.retrieval.concurrency import start
 from memories.retrieval.hits import Hit, SearchResult
@@ -203,8 +203,12 @@ def _search(
     if graph_sides:
         lists["graph"], graph_paths = _merged([side.result() for side in graph_sides], config.candidates)
 
+    rated: dict = {}  # memory id -> what its ratings say for this query (retrieval.feedback)
+    if embedding_model and "+" not in embedding_model and feedback.applies(config):
+        query_vector = embedding.embed_query(query, model=embedding_model)  # cached by the vector side
+        rated = feedback.ratings_near(bucket, query_vector, embedding_model, filters, config, now)
     fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage))
-    cues = fusion.query_cues(query, config)
+    cues = dataclasses.replace(fusion.query_cues(query, config), feedback=rated)
     lifts: dict = {}
     unlifted = fused
     if (config.neighbour_weight > 0 or config.session_weight > 0) and fused:
@@ -215,6 +219,7 @@ def _search(
             bucket, unlifted, fused, filters, config,
             embedding.embed_query(query, model=embedding_model), lists["vector"][0][1],
         )  # fmt: skip
+    fused, feedback_lifts = feedback.lift_rated(fused, rated, config)
     diverse = diversity.applies(query, config)
     read = rows.fetch_contenders(
         bucket, fused, config, limit if token_budget is None else None, cues,
@@ -250,6 +255,14 @@ def _search(
                 hit.explain["neighbour_lift"] = round(lifts[memory_id], 6)
             if memory_id in session_lifts:
                 hit.explain["session_lift"] = round(session_lifts[memory_id], 6)
+            if memory_id in rated:
+                score = rated[memory_id]
+                hit.explain["feedback"] = {
+                    "useful": round(score.useful, 4),
+                    "irrelevant": round(score.irrelevant, 4),
+                    "ratings": score.ratings,
+                    "lift": round(feedback_lifts.get(memory_id, 0.0), 6),
+                }
             if memory_id in graph_paths:
                 hit.explain["graph_path"] = graph_paths[memory_id]
             if methods:

@@ -4,7 +4,8 @@ and everything kept about it, hard-deleted at once.
 :func:`memories_erase` deletes the memories whose ``agent_id``, ``run_id``, ``attributed_to`` and
 ``source_actor_id`` equal the given values (every one given), live or deleted (``memories_deleted``),
 in every bucket of the tenant or in one; with them their history (``memory_versions``), their
-access times, their enrichment failure records and key documents, the sequence context other
+access times, their enrichment failure records and key documents, their ratings (and those the
+erased agent or run gave), the sequence context other
 memories quoted from them, and — through their participants (:mod:`memories.participants`:
 ``erasure_lock``, ``erase``) — what the apps above keep: graph mentions, edges and the entities
 nothing else names, the documents and conversations they came from or that were submitted with
@@ -28,6 +29,7 @@ from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryAcce
 from memories.participants import Participant, collect, run
 from memories.services.blocks import blocks_erase
 from memories.services.feed_writer import events_erase
+from memories.services.feedback import feedback_erase
 from memories.services.ingest.context import CONTEXT_PREDECESSORS
 from memories.services.stats_cache import forget_stats
 from tenants.models import Bucket, Tenant
@@ -48,6 +50,7 @@ class ErasureReport:
     access_times: int = 0
     enrichment_failures: int = 0  # failure records (their errors may quote the text)
     keys: int = 0  # key documents (memory_keys: what the memories said, spelled out)
+    feedback: int = 0  # ratings of the memories, and those the erased agent or run gave (search_feedback)
     contexts_cleared: int = 0  # other memories whose sequence context quoted an erased one
     graph_mentions: int = 0
     graph_edges: int = 0
@@ -172,6 +175,11 @@ def _erase(
         0
     ]
     report.keys = MemoryKey.objects.filter(memory_id__in=live_ids).delete()[0]
+    # Their ratings would go with the rows too; those the agent or run gave to other memories
+    # would not (nor the "rated" versions they left in those memories' histories).
+    report.feedback, rated_versions = feedback_erase(
+        tenant_id=tenant.pk, bucket_id=bucket_id, memory_ids=live_ids, fields=fields
+    )
     # idx_versions_memory finds a memory's history; what the memories said before an edit is
     # scrubbed from the audit log too.
     history = MemoryVersion.objects.filter(tenant_id=tenant.pk, memory_id__in=ids)
@@ -186,7 +194,7 @@ def _erase(
             said.append(previous["content"])
         if isinstance(previous, dict) and isinstance(previous.get("classified_topic"), str):
             topics.add(previous["classified_topic"])
-    report.versions = history.delete()[0]
+    report.versions = history.delete()[0] + rated_versions
     with connection.cursor() as cur:
         cur.execute("DELETE FROM memories WHERE tenant_id = %s AND id = ANY(%s)", [tenant.pk, live_ids])
         report.memories = cur.rowcount

@@ -23,6 +23,7 @@ from memories.links import LINKS_KEY, RESERVED_PREFIX
 from memories.models import Memory, VersionKind
 from memories.participants import Participant, run
 from memories.services.feed_writer import events_bucket_moved
+from memories.services.feedback import feedback_move
 from memories.services.history import Change, versions_record
 from memories.services.keys import keys_mark_stale
 from memories.services.lifecycle import DeleteReason, memories_trash
@@ -200,6 +201,8 @@ def memories_absorb(*, mapping: dict, actor: Actor | None = None) -> AbsorbRepor
         _repoint_supersession(mapping, tenant_ids=tenant_ids, bucket_ids=bucket_ids)
         # Graph mentions and edges, review candidates, source provenance: their apps move them (or raise).
         run(Participant.memories_absorb, mapping=mapping)
+        # Ratings of an absorbed row rate what it said, which its survivor now says.
+        feedback_move(mapping=mapping)
         # A survivor's key did not know what it took from the absorbed rows (the graph's mentions).
         keys_mark_stale(memory_ids=survivor_ids)
         # The history: each absorbed row went into its survivor (and stays restorable until the
@@ -249,7 +252,8 @@ def memories_move_bucket(*, source: Bucket, target: Bucket) -> list[uuid.UUID]:
         # along (a removed source bucket would take them with it; the console lists failures by
         # bucket). A key or passage by another model than the target's is built again
         # (memories.services.keys, memories.services.passages).
-        for table in ("memory_versions", "memories_deleted", "enrichment_failures", "memory_keys", "memory_passages"):
+        for table in ("memory_versions", "memories_deleted", "enrichment_failures", "memory_keys", "memory_passages",
+                      "search_feedback"):  # fmt: skip
             cur.execute(
                 f"UPDATE {table} SET bucket_id = %s WHERE tenant_id = %s AND bucket_id = %s",
                 [target.pk, source.tenant_id, source.pk],

@@ -141,6 +141,13 @@ def test_a_memory_is_written_found_edited_deleted_and_restored(live):
         assert engram.restore_memory(written.id).content == "Ana's sister moved to Lisbon."
         assert engram.get_memory(written.id).content == "Ana's sister moved to Lisbon."
         assert [v.kind for v in engram.get_memory_history(written.id).versions] == ["edited", "deleted", "restored"]
+        # Feedback, from a search's hit: stored (without a vector: this server has no model) and in the history.
+        [hit] = engram.search(live.main, "Where does Ana's sister live?", limit=1)
+        rated = engram.rate(hit, "useful", query="Where does Ana's sister live?", run_id="r1")
+        assert (rated.memory_id, rated.signal, rated.run_id, rated.embedded) == (written.id, "useful", "r1", False)
+        assert engram.get_memory_history(written.id).versions[-1].details["signal"] == "useful"
+        with pytest.raises(ValidationError):
+            engram.rate(written.id, "great", query="q")  # type: ignore[arg-type]
 
 
 @pytest.mark.slow
@@ -385,9 +392,11 @@ def test_the_async_client_does_the_same(live):
             batch = await engram.add_memories(bucket.id, ["Carla lives in Madrid.", "Carla has two cats."])
             found = await engram.search(bucket.id, "What instrument does Carla play?", limit=3)
             assert found.results[0].id == written.id
+            rated = await engram.rate(found.results[0], "irrelevant", query="What instrument does Carla play?")
+            assert (rated.memory_id, rated.signal) == (written.id, "irrelevant")
             edited = await engram.update_memory(written.id, content="Carla plays the viola.")
             assert edited.content == "Carla plays the viola."
-            assert (await engram.get_memory_history(written.id)).versions[0].previous == {
+            assert (await engram.get_memory_history(written.id)).versions[1].previous == {
                 "content": "Carla plays the cello."
             }
             listed = [m.id async for m in engram.list_memories(bucket.id, page_size=1)]

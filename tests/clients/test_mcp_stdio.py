@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 ENGRAM_MCP = Path(sys.executable).parent / "engram-mcp"
 TOOLS = {
     "add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets", "get_profile",
+    "rate_memory",
 }  # fmt: skip
 
 
@@ -141,6 +142,9 @@ def test_an_agent_lists_the_tools_and_round_trips_a_memory(live):
             assert (updated["updated"], updated["content"]) == (True, "Tom moved to Bergen.")
             found = answer(await mcp.call_tool("search_memories", {"query": "Where does Tom live now? Bergen?"}))
             assert found["results"][0]["id"] == oslo
+            rated = {"id": oslo, "signal": "useful", "query": "Where does Tom live now? Bergen?"}
+            assert answer(await mcp.call_tool("rate_memory", rated)) == {"id": oslo, "rated": "useful"}
+            assert error(await mcp.call_tool("rate_memory", {**rated, "signal": "great"}))
 
             assert answer(await mcp.call_tool("delete_memory", {"id": oslo})) == {"id": oslo, "deleted": True}
             gone = error(await mcp.call_tool("get_memory", {"id": oslo}))
@@ -160,6 +164,8 @@ def test_the_token_decides_what_the_tools_may_do(live):
             assert "403" in refused and "permission" in refused.lower()
             refused = error(await reader.call_tool("delete_memory", {"id": mine.id}))
             assert "403" in refused
+            refused = error(await reader.call_tool("rate_memory", {"id": mine.id, "signal": "useful", "query": "bees"}))
+            assert "403" in refused
             found = answer(await reader.call_tool("search_memories", {"query": "Who keeps bees?"}))
             assert [r["id"] for r in found["results"]] == [mine.id]
         async with stdio(live, live.tokens.outsider) as outsider:
@@ -167,6 +173,7 @@ def test_the_token_decides_what_the_tools_may_do(live):
                 ("get_memory", {"id": mine.id}),
                 ("update_memory", {"id": mine.id, "content": "Hijacked."}),
                 ("delete_memory", {"id": mine.id}),
+                ("rate_memory", {"id": mine.id, "signal": "irrelevant", "query": "bees"}),
                 ("search_memories", {"query": "bees", "bucket": live.main}),
             ]:
                 assert "not_found" in error(await outsider.call_tool(tool, arguments)), tool

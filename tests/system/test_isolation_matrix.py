@@ -367,6 +367,12 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     },
     "memory-history": {"GET": [Call({"memory_id": "memory"}), Call({"memory_id": "deleted"})]},
     "memory-restore": {"POST": [Call({"memory_id": "deleted"})]},
+    "memory-feedback": {
+        "POST": [
+            Call({"memory_id": "memory"}, lambda ids: {"signal": "useful", "query": "planted"}),
+            Call({"memory_id": "deleted"}, lambda ids: {"signal": "irrelevant", "query": "planted"}),
+        ]
+    },
     "source-detail": {"GET": [Call({"source_id": "source"})], "DELETE": [Call({"source_id": "source"})]},
     # Without buckets a search reads every bucket the token can read (tests/retrieval/test_search_across_buckets.py).
     "search": {
@@ -1100,6 +1106,10 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
     },
     "memory-history": {"GET": [AgentCall({"memory_id": "memory"}), AgentCall({"memory_id": "deleted"})]},
     "memory-restore": {"POST": [AgentCall({"memory_id": "deleted"})]},
+    # The other agent's memory is not there (404); its own is rated as itself (201).
+    "memory-feedback": {
+        "POST": [AgentCall({"memory_id": "memory"}, lambda agent, ids: {"signal": "useful", "query": "planted"})]
+    },
     "entity-detail": {"GET": [AgentCall({"entity_id": "entity"})]},
     "entity-profile": {
         "GET": [

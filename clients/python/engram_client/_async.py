@@ -20,11 +20,13 @@ from engram_client.models import (
     EdgeMemories,
     Entity,
     ErasureResult,
+    Feedback,
     History,
     ImportResult,
     Memory,
     MergeResult,
     Profile,
+    SearchHit,
     SearchResult,
     Source,
     SourceDeleted,
@@ -35,6 +37,7 @@ from engram_client.models import (
 Attribution = Literal["user", "assistant"]
 SearchMode = Literal["hybrid", "vector", "keyword", "graph"]
 Excerpt = Literal["auto", "passage", "whole"]
+Signal = Literal["useful", "irrelevant"]
 
 
 class AsyncEngram:
@@ -234,6 +237,24 @@ class AsyncEngram:
     async def restore_memory(self, memory_id: Id) -> Memory:
         """Put a deleted memory back, under the same id."""
         return await self._run(Call("POST", core.path("memories", memory_id, "restore"), parse=Memory.from_api))
+
+    async def rate(
+        self,
+        memory: Id | SearchHit,
+        signal: Signal,
+        *,
+        query: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Feedback:
+        """Say that a memory (its id, or a hit of a search) was ``useful`` for ``query`` or
+        ``irrelevant`` to it. Later searches of its bucket lift a memory rated useful for
+        questions like ``query`` and demote one rated irrelevant (docs/RETRIEVAL.md, Feedback)."""
+        memory_id = memory.id if isinstance(memory, SearchHit) else memory
+        fields = core.body(signal=signal, query=query, agent_id=agent_id, run_id=run_id)
+        return await self._run(
+            Call("POST", core.path("memories", memory_id, "feedback"), json=fields, parse=Feedback.from_api)
+        )
 
     async def get_memory_history(self, memory_id: Id) -> History:
         """Every change of a memory, oldest first, with the values before it."""

@@ -63,9 +63,11 @@ conversations with add_memories (one fact per string, written so it makes sense 
 depend on what you were told before, call search_memories with a natural-language question.
 To know what is known about someone or something (the user, a person, a project), call
 get_profile with the name. Use update_memory when a stored fact changed and delete_memory when
-it was wrong. Memories live in buckets; list_buckets shows them, and a tool's bucket argument
-picks one by id or name (it can be left out when a default bucket is configured or only one
-exists); search_memories can search several at once with buckets."""
+it was wrong. When a search returned a memory that clearly answered the question, or one that
+clearly did not belong, say so with rate_memory (useful or irrelevant, with the query). Memories
+live in buckets; list_buckets shows them, and a tool's bucket argument picks one by id or name
+(it can be left out when a default bucket is configured or only one exists); search_memories
+can search several at once with buckets."""
 
 BucketArg = Annotated[
     str | None,
@@ -242,6 +244,22 @@ def create_server(client_for: ClientFor, *, default_bucket: DefaultBucket = None
         async with _api_errors():
             await (await engram(ctx)).delete_memory(id)
         return _result({"id": id, "deleted": True})
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False))
+    async def rate_memory(
+        ctx: Context,
+        id: MemoryId,
+        signal: Annotated[
+            Literal["useful", "irrelevant"],
+            Field(description="'useful': it helped answer the query; 'irrelevant': it did not belong in the answer."),
+        ],
+        query: Annotated[str, Field(description="The query search_memories was asked when it returned the memory.")],
+    ) -> CallToolResult:
+        """Teach recall: say a memory search_memories returned was useful for the query or irrelevant to it.
+        Later searches with similar questions rank a useful memory higher and an irrelevant one lower."""
+        async with _api_errors():
+            rated = await (await engram(ctx)).rate(id, signal, query=query)
+        return _result({"id": id, "rated": rated.signal})
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def get_profile(

@@ -221,6 +221,22 @@ class History(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Feedback(Model):
+    """A rating of a memory for a query (``rate``)."""
+
+    id: int
+    memory_id: str | None = None
+    bucket_id: str | None = None
+    signal: str | None = None
+    query: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    created_at: datetime | None = None
+    # False when the server's embedding model was down: kept, but it changes no ranking.
+    embedded: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeletedMemory(Model):
     id: str
     bucket_id: str | None = None
@@ -251,6 +267,7 @@ class ErasureResult(Model):
     access_times: int = 0
     enrichment_failures: int = 0
     keys: int = 0
+    feedback: int = 0
     contexts_cleared: int = 0
     graph_mentions: int = 0
     graph_edges: int = 0

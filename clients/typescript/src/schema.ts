@@ -579,6 +579,23 @@ export interface paths {
         patch: operations["memories_update"];
         trace?: never;
     };
+    "/api/v1/memories/{memory_id}/feedback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Rate a memory for a query: useful (it answered the query) or irrelevant. Later searches of the memory's bucket lift a memory rated useful for questions like this one and demote one rated irrelevant, by how alike the questions are and how recent the rating is (docs/RETRIEVAL.md, Feedback). Needs the write scope; a token held to agents rates as one of its agents. The rating is recorded in the memory's history (kind rated). */
+        post: operations["memories_feedback"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/memories/{memory_id}/history": {
         parameters: {
             query?: never;
@@ -586,7 +603,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description Every change of the memory, oldest first: content and field edits, reclassification, supersession, merges, delete and restore, each with the previous values of the fields it changed and who made it. A deleted memory keeps its history until it is purged; at most the 1000 newest versions. */
+        /** @description Every change of the memory, oldest first: content and field edits, reclassification, supersession, merges, delete and restore, and every rating it was given (kind rated), each with the previous values of the fields it changed and who made it. A deleted memory keeps its history until it is purged; at most the 1000 newest versions. */
         get: operations["memories_history"];
         put?: never;
         post?: never;
@@ -1311,6 +1328,8 @@ export interface components {
             enrichment_failures: number;
             /** @description key documents of the erased memories */
             keys: number;
+            /** @description ratings of the erased memories, and those the erased agent or run gave other memories */
+            feedback: number;
             /** @description other memories whose sequence context quoted an erased one */
             contexts_cleared: number;
             graph_mentions: number;
@@ -1383,6 +1402,35 @@ export interface components {
             next_cursor: string;
             /** @description more events are ready now: ask again at once */
             has_more: boolean;
+        };
+        FeedbackInRequest: {
+            /**
+             * @description useful: it answered the query; irrelevant: it did not belong there
+             *
+             *     * `useful` - useful
+             *     * `irrelevant` - irrelevant
+             */
+            signal: components["schemas"]["SignalEnum"];
+            /** @description the query the memory was returned for (as the search was asked) */
+            query: string;
+            /** @description the agent giving the rating (a token held to one agent: defaulted to it) */
+            agent_id?: string | null;
+            run_id?: string | null;
+        };
+        FeedbackOut: {
+            id: number;
+            /** Format: uuid */
+            memory_id: string;
+            /** Format: uuid */
+            bucket_id: string;
+            signal: string;
+            query: string;
+            agent_id: string | null;
+            run_id: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** @description false when the embedding model was down: the rating is kept but changes no ranking */
+            readonly embedded: boolean;
         };
         ImportOut: {
             /** @description lines read (blank lines not counted) */
@@ -1863,6 +1911,12 @@ export interface components {
             /** @description true, or a list of labels: the memory blocks the search is for (the shared ones, and those of filters.agent_id or of the token's agents) come first in the answer, inside `token_budget`; a block that does not fit is left out (blocks_left_out) and the memories get what the blocks leave */
             include_blocks?: boolean | string[];
         };
+        /**
+         * @description * `useful` - useful
+         *     * `irrelevant` - irrelevant
+         * @enum {string}
+         */
+        SignalEnum: "useful" | "irrelevant";
         SourceDeleted: {
             /** Format: uuid */
             id: string;
@@ -1976,7 +2030,7 @@ export interface components {
         VersionOut: {
             /** @description 1 for the memory's first change, then 2, 3, ... */
             version: number;
-            /** @description edited, reclassified, superseded, merged (into details.into), deleted or restored */
+            /** @description edited, reclassified, superseded, merged (into details.into), deleted, restored, or rated (feedback: details.signal, details.query, details.agent_id, details.run_id; no field changed) */
             kind: string;
             /** @description the fields the change set */
             changed: string[];
@@ -6535,6 +6589,121 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["MemoryDetailOut"];
+                };
+            };
+            /** @description Invalid input (`invalid`, `parse_error` or a domain code); nothing was written. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is larger than ENGRAM_MAX_BODY_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is not JSON (Content-Type must be application/json). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memories_feedback: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                memory_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FeedbackInRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedbackOut"];
                 };
             };
             /** @description Invalid input (`invalid`, `parse_error` or a domain code); nothing was written. */
