@@ -150,6 +150,13 @@ def test_abatch_runs_mixed_operations_in_order(live):
     assert asyncio.run(lg.aget(("batch",), "b")).value == {"text": "beta"}
 
 
+def test_namespace_labels_name_the_memorys_agent_and_run(live):
+    store(live, bucket="notes", agent_position=1, run_position=2).put(("chats", "helper", "r-7"), "k", {"text": "hi"})
+    with Engram(live.base, live.tokens.rw) as engram:
+        (row,) = engram.list_memories(live.notes, run_id="r-7")
+    assert (row.agent_id, row.run_id, row.content) == ("helper", "r-7", "hi")
+
+
 def test_another_tenants_store_sees_nothing(live):
     store(live, bucket="notes").put(("secret",), "k", {"text": "The launch code is 1234."})
     theirs = store(live, live.tokens.outsider)
