@@ -111,7 +111,14 @@ def _notes(kind: str, details: dict) -> list[Note]:
         when = display_value("deleted_at", details.pop("deleted_at"))
         merged = " (merged into another memory)" if reason == "merged" else ""
         notes.append(Note(f"had been deleted on {when}{merged}"))
+    if kind == VersionKind.RATED and "signal" in details:
+        # A rating (memories.services.feedback): its signal and the query it was given for.
+        signal, query = details.pop("signal"), details.pop("query", "")
+        details.pop("feedback_id", None)
+        notes.append(Note(f"{signal} for the query: {display_value('query', query)}"))
     for key, value in sorted(details.items()):
+        if value is None and kind == VersionKind.RATED:
+            continue  # a rating's agent or run left out
         notes.append(Note(f"{key}: {display_value(key, value)}"))
     return notes
 

@@ -88,6 +88,18 @@ def test_history_shows_edits_delete_and_restore_newest_first_with_who_made_them(
     assert AuditEvent.objects.filter(action="memory.restore", actor_label="acme-operator").exists()
 
 
+def test_history_shows_a_rating_with_its_signal_query_and_agent(operator, bucket, tenant):
+    [memory_id] = write(bucket, "Maya is allergic to peanuts.", sequence=False)
+    api = make_client(tenant)
+    rated = api.post(f"/api/v1/memories/{memory_id}/feedback",
+                     {"signal": "irrelevant", "query": "What does Maya drink?", "agent_id": "planner"},
+                     format="json")  # fmt: skip
+    assert rated.status_code == 201
+    [row] = history_rows(operator, memory_id)
+    assert (row.kind, row.kind_label, row.fields) == ("rated", "rated by feedback", [])
+    assert [n.text for n in row.notes] == ["irrelevant for the query: What does Maya drink?", "agent_id: planner"]
+
+
 def test_history_links_a_merge_both_ways_and_shortens_long_values(operator, bucket):
     long_text = "The lighthouse keeper's log, " + "wind and tide; " * 20
     kept, gone = write(bucket, long_text, "The keeper keeps a log.", sequence=False)
