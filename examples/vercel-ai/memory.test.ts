@@ -27,7 +27,7 @@ test("what the agent remembers in one conversation it recalls in the next", live
   await first.remember.execute!({ fact: "The user's daughter is called Lina." }, call);
   assert.equal((stored as { alreadyKnown: boolean }).alreadyKnown, false);
 
-  const later = memoryTools({ bucket: bucket.id, agentId: "assistant-1" }); // a new conversation
+  const later = memoryTools({ bucket: bucket.name, agentId: "assistant-1" }); // a new conversation; by name
   const recalled = (await later.recall.execute!({ question: "Which seat does the user like on trains?" }, call)) as Array<{ fact: string }>;
   assert.equal(recalled[0].fact, "The user prefers window seats on trains.");
   // Another agent's memories are not its own.

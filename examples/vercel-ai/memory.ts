@@ -8,7 +8,7 @@ import { Engram } from "engram-client";
 import { z } from "zod";
 
 export interface MemoryToolsOptions {
-  /** The bucket the tools read and write (default: ENGRAM_BUCKET). */
+  /** The bucket the tools read and write, by id or name (default: ENGRAM_BUCKET). */
   bucket?: string;
   /** The client (default: one from ENGRAM_URL and ENGRAM_TOKEN). */
   engram?: Engram;
@@ -23,6 +23,9 @@ export function memoryTools(options: MemoryToolsOptions = {}) {
   const bucket = options.bucket ?? process.env.ENGRAM_BUCKET;
   if (!bucket) throw new Error("No bucket: pass bucket or set ENGRAM_BUCKET.");
   const agent = options.agentId;
+  // A name is looked up once, at the first call (a bucket id is used as it is).
+  let resolved: Promise<string> | undefined;
+  const bucketId = () => (resolved ??= resolveBucket(engram, bucket));
 
   return {
     remember: tool({
@@ -34,7 +37,7 @@ export function memoryTools(options: MemoryToolsOptions = {}) {
         fact: z.string().min(1).describe("The fact, written so that it makes sense on its own."),
       }),
       execute: async ({ fact }) => {
-        const written = await engram.addMemory(bucket, fact, { attributed_to: "user", agent_id: agent });
+        const written = await engram.addMemory(await bucketId(), fact, { attributed_to: "user", agent_id: agent });
         return { id: written.id, alreadyKnown: written.deduplicated };
       },
     }),
@@ -46,7 +49,7 @@ export function memoryTools(options: MemoryToolsOptions = {}) {
         question: z.string().min(1).describe("What to recall, as a natural-language question."),
       }),
       execute: async ({ question }) => {
-        const found = await engram.search(bucket, question, {
+        const found = await engram.search(await bucketId(), question, {
           token_budget: options.tokenBudget ?? 400,
           filters: agent ? { agent_id: agent } : undefined,
         });
@@ -54,4 +57,12 @@ export function memoryTools(options: MemoryToolsOptions = {}) {
       },
     }),
   };
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+async function resolveBucket(engram: Engram, bucket: string): Promise<string> {
+  if (UUID.test(bucket)) return bucket;
+  for await (const candidate of engram.listBuckets()) if (candidate.name === bucket) return candidate.id;
+  throw new Error(`No bucket named ${JSON.stringify(bucket)} is visible to this token.`);
 }
