@@ -60,7 +60,13 @@ def test_items_are_put_read_overwritten_and_deleted_by_namespace_and_key(live):
         users = [b for b in engram.list_buckets() if b.name == "users"]
         assert len(users) == 1
         contents = {m.content for m in engram.list_memories(users[0].id)}
+        (deleted,) = engram.list_deleted_memories(users[0].id)  # the overwritten, then deleted, item
+        history = engram.get_memory_history(deleted.id)
     assert "Bo eats everything." in contents
+    assert (deleted.content, history.state) == ("Ana became vegan.", "deleted")
+    (edit,) = [v for v in history.versions if v.kind == "edited"]  # the overwrite kept the earlier value
+    assert edit.previous["content"] == "memory: Ana is vegetarian.\nsince: 2019"  # the whole value, as text
+    assert edit.previous["metadata"]["langgraph"]["value"] == {"memory": "Ana is vegetarian.", "since": 2019}
 
 
 def test_search_by_meaning_within_a_namespace_prefix_with_filter_limit_and_offset(live):
