@@ -74,6 +74,6 @@ def test_the_typescript_client_and_its_vercel_ai_example_pass_their_tests_agains
     # One test, in this order: the example builds the client it links (its pretest), which two
     # test processes (pytest-xdist) must not do at the same time as the client's own build.
     counts = npm_test(CLIENT, live.env)
-    assert counts["pass"] >= 19, counts  # the offline retry tests, the schema check, the live ones, the docs snippet
+    assert counts["pass"] >= 20, counts  # the offline retry tests, the schema check, the live ones, the docs snippets
     counts = npm_test(EXAMPLE, live.env)
     assert counts["pass"] >= 4, counts  # the tools called directly, in generateText's loop, the docs snippet, read-only

@@ -13,22 +13,23 @@ import { pathToFileURL } from "node:url";
 const root = new URL("../../", import.meta.url).pathname; // dist/test/ → the package
 const live = { skip: process.env.ENGRAM_URL ? false : "ENGRAM_URL is not set: no server to test against" };
 
-/** The first ```ts block of the docs/INTEGRATIONS.md section headed `heading`. */
-function snippet(heading: string): string {
-  const doc = readFileSync(join(root, "..", "..", "docs", "INTEGRATIONS.md"), "utf8");
+/** The first ```ts block of the section headed `heading` of a Markdown file (docs/INTEGRATIONS.md). */
+function snippet(heading: string, path = join(root, "..", "..", "docs", "INTEGRATIONS.md")): string {
+  const doc = readFileSync(path, "utf8");
   const section = doc.split(/^## /m).find((s) => s.startsWith(`${heading}\n`));
-  assert.ok(section, `docs/INTEGRATIONS.md has no section "## ${heading}"`);
+  assert.ok(section, `${path} has no section "## ${heading}"`);
   const block = /^```ts\n([\s\S]*?)^```$/m.exec(section);
   assert.ok(block, `the section "${heading}" has no ts snippet`);
   return block[1];
 }
 
-test("the TypeScript snippet of docs/INTEGRATIONS.md runs", live, async () => {
+/** Run `code` as a module of this package; what it printed. */
+async function run(name: string, code: string): Promise<string[]> {
   const folder = join(root, "dist", "snippets");
   mkdirSync(folder, { recursive: true });
-  const file = join(folder, "integrations-typescript.mjs");
-  writeFileSync(file, snippet("TypeScript"));
-  const printed: unknown[] = [];
+  const file = join(folder, `${name}.mjs`);
+  writeFileSync(file, code);
+  const printed: string[] = [];
   const log = console.log;
   console.log = (...args: unknown[]) => printed.push(args.join(" "));
   try {
@@ -36,5 +37,14 @@ test("the TypeScript snippet of docs/INTEGRATIONS.md runs", live, async () => {
   } finally {
     console.log = log;
   }
-  assert.deepEqual(printed, ["Dana's favourite tea is genmaicha."]);
+  return printed;
+}
+
+test("the TypeScript snippet of docs/INTEGRATIONS.md runs", live, async () => {
+  assert.deepEqual(await run("integrations-typescript", snippet("TypeScript")), ["Dana's favourite tea is genmaicha."]);
+});
+
+test("the quickstart of the package's README runs", live, async () => {
+  const printed = await run("readme-quickstart", snippet("Quickstart", join(root, "README.md")));
+  assert.ok(printed.some((line) => line.endsWith(" Dana's favourite tea is genmaicha.")), printed.join("\n"));
 });
