@@ -95,18 +95,23 @@ def ratings_near(
         clauses.append(clause)
         extra += agent_params
     vector = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
-    # idx_search_feedback_bucket: (tenant_id, bucket_id, created_at) > horizon; the memories by
-    # their primary key. The distance is computed for the bucket's recent ratings only.
+    # idx_search_feedback_bucket: (tenant_id, bucket_id, created_at) > horizon. Each rating's
+    # distance is computed once (the CTE), then the near ones are joined to their memories by
+    # primary key for the search's filters.
     sql = f"""
-        SELECT f.memory_id, f.signal, f.created_at, 1 - (f.query_embedding <=> %s::vector) AS similarity
-        FROM search_feedback f JOIN memories m ON m.id = f.memory_id
-        WHERE {" AND ".join(clauses)} AND {where}
-          AND (f.query_embedding <=> %s::vector) < %s
-        ORDER BY f.query_embedding <=> %s::vector
+        WITH rated AS MATERIALIZED (
+            SELECT f.memory_id, f.signal, f.created_at, 1 - (f.query_embedding <=> %s::vector) AS similarity
+            FROM search_feedback f
+            WHERE {" AND ".join(clauses)}
+        )
+        SELECT r.memory_id, r.signal, r.created_at, r.similarity
+        FROM rated r JOIN memories m ON m.id = r.memory_id
+        WHERE r.similarity > %s AND {where}
+        ORDER BY r.similarity DESC
         LIMIT {MAX_RATINGS}
     """
     with read_connection().cursor() as cur:
-        cur.execute(sql, [vector, *extra, *params, vector, 1.0 - config.feedback_similarity, vector])
+        cur.execute(sql, [vector, *extra, config.feedback_similarity, *params])
         found = cur.fetchall()
     useful: dict[uuid.UUID, float] = {}
     irrelevant: dict[uuid.UUID, float] = {}
