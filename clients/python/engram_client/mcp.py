@@ -77,7 +77,7 @@ MemoryId = Annotated[str, Field(description="The memory's id, as add_memories or
 
 
 def create_server(client_for: ClientFor, *, default_bucket: DefaultBucket = None, name: str = "engram") -> MCPServer:
-    """An MCP server with Engram's seven memory tools.
+    """An MCP server with Engram's eight memory tools.
 
     ``client_for(ctx)`` returns (or returns an awaitable of) the :class:`AsyncEngram` a tool
     call uses; the tools never close it. ``default_bucket`` (an id or a name, or a function of

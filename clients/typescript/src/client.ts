@@ -38,6 +38,7 @@ export type Edge = Schemas["EdgeOut"];
 export type EdgeMemories = Schemas["EdgeMemories"];
 export type Profile = Schemas["ProfileOut"];
 export type ErasureResult = Schemas["ErasureOut"];
+export type Feedback = Schemas["FeedbackOut"];
 
 /** A time, as a Date or an ISO 8601 string. */
 export type Time = Date | string;
@@ -263,6 +264,26 @@ export class Engram {
     return this.write(
       () => this.api.POST("/api/v1/memories/{memory_id}/restore", { params: { path: { memory_id: memoryId } } }),
       "POST /memories/{id}/restore",
+    );
+  }
+
+  /**
+   * Say that a memory (its id, or a hit of a search) was `useful` for `query` or `irrelevant`
+   * to it. Later searches of its bucket lift a memory rated useful for questions like `query`
+   * and demote one rated irrelevant (docs/RETRIEVAL.md, Feedback).
+   */
+  rate(
+    memory: string | { id: string },
+    signal: Schemas["SignalEnum"],
+    options: { query: string; agent_id?: string; run_id?: string },
+  ): Promise<Feedback> {
+    const memoryId = typeof memory === "string" ? memory : memory.id;
+    return this.write(
+      () => this.api.POST("/api/v1/memories/{memory_id}/feedback", {
+        params: { path: { memory_id: memoryId } },
+        body: clean({ ...options, signal }) as Schemas["FeedbackInRequest"],
+      }),
+      "POST /memories/{id}/feedback",
     );
   }
 

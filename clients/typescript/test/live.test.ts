@@ -76,6 +76,9 @@ describe("against a live server", live, () => {
     const history = await engram.getMemoryHistory(written.id);
     assert.ok(JSON.stringify(history).includes("genmaicha"), "the old text is in the history");
 
+    const rated = await engram.rate(found.results[0], "useful", { query: "Which tea does Dana like?", run_id: "r1" });
+    assert.deepEqual([rated.memory_id, rated.signal, rated.run_id], [written.id, "useful", "r1"]);
+
     await engram.deleteMemory(written.id);
     const gone = await refusal(engram.getMemory(written.id));
     assert.ok(gone instanceof NotFound);
