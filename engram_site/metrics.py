@@ -78,6 +78,12 @@ REPLICA_READS = Counter(
     "that answered and why it was chosen.",
     ["database", "reason"],
 )
+REPLICA_WAIT_SECONDS = Histogram(
+    "engram_replica_wait_seconds",
+    "Time a read spent making sure the replica has replayed its tenant's recent writes (the "
+    "primary's position, then the replica's, polled), whether it caught up or not.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+)
 JOB_RUNS = Counter(
     "engram_job_runs_total",
     "Background job runs finished, by job and outcome (succeeded, failed, skipped, …).",

@@ -41,6 +41,7 @@ from django.core.cache import caches
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, connections
 
 from engram_site.metrics import REPLICA_READS as READS
+from engram_site.metrics import REPLICA_WAIT_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +200,7 @@ def choose(tenant_id) -> tuple[str, str]:
         return PRIMARY, "recent_write"
     if now < _behind_until:
         return PRIMARY, "replica_behind"
+    started = time.perf_counter()
     try:
         target = primary_position()
         if caught_up(target, bound=settings.ENGRAM_REPLICA_WAIT_MS / 1000):
@@ -207,6 +209,8 @@ def choose(tenant_id) -> tuple[str, str]:
         logger.warning("the replica cannot be reached (%s); reading the primary for %ss", exc, RETRY_SECONDS)
         _mark_down()
         return PRIMARY, "replica_down"
+    finally:
+        REPLICA_WAIT_SECONDS.observe(time.perf_counter() - started)
     _mark_behind()
     return PRIMARY, "replica_behind"
 

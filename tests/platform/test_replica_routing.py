@@ -14,6 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transacti
 from django.test.utils import CaptureQueriesContext
 
 from engram_site import replica
+from engram_site.metrics import REPLICA_WAIT_SECONDS
 from memories import access
 from memories.models import Memory
 from tests.factories import search, write
@@ -44,6 +45,10 @@ def replica_alias(_replica_configured):
 BOTH = [DEFAULT_DB_ALIAS, replica.ALIAS]
 # Outside the test's transaction (a read inside one stays on the primary), both aliases allowed.
 committed = pytest.mark.django_db(transaction=True, databases=BOTH)
+
+
+def _observations() -> float:
+    return sum(bucket.get() for bucket in REPLICA_WAIT_SECONDS._buckets)
 
 
 def _statements(captured: CaptureQueriesContext) -> list[str]:
@@ -102,7 +107,11 @@ def test_after_a_write_the_read_waits_for_the_replica_to_replay_it(replica_alias
     target = replica.primary_position()
     positions = iter([target - 1, target - 1, target])  # the replica replays it on the third look
     monkeypatch.setattr(replica, "replayed_position", lambda: next(positions))
+    waits = REPLICA_WAIT_SECONDS._sum.get(), _observations()
     assert replica.choose(tenant.pk) == (replica_alias, "caught_up")
+    # The wait is measured (engram_replica_wait_seconds): two polls of POLL_SECONDS at least.
+    assert _observations() == waits[1] + 1
+    assert REPLICA_WAIT_SECONDS._sum.get() - waits[0] >= 2 * replica.POLL_SECONDS
 
 
 @committed
