@@ -34,6 +34,8 @@ from engram_client import (
     EngramError,
     NotFound,
     PermissionDenied,
+    PreconditionFailed,
+    PreconditionRequired,
     RateLimited,
     ServiceUnavailable,
     ValidationError,
@@ -291,6 +293,33 @@ def test_erasure_deletes_the_memories_of_an_identifier(live):
         assert [m.content for m in engram.list_memories(live.spare, agent_id="agent-to-keep")] == [
             "Keep me: I like coffee."
         ]
+
+
+@pytest.mark.slow
+def test_a_block_is_created_edited_on_its_version_searched_with_and_its_history_read(live):
+    with client(live) as engram, client(live) as other:
+        label = f"persona-{uuid.uuid4().hex[:6]}"
+        created = engram.put_block(live.spare, label, "I am terse.", reason="first", max_tokens=50)
+        assert (created.version, created.token_count > 0, created.agent_id) == (1, True, None)
+        with pytest.raises(PreconditionRequired) as required:
+            engram.put_block(live.spare, label, "Blind overwrite.")
+        assert required.value.etag == created.etag
+        # Two agents based on version 1: the first wins, the second is told the current version.
+        first = engram.edit_block(live.spare, label, append="I like lists.", if_match=created, reason="taught")
+        with pytest.raises(PreconditionFailed) as stale:
+            other.edit_block(live.spare, label, append="I like prose.", if_match=created.etag)
+        assert (stale.value.status, stale.value.version, stale.value.etag) == (412, 2, first.etag)
+        assert engram.get_block(live.spare, label).content == "I am terse.\nI like lists."
+        assert other.edit_block(live.spare, label, replace="lists", replace_with="tables", if_match="*").version == 3
+        assert [v.reason for v in engram.get_block_history(live.spare, label)] == ["", "taught", "first"]
+        assert label in [b.label for b in engram.list_blocks(live.spare)]
+        engram.add_memory(live.spare, "Tables suit the terse.")
+        answer = engram.search(live.spare, "tables", token_budget=200, include_blocks=[label])
+        assert [b.label for b in answer.blocks] == [label] and answer.blocks_left_out == []
+        assert answer.total_tokens <= 200
+        engram.delete_block(live.spare, label, if_match="*")
+        with pytest.raises(NotFound):
+            engram.get_block(live.spare, label)
 
 
 # --- errors --------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 from engram_client import models
 from engram_client.models import (
+    Block,
+    BlockVersion,
     Bucket,
     DeletedMemory,
     Edge,
@@ -72,6 +74,10 @@ SOURCES: list[tuple[type[models.Model], str, str]] = [
     (Profile, "GET /buckets/{bucket_id}/profile", ""),
     (Profile, "GET /buckets/{bucket_id}/entities/{entity_id}/profile", ""),
     (ErasureResult, "POST /erasure", ""),
+    (Block, "GET /buckets/{bucket_id}/blocks", "results"),
+    (Block, "GET /buckets/{bucket_id}/blocks/{label}", ""),
+    (Block, "PATCH /buckets/{bucket_id}/blocks/{label}", ""),
+    (BlockVersion, "GET /buckets/{bucket_id}/blocks/{label}/history", "results"),
 ]
 
 # Where the schema is vaguer than the answer, and the model rightly more precise.

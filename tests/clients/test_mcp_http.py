@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 TOOLS = {
     "add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets", "get_profile",
     "rate_memory",
+    "get_blocks", "edit_block",
 }  # fmt: skip
 # Both eras of the protocol the SDK serves: "auto" negotiates the current per-request one
 # (2026-07-28), "legacy" the initialize handshake of the earlier revisions.

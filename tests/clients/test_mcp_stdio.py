@@ -34,6 +34,7 @@ ENGRAM_MCP = Path(sys.executable).parent / "engram-mcp"
 TOOLS = {
     "add_memories", "search_memories", "get_memory", "update_memory", "delete_memory", "list_buckets", "get_profile",
     "rate_memory",
+    "get_blocks", "edit_block",
 }  # fmt: skip
 
 

@@ -19,7 +19,7 @@ import anyio
 import httpx
 
 from engram_client import errors
-from engram_client.models import SearchResult, WriteResult
+from engram_client.models import Block, SearchResult, WriteResult
 
 __version__ = "0.1.0"
 
@@ -91,6 +91,7 @@ class Call(Generic[T]):
     parse: Callable[[Any], T] = field(default=lambda body: body)  # type: ignore[assignment]
     idempotent: bool | None = None
     replayable: bool = True  # False: the body is a stream, read once; never sent again
+    headers: dict[str, str] | None = None  # sent on top of the client's own (If-Match)
 
     def __post_init__(self) -> None:
         if self.idempotent is None:
@@ -190,6 +191,29 @@ def search_call(bucket_id: Id, fields: dict[str, Any]) -> Call[SearchResult]:
     # A search is a read sent as POST (its filters do not fit a query string): safe to repeat.
     return Call("POST", path("buckets", bucket_id, "search"), json=fields, parse=SearchResult.from_api,
                 idempotent=True)  # fmt: skip
+
+
+def block_call(
+    method: str,
+    bucket_id: Id,
+    label: str,
+    agent_id: str | None,
+    *,
+    json: Any = None,
+    if_match: Any = None,
+    create_only: bool = False,
+) -> Call[Any]:
+    """A request on one memory block. A conditional write is never sent twice: the second
+    sending of a change that went through would find its own version and answer 412."""
+    headers: dict[str, str] = {}
+    if if_match is not None:
+        headers["If-Match"] = if_match if isinstance(if_match, str) else str(if_match.etag)
+    if create_only:
+        headers["If-None-Match"] = "*"
+    parse = (lambda body: None) if method == "DELETE" else Block.from_api
+    return Call(method, path("buckets", bucket_id, "blocks", label), params=query(agent_id=agent_id) or None,
+                json=json, parse=parse, headers=headers or None,
+                idempotent=method == "GET")  # fmt: skip
 
 
 def search_across_call(fields: dict[str, Any]) -> Call[SearchResult]:

@@ -15,6 +15,8 @@ import httpx
 from engram_client import _core as core
 from engram_client._core import UNSET, Call, Id, RetryPolicy
 from engram_client.models import (
+    Block,
+    BlockVersion,
     Bucket,
     DeletedMemory,
     Edge,
@@ -39,6 +41,8 @@ Attribution = Literal["user", "assistant"]
 SearchMode = Literal["hybrid", "vector", "keyword", "graph"]
 Excerpt = Literal["auto", "passage", "whole"]
 Signal = Literal["useful", "irrelevant"]
+# What a change of a block is based on: its etag (or the Block read), or "*" for any version.
+IfMatch = str | Block
 
 
 class Engram:
@@ -90,7 +94,7 @@ class Engram:
 
     def _send(self, call: Call[Any], *, stream: bool = False, **extra: Any) -> httpx.Response:
         url = self.base_url + call.path
-        headers = extra.pop("headers", self._headers)
+        headers = extra.pop("headers", {**self._headers, **call.headers} if call.headers else self._headers)
         timeout = extra.pop("timeout", self._timeout)
         attempt = 0
         while True:
@@ -305,15 +309,20 @@ class Engram:
         ranking: dict[str, Any] | None = None,
         now: datetime | str | None = None,
         excerpt: Excerpt | None = None,
+        include_blocks: bool | list[str] | None = None,
     ) -> SearchResult:
         """The memories that answer ``query`` best (``hybrid`` by default), within ``limit``
         and ``token_budget``. ``filters``: ``hint_tags``, ``agent_id``, ``run_id``,
         ``attributed_to``, ``created_after``, ``created_before``, ``importance_min``,
         ``include_expired``, ``include_superseded``, ``as_of``, … (docs/API.md). ``excerpt``:
         how much of a long memory a hit returns (``auto``, the server's default: its matched
-        passage when the whole would not fit the budget; ``passage``; ``whole``)."""
+        passage when the whole would not fit the budget; ``passage``; ``whole``).
+        ``include_blocks``: ``True`` or a list of labels: the memory blocks come first in the
+        answer (``blocks``), inside ``token_budget``; those that did not fit are
+        ``blocks_left_out``."""
         fields = core.body(query=query, mode=mode, limit=limit, token_budget=token_budget, filters=filters,
-                           explain=explain, ranking=ranking, now=now, excerpt=excerpt)  # fmt: skip
+                           explain=explain, ranking=ranking, now=now, excerpt=excerpt,
+                           include_blocks=include_blocks)  # fmt: skip
         return self._run(core.search_call(bucket_id, fields))
 
     def search_buckets(
@@ -329,6 +338,7 @@ class Engram:
         ranking: dict[str, Any] | None = None,
         now: datetime | str | None = None,
         excerpt: Excerpt | None = None,
+        include_blocks: bool | list[str] | None = None,
     ) -> SearchResult:
         """One search over several buckets (default: every bucket the token can read), fused
         once and cut to one ``limit`` and one ``token_budget``; each hit's ``bucket_id`` names
@@ -336,8 +346,77 @@ class Engram:
         :meth:`search`."""
         fields = core.body(query=query, buckets=None if buckets is None else [str(b) for b in buckets], mode=mode,
                            limit=limit, token_budget=token_budget, filters=filters, explain=explain, ranking=ranking,
-                           now=now, excerpt=excerpt)  # fmt: skip
+                           now=now, excerpt=excerpt, include_blocks=include_blocks)  # fmt: skip
         return self._run(core.search_across_call(fields))
+
+    # --- memory blocks -------------------------------------------------------------------------
+
+    def list_blocks(
+        self, bucket_id: Id, *, agent_id: str | None = None, page_size: int | None = None
+    ) -> Iterator[Block]:
+        """The bucket's memory blocks the token may read (``agent_id``: that agent's only)."""
+        params = core.query(agent_id=agent_id, limit=page_size)
+        return self._pages(Call("GET", core.path("buckets", bucket_id, "blocks"), params=params), Block.from_api)
+
+    def get_block(self, bucket_id: Id, label: str, *, agent_id: str | None = None) -> Block:
+        """The block ``label`` (``agent_id``: that agent's; else the bucket's shared block)."""
+        return self._run(core.block_call("GET", bucket_id, label, agent_id))
+
+    def put_block(
+        self,
+        bucket_id: Id,
+        label: str,
+        content: str,
+        *,
+        agent_id: str | None = None,
+        max_tokens: int | None = None,
+        reason: str | None = None,
+        if_match: IfMatch | None = None,
+        create_only: bool = False,
+    ) -> Block:
+        """Set the block's whole text. A missing block is created without ``if_match``
+        (``create_only``: only if it is missing, else :class:`~engram_client.PreconditionFailed`);
+        an existing one is replaced only with ``if_match`` — the etag (or the :class:`Block`)
+        the text replaces, or ``"*"`` — else :class:`~engram_client.PreconditionRequired`;
+        :class:`~engram_client.PreconditionFailed` if it changed since."""
+        fields = core.body(content=content, max_tokens=max_tokens, reason=reason)
+        call = core.block_call("PUT", bucket_id, label, agent_id, json=fields, if_match=if_match,
+                               create_only=create_only)  # fmt: skip
+        return self._run(call)
+
+    def edit_block(
+        self,
+        bucket_id: Id,
+        label: str,
+        *,
+        if_match: IfMatch,
+        content: str | None = None,
+        append: str | None = None,
+        replace: str | None = None,
+        replace_with: str | None = None,
+        max_tokens: int | None = None,
+        reason: str | None = None,
+        agent_id: str | None = None,
+    ) -> Block:
+        """Change a block: its whole text (``content``), a line added (``append``), its first
+        ``replace`` replaced by ``replace_with``, and/or ``max_tokens``. ``if_match``: the etag
+        (or :class:`Block`) the change is based on — :class:`~engram_client.PreconditionFailed`
+        if the block changed since — or ``"*"``, applied to the text as it is then."""
+        fields = core.body(content=content, append=append, replace=replace, replace_with=replace_with,
+                           max_tokens=max_tokens, reason=reason)  # fmt: skip
+        return self._run(core.block_call("PATCH", bucket_id, label, agent_id, json=fields, if_match=if_match))
+
+    def delete_block(self, bucket_id: Id, label: str, *, if_match: IfMatch, agent_id: str | None = None) -> None:
+        """Delete a block and its history (``if_match``: its etag, its :class:`Block`, or ``"*"``)."""
+        self._run(core.block_call("DELETE", bucket_id, label, agent_id, if_match=if_match))
+
+    def get_block_history(
+        self, bucket_id: Id, label: str, *, agent_id: str | None = None, page_size: int | None = None
+    ) -> Iterator[BlockVersion]:
+        """Every version of a block, newest first: its text, who wrote it, when and why."""
+        call = Call("GET", core.path("buckets", bucket_id, "blocks", label, "history"),
+                    params=core.query(agent_id=agent_id, limit=page_size))  # fmt: skip
+        return self._pages(call, BlockVersion.from_api)
 
     # --- export and import -------------------------------------------------------------------
 

@@ -106,13 +106,33 @@ class APITimeoutError(APIConnectionError):
     """No answer within the client's timeout."""
 
 
+class PreconditionFailed(EngramError):
+    """412: the If-Match (or If-None-Match) condition failed — the block changed since it was
+    read (or exists already). ``version`` and ``etag`` name its current version: read it again
+    and reapply the change. Nothing was changed."""
+
+    @property
+    def version(self) -> int | None:
+        return self.body.get("version") if isinstance(self.body, dict) else None
+
+    @property
+    def etag(self) -> str | None:
+        return self.body.get("etag") if isinstance(self.body, dict) else None
+
+
+class PreconditionRequired(PreconditionFailed):
+    """428: changing an existing block needs ``if_match`` (its ``etag``, or ``"*"``)."""
+
+
 _BY_STATUS: dict[int, type[EngramError]] = {
     400: ValidationError,
     401: AuthenticationError,
     403: PermissionDenied,
     404: NotFound,
     409: Conflict,
+    412: PreconditionFailed,
     413: RequestTooLarge,
+    428: PreconditionRequired,
     429: RateLimited,
     503: ServiceUnavailable,
 }

@@ -43,8 +43,8 @@ except ModuleNotFoundError as missing:  # the SDK is the "mcp" extra, not a depe
 
 from engram_client import _core as core
 from engram_client._async import AsyncEngram
-from engram_client.errors import Conflict, EngramError
-from engram_client.models import Bucket, Memory, Profile, ProfileFact
+from engram_client.errors import Conflict, EngramError, NotFound, PreconditionFailed, PreconditionRequired
+from engram_client.models import Block, Bucket, Memory, Profile, ProfileFact
 
 ClientFor = Callable[[Context], AsyncEngram | Awaitable[AsyncEngram]]
 # A default bucket for every call, or one chosen per call from its context (the HTTP request).
@@ -67,7 +67,9 @@ it was wrong. When a search returned a memory that clearly answered the question
 clearly did not belong, say so with rate_memory (useful or irrelevant, with the query). Memories
 live in buckets; list_buckets shows them, and a tool's bucket argument picks one by id or name
 (it can be left out when a default bucket is configured or only one exists); search_memories
-can search several at once with buckets."""
+can search several at once with buckets. Memory blocks are a few short named texts you keep in
+view every turn (your persona, what you know of the human): read them with get_blocks and change
+them with edit_block."""
 
 BucketArg = Annotated[
     str | None,
@@ -77,7 +79,7 @@ MemoryId = Annotated[str, Field(description="The memory's id, as add_memories or
 
 
 def create_server(client_for: ClientFor, *, default_bucket: DefaultBucket = None, name: str = "engram") -> MCPServer:
-    """An MCP server with Engram's eight memory tools.
+    """An MCP server with Engram's ten memory tools (get_blocks and edit_block for memory blocks).
 
     ``client_for(ctx)`` returns (or returns an awaitable of) the :class:`AsyncEngram` a tool
     call uses; the tools never close it. ``default_bucket`` (an id or a name, or a function of
@@ -316,7 +318,111 @@ def create_server(client_for: ClientFor, *, default_bucket: DefaultBucket = None
             answer["truncated"] = True
         return _result(answer)
 
+    # --- memory blocks --------------------------------------------------------------------------
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_blocks(
+        ctx: Context,
+        bucket: BucketArg = None,
+        labels: Annotated[
+            list[str] | None, Field(description="Only these blocks, e.g. ['persona', 'human']; default: all.")
+        ] = None,
+        agent_id: Annotated[
+            str | None,
+            Field(description="Your agent id: your own blocks and the shared ones (default: all you may read)."),
+        ] = None,
+    ) -> CallToolResult:
+        """Read your memory blocks: short named texts kept in view every turn (persona, human, or any
+        label), each with its etag. Call it at the start of a conversation, and before edit_block
+        replaces a block's whole text (pass the etag you read)."""
+        async with _api_errors():
+            api = await engram(ctx)
+            target = await bucket_id(api, bucket, ctx)
+            blocks = [
+                b async for b in api.list_blocks(target)
+                if (labels is None or b.label in labels) and (agent_id is None or b.agent_id in (None, agent_id))
+            ]  # fmt: skip
+        return _result({"bucket": target, "blocks": [_block(b) for b in blocks]})
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False))
+    async def edit_block(
+        ctx: Context,
+        label: Annotated[str, Field(description="The block's name: lower-case letters, digits, _ and -.")],
+        bucket: BucketArg = None,
+        append: Annotated[
+            str | None, Field(description="A line to add at the end (creates the block if missing).")
+        ] = None,
+        replace: Annotated[
+            str | None, Field(description="Text in the block to replace (its first occurrence) …")
+        ] = None,
+        replace_with: Annotated[str | None, Field(description="… by this text.")] = None,
+        content: Annotated[
+            str | None, Field(description="The block's whole new text (needs etag if the block exists).")
+        ] = None,
+        etag: Annotated[
+            str | None,
+            Field(description="The etag get_blocks gave: the change is refused if the block changed since."),
+        ] = None,
+        reason: Annotated[str | None, Field(description="Why, in a few words (kept in the block's history).")] = None,
+        agent_id: Annotated[
+            str | None, Field(description="Your agent id, for your own block; default: shared.")
+        ] = None,
+        max_tokens: Annotated[int | None, Field(ge=1, le=32768, description="The block's token limit.")] = None,
+    ) -> CallToolResult:
+        """Change a memory block: append a line, replace a part, or set its whole text (content, with
+        the etag from get_blocks). An append or replacement without etag applies to the block as it
+        is now, so no one else's edit is lost; a whole-text change based on an old read is refused.
+        Say why in reason. Text over the block's token limit is refused and nothing changes."""
+        edits = [
+            name
+            for name, value in (("append", append), ("replace", replace), ("content", content))
+            if value is not None
+        ]
+        if len(edits) > 1 or (replace is None) != (replace_with is None):
+            raise ToolError("Give one of append, replace (with replace_with) and content.")
+        if not edits and max_tokens is None:
+            raise ToolError("Give append, replace with replace_with, content or max_tokens.")
+        async with _api_errors():
+            api = await engram(ctx)
+            target = await bucket_id(api, bucket, ctx)
+            try:
+                block = await _edit(api, target, label, agent_id=agent_id, append=append, replace=replace,
+                                    replace_with=replace_with, content=content, etag=etag, reason=reason,
+                                    max_tokens=max_tokens)  # fmt: skip
+            except PreconditionRequired as exc:
+                raise ToolError(
+                    f"The block {label!r} exists: to replace its whole text pass the etag from get_blocks "
+                    f"(now {exc.etag}), or use append or replace."
+                ) from exc
+            except PreconditionFailed as exc:
+                if exc.etag is None:
+                    raise ToolError(f"The block {label!r} is gone: read the blocks again with get_blocks.") from exc
+                raise ToolError(
+                    f"The block {label!r} changed since you read it (now version {exc.version}, etag {exc.etag}): "
+                    "read it again with get_blocks and reapply your change."
+                ) from exc
+        return _result({"edited": True, **_block(block)})
+
     return server
+
+
+async def _edit(api: AsyncEngram, bucket: str, label: str, *, agent_id, append, replace, replace_with, content, etag,
+                reason, max_tokens) -> Block:  # fmt: skip
+    """edit_block's request: a whole text is a PUT (a create without etag); the rest a PATCH,
+    with the etag or on any version. An append to a block that does not exist creates it."""
+    if content is not None:
+        return await api.put_block(bucket, label, content, agent_id=agent_id, max_tokens=max_tokens, reason=reason,
+                                   if_match=etag)  # fmt: skip
+    try:
+        return await api.edit_block(bucket, label, if_match=etag or "*", append=append, replace=replace,
+                                    replace_with=replace_with, max_tokens=max_tokens, reason=reason,
+                                    agent_id=agent_id)  # fmt: skip
+    except NotFound:
+        if append is None or etag is not None:
+            raise
+    # No such block yet: the append is its first text (a create only; a block made meanwhile: 412).
+    return await api.put_block(bucket, label, append, agent_id=agent_id, max_tokens=max_tokens, reason=reason,
+                               create_only=True)  # fmt: skip
 
 
 @asynccontextmanager
@@ -397,6 +503,13 @@ def _result(answer: dict[str, Any]) -> CallToolResult:
     counted in tokens), the same object as structured content for programs."""
     text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=answer)
+
+
+def _block(block: Block) -> dict[str, Any]:
+    return _compact({
+        "label": block.label, "agent_id": block.agent_id, "content": block.content, "tokens": block.token_count,
+        "max_tokens": block.max_tokens, "version": block.version, "etag": block.etag,
+    }) | ({"content": ""} if block.content == "" else {})  # fmt: skip
 
 
 def _bucket(bucket: Bucket) -> dict[str, Any]:

@@ -186,6 +186,35 @@ class SearchHit(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Block(Model):
+    """A memory block: a named text kept in every prompt; ``etag`` is what a change sends back
+    in ``if_match``."""
+
+    label: str
+    bucket_id: str | None = None
+    agent_id: str | None = None  # None: the bucket's shared block
+    content: str | None = None
+    token_count: int | None = None
+    max_tokens: int | None = None
+    version: int | None = None
+    etag: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockVersion(Model):
+    version: int
+    change: str | None = None  # created or edited
+    content: str | None = None
+    token_count: int | None = None
+    max_tokens: int | None = None
+    reason: str | None = None
+    actor: dict[str, Any] | None = None  # {"kind", "id", "label"}
+    edited_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class SearchResult(Model):
     """A search's answer; iterating it iterates its hits."""
 
@@ -194,6 +223,12 @@ class SearchResult(Model):
     warnings: list[str] = field(default_factory=list)
     total_tokens: int | None = None
     buckets: list[dict[str, Any]] = field(default_factory=list)  # from search_buckets: {"id", "name"}
+    # With include_blocks: the memory blocks to put first (inside the token budget), and those left out.
+    blocks: list[Block] = field(default_factory=list)
+    blocks_left_out: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # {"bucket_id", "label", "agent_id", "token_count"}
+    explain: dict[str, Any] | None = None  # with explain and include_blocks: the budget's shares
 
     def __iter__(self) -> Iterator[SearchHit]:
         return iter(self.results)
@@ -276,6 +311,8 @@ class ErasureResult(Model):
     source_chunks: int = 0
     duplicate_candidates: int = 0
     conflict_candidates: int = 0
+    blocks: int = 0
+    block_versions: int = 0
     audit_events_scrubbed: int = 0
 
 
