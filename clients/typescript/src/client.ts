@@ -39,6 +39,10 @@ export type EdgeMemories = Schemas["EdgeMemories"];
 export type Profile = Schemas["ProfileOut"];
 export type ErasureResult = Schemas["ErasureOut"];
 export type Feedback = Schemas["FeedbackOut"];
+export type Block = Schemas["BlockOut"];
+export type BlockVersion = Schemas["BlockVersionOut"];
+/** What a change of a block is based on: its `etag` (or the `Block` read), or `"*"` for any version. */
+export type IfMatch = string | { etag: string };
 
 /** A time, as a Date or an ISO 8601 string. */
 export type Time = Date | string;
@@ -338,6 +342,86 @@ export class Engram {
     );
   }
 
+  // --- memory blocks ----------------------------------------------------------------------------
+
+  /** The bucket's memory blocks the token may read (`agent_id`: that agent's only). */
+  listBlocks(bucketId: string, options: { agent_id?: string; pageSize?: number } = {}): AsyncGenerator<Block> {
+    return this.pages<Block>("/api/v1/buckets/{bucket_id}/blocks", {
+      path: { bucket_id: bucketId },
+      query: clean({ agent_id: options.agent_id, limit: options.pageSize }),
+    });
+  }
+
+  /** The block `label` (`agent_id`: that agent's; else the bucket's shared block). */
+  getBlock(bucketId: string, label: string, options: { agent_id?: string } = {}): Promise<Block> {
+    return this.read(
+      () => this.api.GET("/api/v1/buckets/{bucket_id}/blocks/{label}", {
+        params: { path: { bucket_id: bucketId, label }, query: clean(options) },
+      }),
+      "GET /buckets/{id}/blocks/{label}",
+    );
+  }
+
+  /**
+   * Set the block's whole text. A missing block is created without `if_match` (`create_only`:
+   * only if missing, else `PreconditionFailed`); an existing one is replaced only with `if_match`
+   * (the etag or Block the text replaces, or `"*"`), else `PreconditionRequired`; a stale one
+   * is `PreconditionFailed` (412). A conditional write is never sent twice.
+   */
+  putBlock(
+    bucketId: string,
+    label: string,
+    content: string,
+    options: { agent_id?: string; max_tokens?: number; reason?: string; if_match?: IfMatch; create_only?: boolean } = {},
+  ): Promise<Block> {
+    const { agent_id, if_match, create_only, ...fields } = options;
+    return this.write(
+      () => this.api.PUT("/api/v1/buckets/{bucket_id}/blocks/{label}", {
+        params: { path: { bucket_id: bucketId, label }, query: clean({ agent_id }), header: conditions(if_match, create_only) },
+        body: clean({ ...fields, content }) as Schemas["BlockPutRequest"],
+      }),
+      "PUT /buckets/{id}/blocks/{label}",
+    );
+  }
+
+  /**
+   * Change a block: `content` (its whole text), `append` (a line at the end), `replace` with
+   * `replace_with` (its first occurrence), and/or `max_tokens`. `if_match`: the etag (or Block)
+   * the change is based on, or `"*"` to apply it to the block as it then is.
+   */
+  editBlock(
+    bucketId: string,
+    label: string,
+    options: Schemas["PatchedBlockPatchRequest"] & { if_match: IfMatch; agent_id?: string },
+  ): Promise<Block> {
+    const { agent_id, if_match, ...fields } = options;
+    return this.write(
+      () => this.api.PATCH("/api/v1/buckets/{bucket_id}/blocks/{label}", {
+        params: { path: { bucket_id: bucketId, label }, query: clean({ agent_id }), header: conditions(if_match) },
+        body: clean(fields) as Schemas["PatchedBlockPatchRequest"],
+      }),
+      "PATCH /buckets/{id}/blocks/{label}",
+    );
+  }
+
+  /** Delete a block and its history (`if_match`: its etag, its Block, or `"*"`). */
+  async deleteBlock(bucketId: string, label: string, options: { if_match: IfMatch; agent_id?: string }): Promise<void> {
+    await this.write(
+      () => this.api.DELETE("/api/v1/buckets/{bucket_id}/blocks/{label}", {
+        params: { path: { bucket_id: bucketId, label }, query: clean({ agent_id: options.agent_id }), header: conditions(options.if_match) },
+      }),
+      "DELETE /buckets/{id}/blocks/{label}",
+    );
+  }
+
+  /** Every version of a block, newest first: its text, who wrote it, when and why. */
+  getBlockHistory(bucketId: string, label: string, options: { agent_id?: string; pageSize?: number } = {}): AsyncGenerator<BlockVersion> {
+    return this.pages<BlockVersion>("/api/v1/buckets/{bucket_id}/blocks/{label}/history", {
+      path: { bucket_id: bucketId, label },
+      query: clean({ agent_id: options.agent_id, limit: options.pageSize }),
+    });
+  }
+
   // --- export and import ------------------------------------------------------------------------
 
   /** A bucket's memories as the export's JSON objects, one per line, oldest first, read as they stream. */
@@ -542,4 +626,12 @@ function queryOf(params: Record<string, unknown>): Record<string, string | numbe
 function nextQuery(link: string | null | undefined): Record<string, string> | null {
   if (!link) return null;
   return Object.fromEntries(new URL(link, "http://engram.invalid").searchParams);
+}
+
+/** The If-Match / If-None-Match headers of a conditional block write. */
+function conditions(ifMatch?: IfMatch, createOnly?: boolean): { "If-Match"?: string; "If-None-Match"?: string } {
+  const headers: { "If-Match"?: string; "If-None-Match"?: string } = {};
+  if (ifMatch !== undefined) headers["If-Match"] = typeof ifMatch === "string" ? ifMatch : ifMatch.etag;
+  if (createOnly) headers["If-None-Match"] = "*";
+  return headers;
 }

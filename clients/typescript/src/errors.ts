@@ -66,6 +66,23 @@ export class Conflict extends EngramError {
   }
 }
 
+/**
+ * 412: the If-Match (or If-None-Match) condition failed: the block changed since it was read (or
+ * exists already). `version` and `etag` name its current version. Nothing was changed.
+ */
+export class PreconditionFailed extends EngramError {
+  get version(): number | null {
+    return isObject(this.body) && typeof this.body.version === "number" ? this.body.version : null;
+  }
+
+  get etag(): string | null {
+    return isObject(this.body) && typeof this.body.etag === "string" ? this.body.etag : null;
+  }
+}
+
+/** 428: changing an existing block needs `if_match` (its `etag`, or `"*"`). */
+export class PreconditionRequired extends PreconditionFailed {}
+
 /** 413: the body is over the server's limit. */
 export class RequestTooLarge extends EngramError {}
 
@@ -98,7 +115,9 @@ const BY_STATUS: Record<number, typeof EngramError> = {
   403: PermissionDenied,
   404: NotFound,
   409: Conflict,
+  412: PreconditionFailed,
   413: RequestTooLarge,
+  428: PreconditionRequired,
   429: RateLimited,
   503: ServiceUnavailable,
 };
