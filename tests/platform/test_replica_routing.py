@@ -243,3 +243,21 @@ def test_a_search_answers_from_the_primary_when_the_replica_is_unreachable(repli
         config.update(saved)
     assert [hit["content"] for hit in found["results"]] == ["The heron nests by the mill pond."]
     assert replica.choose(bucket.tenant_id) == (DEFAULT_DB_ALIAS, "replica_down")
+
+
+@committed
+def test_the_hnsw_settings_of_a_walk_on_the_replica_are_set_on_the_replicas_connection(replica_alias):
+    from memories.retrieval import vector
+
+    primary = connections[DEFAULT_DB_ALIAS]
+    with primary.cursor() as cur:
+        cur.execute("SHOW hnsw.ef_search")
+        before = cur.fetchone()[0]
+    with replica.reading(replica_alias), replica.read_connection().cursor() as cur:
+        vector.hnsw_settings(cur, 77)
+    with connections[replica_alias].cursor() as cur:
+        cur.execute("SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')")
+        assert cur.fetchone() == ("77", "relaxed_order")
+    with primary.cursor() as cur:
+        cur.execute("SHOW hnsw.ef_search")
+        assert cur.fetchone()[0] == before
