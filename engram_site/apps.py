@@ -16,4 +16,10 @@ class EngramSiteConfig(AppConfig):
         from engram_site.providers import embedding
 
         warmup.register(embedding.warm_up_when_enabled)
+        # Every database connection times its statements for the request's Server-Timing.
+        from django.db.backends.signals import connection_created
+
+        from engram_site import stopwatch
+
+        connection_created.connect(stopwatch.install_statement_timer, dispatch_uid="engram-statement-timer")
         checks.register(embedding.check_configured_model)

@@ -104,6 +104,8 @@ MIDDLEWARE = [
     # Times every request by URL pattern for /metrics (engram_site/metrics.py); first, so the
     # time includes the other middleware's.
     "engram_site.metrics.RequestMetricsMiddleware",
+    # Server-Timing on every API answer: each stage's time, the CPU, the SQL (engram_site/stopwatch.py).
+    "engram_site.stopwatch.StopwatchMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # The Content-Security-Policy header on every answer (CONTENT_SECURITY_POLICY below).
     "csp.middleware.CSPMiddleware",

@@ -18,6 +18,8 @@ import os
 from django.conf import settings
 from opentelemetry import trace
 
+from engram_site import stopwatch
+
 logger = logging.getLogger(__name__)
 
 tracer = trace.get_tracer("engram")
@@ -42,13 +44,16 @@ def configure() -> bool:
 
 def traced(name: str, *, keywords: tuple[str, ...] = (), **attributes):
     """Decorator: run the call inside a span called ``name`` with fixed ``attributes``, plus
-    the call's keyword arguments named in ``keywords`` (as strings) when it has them."""
+    the call's keyword arguments named in ``keywords`` (as strings) when it has them. The call
+    is also a stage of the request's stopwatch (:mod:`engram_site.stopwatch`), named by its
+    ``signal`` attribute or by ``name`` without ``engram.`` ("search", "write.embed")."""
+    stage_name = attributes.get("signal") or name.removeprefix("engram.")
 
     def decorate(function):
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
             found = {f"engram.{key}": str(kwargs[key]) for key in keywords if kwargs.get(key) is not None}
-            with tracer.start_as_current_span(name, attributes={**attributes, **found}):
+            with stopwatch.stage(stage_name), tracer.start_as_current_span(name, attributes={**attributes, **found}):
                 return function(*args, **kwargs)
 
         return wrapper

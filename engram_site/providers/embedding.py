@@ -39,7 +39,7 @@ import numpy as np
 from django.conf import settings
 from django.core import checks
 
-from engram_site import metrics
+from engram_site import metrics, stopwatch
 from engram_site.providers import onnx_encoder  # onnxruntime itself is imported only when a graph is loaded
 
 logger = logging.getLogger(__name__)
@@ -261,7 +261,8 @@ def embed_query(text: str, *, model: str = MODEL_NAME) -> np.ndarray:
     small cache (keyed by model and text)."""
     if not getattr(settings, "ENGRAM_EMBEDDINGS_ENABLED", True):
         raise EmbeddingUnavailable("embeddings are disabled by configuration (ENGRAM_EMBEDDINGS=off)")
-    return np.frombuffer(_embed_query_cached(text, model), dtype=np.float32)
+    with stopwatch.stage("embed"):
+        return np.frombuffer(_embed_query_cached(text, model), dtype=np.float32)
 
 
 def _get_tokenizer():

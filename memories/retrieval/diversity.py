@@ -25,6 +25,7 @@ import uuid
 
 import numpy as np
 
+from engram_site import tracing
 from engram_site.replica import read_connection
 from memories import ranking
 from memories.filters import in_buckets
@@ -105,6 +106,7 @@ def vectors(bucket: Bucket | list[Bucket], ids: list[uuid.UUID]) -> dict[uuid.UU
     return found
 
 
+@tracing.traced("engram.search.diversity")
 def diversify(hits: list[Hit], found: dict[uuid.UUID, np.ndarray], config: ranking.RankingConfig) -> list[Hit]:
     """``hits`` (best first) with the first ``diversity_pool`` re-ordered by marginal
     relevance, their scores discounted by their redundancy (``explain`` shows the factor as the

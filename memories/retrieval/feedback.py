@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
+from engram_site import tracing
 from engram_site.replica import read_connection
 from memories import ranking
 from memories.filters import MemoryFilters, in_buckets
@@ -70,6 +71,7 @@ def rating_weight(similarity: float, age_days: float, config: ranking.RankingCon
     return closeness * 0.5 ** (max(age_days, 0.0) / config.feedback_half_life_days)
 
 
+@tracing.traced("engram.search.feedback")
 def ratings_near(
     bucket: Bucket | list[Bucket],
     query_vector: np.ndarray,

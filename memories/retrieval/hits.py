@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from engram_site import tracing
 from engram_site.providers.embedding import count_tokens, rough_token_count
 from memories.passages import excerpt_span
 
@@ -58,6 +59,7 @@ class SearchResult:
     embedding_model: str | None = None
 
 
+@tracing.traced("engram.search.budget")
 def apply_budget(hits: list[Hit], limit: int, token_budget: int | None, excerpt: str = "auto") -> list[Hit]:
     """The hits, best first, up to ``limit`` and within ``token_budget`` (the sum of what they
     return). A long hit with a matched passage is returned as that passage with a little context

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engram_site import tracing
 from engram_site.replica import read_connection
 from memories import ranking, text
 from memories.filters import MemoryFilters, in_buckets
@@ -11,6 +12,7 @@ from tenants.models import Bucket
 NEIGHBOUR_SOURCES = 20
 
 
+@tracing.traced("engram.search.neighbours")
 def lift_neighbours(
     bucket: Bucket | list[Bucket], fused: dict, filters: MemoryFilters, config: ranking.RankingConfig
 ) -> tuple[dict, dict]:

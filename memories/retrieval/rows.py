@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from engram_site import tracing
 from engram_site.replica import read_connection
 from memories import ranking
 from memories.filters import in_buckets
@@ -63,6 +64,7 @@ def fetch_rows(
     return rows
 
 
+@tracing.traced("engram.search.rows")
 def fetch_contenders(
     bucket: Bucket | list[Bucket],
     fused: dict,

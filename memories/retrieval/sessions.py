@@ -20,6 +20,7 @@ import uuid
 
 import numpy as np
 
+from engram_site import tracing
 from engram_site.db import binding_cursor
 from engram_site.replica import read_connection
 from memories import ranking
@@ -31,6 +32,7 @@ from tenants.models import Bucket
 SESSION_WINDOW = 30
 
 
+@tracing.traced("engram.search.sessions")
 def session_context(
     bucket: Bucket | list[Bucket],
     fused: dict,
