@@ -17,7 +17,7 @@ from console.scoping import is_unrestricted, scope_queryset
 from engram_site.models import JobRun, JobStatus
 from maintenance.models import ConflictCandidate, DuplicateCandidate
 from maintenance.services.reindex import HNSW_INDEXES
-from memories.models import PENDING_ENRICHMENT, EnrichmentFailure, Memory
+from memories.models import PENDING_ENRICHMENT, EnrichmentFailure, Memory, MemoryBlock
 from memories.services import ENRICHMENT_KINDS
 from memories.storage import usage_storage_refresh
 from tenants import usage
@@ -53,6 +53,12 @@ def bucket_memory_counts(*, user) -> dict:
     """bucket id -> memory count of the buckets ``user`` operates (one pass over idx_memories_bucket)."""
     memories = scope_queryset(Memory.objects.all(), user=user)
     return dict(memories.values("bucket_id").annotate(n=Count("id")).values_list("bucket_id", "n"))
+
+
+def bucket_block_counts(*, user) -> dict:
+    """bucket id -> memory block count of the buckets ``user`` operates."""
+    blocks = scope_queryset(MemoryBlock.objects.all(), user=user)
+    return dict(blocks.values("bucket_id").annotate(n=Count("id")).values_list("bucket_id", "n"))
 
 
 @dataclass

@@ -22,7 +22,18 @@ from django.urls import path, reverse
 from console.login import ThrottledAuthenticationForm
 from console.scoping import enter_operator_scope, superuser_only
 from console.selectors import console_summary
-from console.views import bucket_merge, conflicts, duplicates, entities, health, home, playground, topics, usage
+from console.views import (
+    blocks,
+    bucket_merge,
+    conflicts,
+    duplicates,
+    entities,
+    health,
+    home,
+    playground,
+    topics,
+    usage,
+)
 
 
 def refuse_nul(request) -> None:
@@ -92,6 +103,9 @@ class ConsoleAdminSite(admin.AdminSite):
             page("topics/<uuid:bucket_id>/", topics.topics_bucket, "console_topics_bucket"),
             page("topics/<uuid:bucket_id>/memories/", topics.topic_detail, "console_topic_detail"),
             page("playground/", playground.playground, "console_playground"),
+            page("blocks/", blocks.blocks_index, "console_blocks"),
+            page("blocks/<uuid:bucket_id>/", blocks.blocks_bucket, "console_blocks_bucket"),
+            page("blocks/<uuid:bucket_id>/<uuid:block_id>/history/", blocks.block_history, "console_block_history"),
             page("entities/", entities.entities_index, "console_entities"),
             page("entities/<uuid:bucket_id>/", entities.entities_bucket, "console_entities_bucket"),
             page("entities/<uuid:bucket_id>/<uuid:entity_id>/", entities.entity_page, "console_entity"),
@@ -103,6 +117,7 @@ class ConsoleAdminSite(admin.AdminSite):
         ("Contradiction review", "console_conflicts", "maintenance.view_conflictcandidate"),
         ("Topics", "console_topics", "memories.view_memory"),
         ("Entities", "console_entities", "memories.view_memory"),
+        ("Memory blocks", "console_blocks", "memories.view_memory"),
         ("Merge buckets", "console_bucket_merge", "tenants.change_bucket"),
         ("Retrieval playground", "console_playground", "memories.view_memory"),
         ("Health", "console_health", "tenants.view_tenant"),

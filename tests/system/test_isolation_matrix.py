@@ -125,9 +125,11 @@ def world(tenant, other_tenant) -> World:
         subscription=webhook, tenant=tenant, event_id=MemoryEvent.objects.filter(tenant_id=tenant.pk).first().pk,
         event_kind="created", next_attempt_at=now, last_error=A_MARK,
     )  # fmt: skip
-    block_put(bucket=a1, agent_id=None, label="persona", content=f"{A_MARK} Marta's persona", expected=Expected())
+    block, _ = block_put(
+        bucket=a1, agent_id=None, label="persona", content=f"{A_MARK} Marta's persona", expected=Expected()
+    )
     objects = {
-        "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
+        "block": block, "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
         "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
         "candidate": make_duplicate_candidate(a1, m1, m2), "conflict": _conflict(a1, m1, m2), "token": token,
         "failure": EnrichmentFailure.objects.get(memory_id=m1),
@@ -459,6 +461,16 @@ ADMIN_ROUTES: dict[str, list[Call] | str] = {
     "admin:console_health": LISTED,
     "admin:console_topics": LISTED,
     "admin:console_entities": LISTED,
+    "admin:console_blocks": LISTED,
+    "admin:console_blocks_bucket": [
+        Call({"bucket_id": "bucket"}),
+        Call({"bucket_id": "bucket"}, lambda ids: {"label": "persona", "content": "planted", "etag": "*"}, "POST"),
+        Call({"bucket_id": "bucket"}, lambda ids: {"label": "planted", "content": "planted"}, "POST"),
+    ],
+    "admin:console_block_history": [
+        Call({"bucket_id": "bucket", "block_id": "block"}),
+        Call({"bucket_id": "own_bucket", "block_id": "block"}),
+    ],
     "admin:view_on_site": "every object of the world: test_admin_view_on_site_answers_404_for_every_object",
     "admin:auth_user_password_change": [
         Call({"id": "user_a"}),
@@ -933,6 +945,8 @@ def test_lists_and_searches_never_show_another_tenants_rows_admin(operator_b, wo
         ("/admin/console/topics/", None, B_MARK),
         ("/admin/console/entities/", None, B_MARK),
         (f"/admin/console/entities/{world.own['bucket'].pk}/", {"q": "marta"}, B_MARK),
+        ("/admin/console/blocks/", None, B_MARK),
+        (f"/admin/console/blocks/{world.own['bucket'].pk}/", None, B_MARK),
         ("/admin/console/bucket-merge/", None, B_MARK),
         ("/admin/console/playground/", None, B_MARK),
         ("/admin/tenants/bucket/add/", None, B_MARK),
