@@ -54,6 +54,7 @@ BENCHMARKS = (
     "cross_bucket_latency.py",
     "embedding_runtime.py",
     "eval_three.py",
+    "feedback_eval.py",
     "eval_locomo.py",
     "eval_long.py",
     "eval_retrieval.py",
