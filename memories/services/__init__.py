@@ -18,6 +18,8 @@ One module per kind of change:
   memories and what the apps above hang on them, through their participants);
 - :mod:`~memories.services.erasure` — erasing every memory of a person's identifier, with what
   is kept about them (the apps above through their participants);
+- :mod:`~memories.services.blocks` — memory blocks: conditional writes (compare-and-set on their
+  version), their history, a bucket merge's move and an agent's erasure;
 - :mod:`~memories.services.links`, :mod:`~memories.services.topics`,
   :mod:`~memories.services.classification`, :mod:`~memories.services.supersession`,
   :mod:`~memories.services.access` — the columns other apps and jobs maintain.
