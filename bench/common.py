@@ -654,3 +654,27 @@ def parse_iso(value: str) -> datetime:
 
 def iso(dt: datetime) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def server_timing(headers: dict) -> dict[str, float]:
+    """An answer's ``Server-Timing`` header as stage -> milliseconds (empty when it has none).
+    The ``db`` stage's statement count comes as ``db.statements``."""
+    value = next((v for k, v in headers.items() if k.lower() == "server-timing"), "")
+    stages: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, *params = part.split(";")
+        for param in params:
+            key, _, raw = param.partition("=")
+            if key == "dur":
+                stages[name] = float(raw)
+            elif key == "desc" and name == "db":
+                stages["db.statements"] = float(raw.strip('"').split()[0])
+    return stages
+
+
+def median_stages(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per stage, the median over the answers that ran it."""
+    names: list[str] = []
+    for run in runs:
+        names += [n for n in run if n not in names]
+    return {name: median([run[name] for run in runs if name in run]) for name in names}

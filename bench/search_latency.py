@@ -95,6 +95,7 @@ def run_pass(
     fallbacks = Counter()
     empty = [0]
     found = Counter()  # questions about a loaded row: asked, and its memory among the results
+    stages: list[dict[str, float]] = []  # each answer's Server-Timing (engram_site/stopwatch.py)
     lock = threading.Lock()
 
     def worker(i: int, go) -> None:
@@ -110,6 +111,7 @@ def run_pass(
             latencies[i].append(resp.elapsed)
             data = resp.data
             with lock:
+                stages.append(common.server_timing(resp.headers))
                 if data["mode_used"] != mode:
                     fallbacks[data["mode_used"]] += 1
                 if not data["results"]:
@@ -129,6 +131,7 @@ def run_pass(
         "sent": len(queries),
         "source_asked": found["asked"],
         "source_found": found["found"],
+        "stages": common.median_stages(stages),
     }
 
 
@@ -221,6 +224,7 @@ def build_report(ctx: dict) -> str:
         "maximum: read it with the spread of the passes.",
         "",
     ]
+    lines += stage_section(passes, conds)
     fallbacks = Counter()
     for p in passes:
         fallbacks.update(p["fallbacks"])
@@ -281,6 +285,37 @@ def build_report(ctx: dict) -> str:
     if ctx["notes"]:
         lines += ["## Notes", "", *[f"- {n}" for n in ctx["notes"]], ""]
     return "\n".join(lines)
+
+
+def stage_section(passes: list[dict], conds: list) -> list[str]:
+    """Where a search's time goes, from the server's own Server-Timing: per condition, the median
+    over passes of each stage's median (ms)."""
+    shown = [c for c in conds if c[2] == 1]
+    per = {tuple(c): [p["stages"] for p in passes if p["condition"] == list(c) and p.get("stages")] for c in shown}
+    names: list[str] = []
+    for runs in per.values():
+        for run in runs:
+            names += [n for n in run if n not in names]
+    if not names:
+        return []
+    rows = []
+    for name in names:
+        row = [name]
+        for c in shown:
+            values = [run[name] for run in per[tuple(c)] if name in run]
+            row.append(f"{common.median(values):.1f}" if values else "")
+        rows.append(row)
+    headers = ["stage (ms)", *[f"{m}{' filtered' if f else ''}" for m, f, _ in shown]]
+    return [
+        "## Where the time goes (the server's Server-Timing, 1 client; medians)",
+        "",
+        common.markdown_table(headers, rows, "l" + "r" * len(shown)),
+        "",
+        "`total`: the request in the web process (the rest of the end-to-end time is HTTP and the client); "
+        "`cpu`: the request thread's CPU; `db`: time waiting on PostgreSQL (all threads); the signals run in "
+        "parallel threads, so stages overlap (docs/API.md, Where the time went).",
+        "",
+    ]
 
 
 def headline(passes: list[dict], args: argparse.Namespace) -> str:
