@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
@@ -87,7 +87,10 @@ def ratings_near(
     where, params = filters.sql(bucket, "m")
     scope, scope_params = in_buckets(bucket, "f")
     clauses = [*scope, "f.embedding_model = %s", "f.created_at > %s", "f.query_embedding IS NOT NULL"]
-    horizon = now - timedelta(days=config.feedback_half_life_days * HORIZON_HALF_LIVES)
+    try:
+        horizon = now - timedelta(days=config.feedback_half_life_days * HORIZON_HALF_LIVES)
+    except OverflowError:  # a search "as of" the first centuries: every rating is younger than that
+        horizon = datetime.min.replace(tzinfo=UTC)
     extra: list = [*scope_params, model, horizon]
     if filters.as_of is not None:
         clauses.append("f.created_at <= %s")
