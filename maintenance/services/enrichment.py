@@ -13,6 +13,7 @@ from memories.services.enrichment import (
     memories_enrich_all_pending,
     pending_enrichment_count,
 )
+from memories.services.feedback import feedback_vectors_fill
 from memories.services.keys import KeysReport, keys_pending_count, memory_keys_build
 from memories.services.passages import PassagesReport, memory_passages_build, passages_pending_count
 from tenants.models import Bucket
@@ -102,6 +103,9 @@ def missing_fill(
         on_batch=lambda r: recorder.advance(r.scanned),
     )
     recorder.add(**report.counts())
+    if kind == "embeddings" and bucket is None:
+        # Ratings stored while the model was down: their query's vector, so they count again.
+        recorder.add(ratings_embedded=feedback_vectors_fill())
     if report.failed:
         recorder.fail("; ".join(report.errors))
     return report

@@ -5,7 +5,8 @@ A rating is not a change of the memory: its row is left alone (no index entry is
 and its history records a ``rated`` version in the same transaction, so the memory's history
 says who rated it, how and for what query. The query's vector is made here, by the bucket's
 model, so the search compares questions without embedding the rated ones again; a model that is
-down does not refuse the rating, which is kept without a vector (and then changes no ranking).
+down does not refuse the rating, which is kept without a vector until the ``embed_missing`` job
+gives it one (:func:`feedback_vectors_fill`); until then it changes no ranking.
 """
 
 from __future__ import annotations
@@ -74,6 +75,32 @@ def feedback_record(
         actor=actor,
     )
     return feedback
+
+
+def feedback_vectors_fill(*, batch_size: int = 200) -> int:
+    """Give the ratings stored while the model was down their query's vector, by their bucket's
+    model; how many it filled. Batched, one transaction each; resumable (the NULL vector is the
+    cursor) and safe beside another run (rows claimed with SKIP LOCKED). Stops, keeping what it
+    filled, when the model is still unavailable. Cross-tenant: the caller disables scopes."""
+    filled = 0
+    while True:
+        with transaction.atomic():
+            rows = list(
+                SearchFeedback.objects.select_for_update(skip_locked=True, of=("self",))
+                .filter(query_embedding__isnull=True)
+                .order_by("pk")
+                .values_list("pk", "query", "bucket__embedding_model")[:batch_size]
+            )
+            if not rows:
+                return filled
+            for pk, query, model in rows:
+                try:
+                    vector = embedding.embed_query(query, model=model).tolist()
+                except embedding.EmbeddingUnavailable as exc:
+                    logger.warning("ratings left without their query's vector: %s", exc)
+                    return filled
+                SearchFeedback.objects.filter(pk=pk).update(query_embedding=vector, embedding_model=model)
+                filled += 1
 
 
 def feedback_move(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:

@@ -142,3 +142,38 @@ def test_a_bucket_merge_moves_the_ratings_to_the_target(tenant, bucket, api):
     memories_move_bucket(source=bucket, target=target)
     assert SearchFeedback.objects.for_bucket(target).count() == 1
     assert not SearchFeedback.objects.for_bucket(bucket).exists()
+
+
+def test_a_rating_stored_while_the_model_was_down_gets_its_vector_from_embed_missing(api, bucket, monkeypatch):
+    """A model that is down does not refuse a rating (it is kept without a vector), and the
+    embed_missing job gives it its vector once the model is back: no rating is lost for good."""
+    from django_scopes import scopes_disabled
+
+    from engram_site.jobs import runner
+    from engram_site.providers import embedding
+    from maintenance.services import enrichment
+
+    [memory_id] = write(bucket, "Maya is vegetarian", api=api)
+    real = embedding.embed_query
+
+    def down(*args, **kwargs):
+        raise embedding.EmbeddingUnavailable("model down for the test")
+
+    monkeypatch.setattr(embedding, "embed_query", down)
+    response = rate(api, memory_id, query="what does Maya never eat?")
+    assert response.status_code == 201 and response.json()["embedded"] is False
+    row = SearchFeedback.objects.for_bucket(bucket).get(pk=response.json()["id"])
+    assert row.query_embedding is None and row.embedding_model is None
+    with scopes_disabled():
+        still_down = runner.run_job("embed_missing", enrichment.missing_fill, kind="embeddings")
+    assert still_down.counts.get("ratings_embedded", 0) == 0  # kept for the next run, not dropped
+
+    monkeypatch.setattr(embedding, "embed_query", real)
+    with scopes_disabled():
+        outcome = runner.run_job("embed_missing", enrichment.missing_fill, kind="embeddings")
+    assert outcome.counts["ratings_embedded"] == 1
+    row.refresh_from_db()
+    assert row.embedding_model == bucket.embedding_model
+    assert list(row.query_embedding) == pytest.approx(
+        real("what does Maya never eat?", model=bucket.embedding_model).tolist(), abs=1e-6
+    )
