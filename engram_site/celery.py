@@ -6,7 +6,7 @@ from celery import Celery
 from celery.signals import task_prerun, worker_init, worker_process_init
 from django.conf import settings as django_settings
 
-from engram_site import activity, embedded_pg, tracing, warmup
+from engram_site import activity, db_priority, embedded_pg, tracing, warmup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "engram_site.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,6 +32,13 @@ def _background_process(**kwargs):
     """The worker's tasks give way to requests at their pause points (engram_site/activity.py);
     the pool processes inherit the mark."""
     activity.become_background()
+
+
+@worker_init.connect
+def _backends_at_worker_priority(**kwargs):
+    """The PostgreSQL backends of the worker's connections run at the worker's lowered priority
+    (engram_site/db_priority.py); the pool processes inherit the hook."""
+    db_priority.follow_worker_priority()
 
 
 @worker_process_init.connect
