@@ -52,11 +52,20 @@ from graph.extract.refs import (
     split_speaker,
 )
 from graph.extract.unnamed import attribute_fact, known_mentions
-from graph.extract.vocabulary import JOB_TITLES, RELATIONS, first_name_variants, partial_name_of
+from graph.extract.vocabulary import (
+    JOB_TITLES,
+    RELATIONS,
+    first_name_variants,
+    may_be_short_form,
+    partial_name_of,
+    short_form_people,
+    short_forms_of,
+)
 
 __all__ = [
     "Extraction", "Fact", "Ref", "Resolver", "attribute_fact", "extract", "first_name_variants", "known_mentions",
-    "normalize_name", "partial_name_of", "speaker_ref", "split_speaker", "stored",
+    "may_be_short_form", "normalize_name", "partial_name_of", "short_form_people", "short_forms_of", "speaker_ref",
+    "split_speaker", "stored",
 ]  # fmt: skip
 
 # What a fact says about the type of its subject / object (the NER's guess is the weakest evidence).
@@ -171,8 +180,9 @@ def _settle(out: Extraction, relation_refs: dict[str, Ref]) -> Extraction:
         return replace(ref, type=evidence[ref.key][1])
 
     mentions = [typed(m) for m in out.mentions]
-    # "Alice Chen joined Initech. Alice loves it" / "... Chen loves it": Alice and Chen are Alice
-    # Chen when she is the only one of that first name or surname the memory gave.
+    # "Alice Chen joined Initech. Alice loves it" / "... Chen loves it": Alice and Chen (and a
+    # short form, "Mel" for Melanie Chen) are Alice Chen when she is the only one of that first
+    # name or surname the memory gave.
     full_names = [m for m in mentions if m.type == "PERSON" and " " in m.key and normalize_name(m.name) == m.key]
     same: dict[str, Ref] = {}
     for mention in mentions:
@@ -180,6 +190,10 @@ def _settle(out: Extraction, relation_refs: dict[str, Ref]) -> Extraction:
             continue
         surname = mention.type == "PERSON"
         matches = {f.key: f for f in full_names if partial_name_of(mention.key, f.key, surname=surname)}
+        if not matches and surname:
+            # "Melanie Chen moved to Leeds; Mel works at Initech": the one first name "Mel" begins.
+            people = short_form_people(mention.key, [(f.key.split()[0], True, f) for f in full_names])
+            matches = {f.key: f for f in people}
         if len(matches) == 1:
             same[mention.key] = next(iter(matches.values()))
 

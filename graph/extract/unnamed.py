@@ -6,7 +6,8 @@ gets once named ("user sister", "lena ortiz dog"). A bucket that knows the name 
 that alias: "my sister Anna" was said) resolves the reference to that entity. A bucket that
 does not keeps what the memory says as facts about the owner:
 
-* the relation itself: ``owner has <relation>`` ("Lena Ortiz has dog", "User has sister");
+* the relation itself: ``owner has <relation>`` ("Lena Ortiz has dog", "User has sister"; "my
+  sister's husband": User has sister, User sister_has husband);
 * a fact about the unnamed one: ``owner <relation>_<predicate> object`` ("my mom lives in
   Ohio": User mom_lives_in Ohio; "Lena's dog is a beagle": Lena Ortiz dog_is_a beagle). A
   functional predicate stays functional, on a timeline of its own per relation;
@@ -29,6 +30,13 @@ def _unknown(ref: Ref | None, known: Callable[[Ref], bool]) -> bool:
     return ref is not None and ref.unnamed and not known(ref)
 
 
+def _owns(a: Ref, b: Ref, *, one_way: bool = False) -> bool:
+    """Whether ``a`` is the owner of ``b`` (or, unless ``one_way``, ``b`` of ``a``)."""
+    if b.owner is not None and b.relation and b.owner.key == a.key:
+        return True
+    return not one_way and a.owner is not None and bool(a.relation) and a.owner.key == b.key
+
+
 def attribute_fact(fact: Fact, known: Callable[[Ref], bool]) -> Fact | None:
     """``fact`` as the bucket can store it: unchanged when every reference in it is a name or
     an unnamed one ``known`` says the bucket can resolve; else rewritten onto the owner (see
@@ -37,6 +45,14 @@ def attribute_fact(fact: Fact, known: Callable[[Ref], bool]) -> Fact | None:
         subject_unknown, object_unknown = _unknown(fact.subject, known), _unknown(fact.obj, known)
         if not subject_unknown and not object_unknown:
             return fact
+        if subject_unknown and object_unknown and _owns(fact.subject, fact.obj):
+            # Between two unnamed ones, the relation's own edge: "my sister's husband" -> my
+            # sister has husband (-> User sister_has husband), not a description as its object.
+            forward = _owns(fact.subject, fact.obj, one_way=True)
+            owner, owned = (fact.subject, fact.obj) if forward else (fact.obj, fact.subject)
+            fact = Fact(subject=owner, predicate="has", literal=owned.relation, valid_from=fact.valid_from,
+                        confidence=fact.confidence)  # fmt: skip
+            continue
         unnamed, other = (fact.subject, fact.obj) if subject_unknown else (fact.obj, fact.subject)
         owner = unnamed.owner
         if owner is None or not unnamed.relation:

@@ -198,6 +198,48 @@ def first_name_variants(word: str) -> set[str]:
     return variants
 
 
+# A short form ("Mel") is at least this many letters of the one first name it begins ("Melanie"),
+# and that name is at least SHORT_FORM_REST letters longer: a name one or two letters longer is
+# more often a name of its own (Jon and Jonas, Ken and Kenji, Ann and Anna: on the labelled set,
+# bench/graph_extraction.py's "one bucket" section).
+SHORT_FORM_LETTERS = 3
+SHORT_FORM_REST = 3
+
+
+def may_be_short_form(word: str) -> bool:
+    """Whether the one-word name ``word`` may be read as the short form of a longer first name
+    (``short_forms_of``): three letters or more, and not a common word ("max", "art", "will":
+    lowercase_words.txt), which a capitalised sentence opening or a query would make a name."""
+    return len(word) >= SHORT_FORM_LETTERS and " " not in word and word.isalpha() and word not in lowercase_words()
+
+
+def short_forms_of(first_name: str) -> set[str]:
+    """The short forms a first name may be written as: each of its beginnings of three letters
+    or more that leaves three letters or more out ("mel", "mela" for "melanie"), common words
+    left out."""
+    ends = range(SHORT_FORM_LETTERS, len(first_name) - SHORT_FORM_REST + 1)
+    return {first_name[:n] for n in ends if may_be_short_form(first_name[:n])}
+
+
+def short_form_people(word: str, people: list[tuple[str, bool, object]]) -> list:
+    """Whom the short form ``word`` may stand for among ``people``, each (first word of the
+    name, whether the name has two words or more, id), the most mentioned first: the people of
+    the one first name that ``word`` begins ("mel": Melanie), if it is three letters or more
+    longer ("jon" is not Jonas); its full names before a one-word name of it ("Melanie Chen"
+    over "Melanie", as "Melanie" reads). At most two ids: one means unambiguous; Melanie and
+    Melissa, or two Melanie somebodies, give two."""
+    if not may_be_short_form(word):
+        return []
+    begun = [(first, full, pk) for first, full, pk in people if first != word and first.startswith(word)]
+    firsts = {first for first, _full, _pk in begun}
+    if len(firsts) != 1:
+        return [pk for _first, _full, pk in begun][:2]
+    if len(firsts.pop()) - len(word) < SHORT_FORM_REST:
+        return []
+    full_names = [pk for _first, full, pk in begun if full]
+    return (full_names or [pk for _first, _full, pk in begun])[:2]
+
+
 def partial_name_of(word: str, full_name: str, *, surname: bool = True) -> bool:
     """Whether the one-word name ``word`` may stand for ``full_name`` (normalized, two words or
     more): as its first name or that name's nickname or formal form ("Bob" for Robert Diaz),

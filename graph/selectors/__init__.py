@@ -10,7 +10,8 @@ from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from engram_site.exceptions import NotFound
-from graph.extract import first_name_variants, normalize_name
+from graph.extract import first_name_variants, may_be_short_form, normalize_name
+from graph.extract.vocabulary import SHORT_FORM_LETTERS, short_form_people
 from graph.models import Correction, Edge, Entity, Mention
 from memories.models import Memory
 from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
@@ -129,15 +130,19 @@ def edge_memories(*, edge: Edge, agents: AgentRestriction | None = None) -> Quer
 
 def entities_by_first_name(*, bucket: Bucket, words: list[str]) -> dict[str, list[uuid.UUID]]:
     """For each one-word name, the bucket's named PERSON entities of two or more words whose
-    first word is that name or one of its nickname forms (at most two each: one means unique)."""
-    return entities_by_partial_name(bucket=bucket, words=words, surnames=False)
+    first word is that name or one of its nickname forms, else the person it is a short form of
+    ("Mel": Melanie), as extraction reads it (at most two each: one means unique)."""
+    return entities_by_partial_name(bucket=bucket, words=words, surnames=False, short_forms=True)
 
 
-def entities_by_partial_name(*, bucket: Bucket, words: list[str], surnames: bool = True) -> dict[str, list[uuid.UUID]]:
+def entities_by_partial_name(
+    *, bucket: Bucket, words: list[str], surnames: bool = True, short_forms: bool = False
+) -> dict[str, list[uuid.UUID]]:
     """For each one-word name, the bucket's named PERSON entities of two or more words it may
     stand for (graph.extract.partial_name_of): by first name or its nickname forms, and with
     ``surnames`` by last word ("Natarajan" for Priya Natarajan). At most two each, the most
-    mentioned first: one means the name is unambiguous."""
+    mentioned first: one means the name is unambiguous. With ``short_forms``, a name none of
+    them may stand for is also read as a short form (entities_by_short_form)."""
     wanted = {word: first_name_variants(word) for word in words if word and " " not in word}
     if not wanted:
         return {}
@@ -164,7 +169,35 @@ def entities_by_partial_name(*, bucket: Bucket, words: list[str], surnames: bool
     for word, forms in wanted.items():
         ids = [entity_id for first, last, entity_id in rows if first in forms or surnames and last == word]
         found[word] = list(dict.fromkeys(ids))[:2]
+    if short_forms:
+        found |= entities_by_short_form(bucket=bucket, words=[w for w, ids in found.items() if not ids])
     return found
+
+
+def entities_by_short_form(*, bucket: Bucket, words: list[str]) -> dict[str, list[uuid.UUID]]:
+    """For each one-word name that may be a short form (graph.extract.may_be_short_form: three
+    letters or more, not a common word), the people it may stand for as the beginning of a longer
+    first name: "Mel" is Melanie, or Melanie Chen. Only when one first name of the bucket's people
+    begins with it (Melanie and Melissa: none), and that first name is one person (Melanie Chen
+    and Melanie Brooks: none; Melanie and Melanie Chen: Melanie Chen, as "Melanie" reads). At
+    most two ids each, as entities_by_partial_name gives them: one means unambiguous."""
+    wanted = [w for w in dict.fromkeys(words) if may_be_short_form(w)]
+    if not wanted:
+        return {}
+    with connection.cursor() as cur:
+        # The bucket's people (graph_entities_first_word narrows them to the bucket's PERSON rows).
+        cur.execute(
+            """
+            SELECT split_part(normalized_name, ' ', 1), strpos(normalized_name, ' ') > 0, id FROM graph_entities
+            WHERE tenant_id = %s AND bucket_id = %s AND type = 'PERSON'
+              AND left(split_part(normalized_name, ' ', 1), %s) = ANY(%s)
+              AND split_part(lower(name), ' ', 1) = split_part(normalized_name, ' ', 1)
+            ORDER BY mention_count DESC, id
+            """,
+            [bucket.tenant_id, bucket.pk, SHORT_FORM_LETTERS, sorted({w[:SHORT_FORM_LETTERS] for w in wanted})],
+        )
+        rows = cur.fetchall()
+    return {word: short_form_people(word, rows) for word in wanted}
 
 
 def corrections_of_bucket(*, bucket: Bucket) -> QuerySet[Correction]:

@@ -28,7 +28,7 @@ from engram_site.providers import embedding
 from graph.extract import first_name_variants, normalize_name
 from graph.extract.vocabulary import SYMMETRIC
 from graph.models import Edge, Entity
-from graph.selectors import with_mentions_seen
+from graph.selectors import entities_by_short_form, with_mentions_seen
 from memories.models import Memory
 from tenants.models import AgentRestriction, Bucket
 from tenants.selectors import parse_uuid
@@ -152,6 +152,9 @@ def profile_entity_named(
         found = _at_most(entities.filter(normalized_name=key)) or _at_most(entities.filter(aliases__contains=[key]))
         if " " not in key:
             partial = _at_most(_by_partial_name(entities, key))
+            if not partial:  # "Mel": the bucket's one Melanie (entities_by_short_form)
+                short = entities_by_short_form(bucket=bucket, words=[key]).get(key, [])
+                partial = _at_most(entities.filter(pk__in=short[:1])) if len(short) == 1 else []
             if partial and all(" " not in e.normalized_name and e.type in ("PERSON", "THING") for e in found):
                 found = partial
     # The name is not repeated in the answers: an outsider's guess stays out of them.

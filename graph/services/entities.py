@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.models import Case, Exists, OuterRef, Q, When
 
 from graph import extract as extraction
+from graph.extract.vocabulary import SHORT_FORM_LETTERS
 from graph.models import Edge, Entity, Mention
 from graph.rules import Rules, Target
 from graph.selectors import entities_by_partial_name
@@ -33,7 +34,7 @@ class EntityResolver:
         self._partial: dict[str, Entity | None] = {}
         # What changes the reading of earlier memories (see rereads()).
         self.new_names: dict[uuid.UUID, Entity] = {}
-        self.named_relations: set[tuple[uuid.UUID, str]] = set()
+        self.named_relations: set[tuple[uuid.UUID, tuple[str, ...]]] = set()
         # Entities whose mentions or edges a re-extraction removed: dropped if nothing is left.
         self.maybe_orphans: set[uuid.UUID] = set()
         # One object per row, so that aliases and types added through one lookup are not
@@ -118,6 +119,22 @@ class EntityResolver:
             aliases.append(f"{owner.normalized_name} {ref.relation}"[:500])
         return list(dict.fromkeys(aliases)), owner
 
+    def _named_owner(self, ref: extraction.Ref) -> tuple[uuid.UUID, tuple[str, ...]] | None:
+        """The first owner up the chain of an unnamed one that the bucket knows, and the
+        relations from it: "my sister's husband" is (User, (sister, husband)) while the sister
+        has no name; None without one."""
+        path = [ref.relation]
+        owner = ref.owner
+        while owner is not None:
+            entity = self._resolve(owner)
+            if entity is not None:
+                return entity.pk, tuple(reversed(path))
+            if not owner.unnamed or not owner.relation:
+                return None
+            path.append(owner.relation)
+            owner = owner.owner
+        return None
+
     def _resolve(self, ref: extraction.Ref) -> Entity | None:
         redirected = self.rules.redirect(ref.key) if self.rules else None
         if redirected is not None:
@@ -148,8 +165,10 @@ class EntityResolver:
                 self._note_name(entity)
         if aliases:
             new = [a for a in aliases if a not in entity.aliases and a != entity.normalized_name]
-            if new and owner is not None and all(self._known_as(a) is None for a in aliases):
-                self.named_relations.add((owner.pk, ref.relation))  # "my sister" has a name now
+            if new and ref.relation and all(self._known_as(a) is None for a in aliases):
+                named = self._named_owner(ref)
+                if named is not None:
+                    self.named_relations.add(named)  # "my sister" (or "my sister's husband") has a name now
             self._add_aliases(entity, set(new))
         # A better type learned later ("Alice" as a subject first, then as a PERSON).
         better_type = entity.type == "THING" and ref.type not in {"THING", "SPEAKER"}
@@ -168,12 +187,15 @@ class EntityResolver:
     def _full_name(self, ref: extraction.Ref) -> Entity | None:
         """A lone first name (or its nickname) or surname is the bucket's one person it may
         stand for: "Alice" is Alice Chen, "Natarajan" Priya Natarajan, while the bucket knows no
-        other. Surnames only for what the memory calls a person; never a name an operator gave
-        an entity of its own, nor one they split off that person."""
+        other; and a name no one has, the short form of the one first name it begins ("Mel" is
+        Melanie, or Melanie Chen: graph.selectors.entities_by_short_form). Surnames and short
+        forms only for what the memory calls a person; never a name an operator gave an entity
+        of its own, nor one they split off that person."""
         if " " in ref.key or ref.type not in {"PERSON", "THING"} or self.rules.curated(ref.key):
             return None
         if ref.key not in self._partial:
-            matches = entities_by_partial_name(bucket=self.bucket, words=[ref.key], surnames=ref.type == "PERSON")
+            person = ref.type == "PERSON"
+            matches = entities_by_partial_name(bucket=self.bucket, words=[ref.key], surnames=person, short_forms=person)
             ids = matches.get(ref.key, [])
             self._partial[ref.key] = self._one(Entity.objects.get(pk=ids[0])) if len(ids) == 1 else None
         entity = self._partial[ref.key]
@@ -182,17 +204,17 @@ class EntityResolver:
         return entity
 
     def _note_name(self, entity: Entity) -> None:
-        """A full name new to the bucket: the partial names it may be read from resolve afresh."""
-        words = entity.normalized_name.split()
-        if entity.type != "PERSON" or len(words) < 2 or entity.name.lower().split()[0] != words[0]:
+        """A person's name new to the bucket: the partial names it may be read from resolve
+        afresh (a full name's first name, nicknames and surname; any name's short forms)."""
+        stale = _partial_keys(entity)
+        if not stale:
             return
         self.new_names[entity.pk] = entity
-        stale = extraction.first_name_variants(words[0]) | {words[-1]}
         for key in stale:
             self._partial.pop(key, None)
             cached = self.by_key.get(key)
-            if cached is not None and cached.pk != entity.pk and " " in cached.normalized_name:
-                del self.by_key[key]  # "Priya" was the one Priya Natarajan until now
+            if cached is not None and cached.pk != entity.pk and cached.normalized_name != key:
+                del self.by_key[key]  # "Priya" was the one Priya Natarajan until now, "Mel" Melanie
 
     def rereads(self) -> set[uuid.UUID]:
         """Memories whose reading what was learned since the last call may change: those that
@@ -203,10 +225,12 @@ class EntityResolver:
         self.new_names, self.named_relations = {}, set()
         found: set[uuid.UUID] = set()
         if names:
-            keys = sorted({k for e in names for k in extraction.first_name_variants(e.normalized_name.split()[0])}
-                          | {e.normalized_name.split()[-1] for e in names})  # fmt: skip
-            firsts = sorted({k for e in names for k in extraction.first_name_variants(e.normalized_name.split()[0])})
-            lasts = sorted({e.normalized_name.split()[-1] for e in names})
+            keys = sorted(set().union(*map(_partial_keys, names)))
+            full = [e.normalized_name.split() for e in names if " " in e.normalized_name]
+            firsts = sorted({k for words in full for k in extraction.first_name_variants(words[0])})
+            lasts = sorted({words[-1] for words in full})
+            # The people whose short forms the new name may share ("Mel": Melanie, then Melissa).
+            beginnings = sorted({e.normalized_name.split()[0][:SHORT_FORM_LETTERS] for e in names})
             with connection.cursor() as cur:
                 cur.execute(
                     """
@@ -217,19 +241,24 @@ class EntityResolver:
                     SELECT mn.memory_id FROM graph_entities e JOIN graph_mentions mn ON mn.entity_id = e.id
                     JOIN memories m ON m.id = mn.memory_id
                     WHERE e.tenant_id = %s AND e.bucket_id = %s AND e.type = 'PERSON' AND e.id <> ALL(%s)
-                      AND strpos(e.normalized_name, ' ') > 0
-                      AND (split_part(e.normalized_name, ' ', 1) = ANY(%s)
-                           OR split_part(e.normalized_name, ' ', -1) = ANY(%s))
+                      AND (strpos(e.normalized_name, ' ') > 0
+                           AND (split_part(e.normalized_name, ' ', 1) = ANY(%s)
+                                OR split_part(e.normalized_name, ' ', -1) = ANY(%s))
+                           OR length(split_part(e.normalized_name, ' ', 1)) > %s
+                              AND left(e.normalized_name, %s) = ANY(%s))
                       AND strpos(lower(m.content), e.normalized_name) = 0
                     """,
                     [self.bucket.tenant_id, self.bucket.pk, keys, self.bucket.tenant_id, self.bucket.pk,
-                     [e.pk for e in names], firsts, lasts],
+                     [e.pk for e in names], firsts, lasts, SHORT_FORM_LETTERS, SHORT_FORM_LETTERS, beginnings],
                 )  # fmt: skip
                 found |= {row[0] for row in cur.fetchall()}
-        for owner_id, relation in relations:
+        for owner_id, path in relations:
+            # The relation's own edge as unnamed.attribute_fact stores it: User has sister; for
+            # "my sister's husband", User sister_has husband.
+            predicate = "_".join([*(p.replace(" ", "_") for p in path[:-1]), "has"])
             found |= set(
                 Edge.objects.for_bucket(self.bucket)
-                .filter(subject_id=owner_id, predicate="has", object_entity__isnull=True, object_literal=relation)
+                .filter(subject_id=owner_id, predicate=predicate, object_entity__isnull=True, object_literal=path[-1])
                 .values_list("source_memory_id", flat=True)
             )
         return found
@@ -263,6 +292,19 @@ class EntityResolver:
         self._by_alias = {k: e for k, e in self._by_alias.items() if e is None or e.pk not in gone}
         self._partial = {k: e for k, e in self._partial.items() if e is None or e.pk not in gone}
         return len(doomed)
+
+
+def _partial_keys(entity: Entity) -> set[str]:
+    """The one-word names that may stand for the person ``entity`` (empty for anything else,
+    and for a description an older extractor stored as a name): a full name's first name, its
+    nickname forms and its surname, and the short forms of its first name ("mel" for Melanie)."""
+    words = entity.normalized_name.split()
+    if entity.type != "PERSON" or not words or entity.name.lower().split()[:1] != words[:1]:
+        return set()
+    keys = extraction.short_forms_of(words[0])
+    if len(words) > 1:
+        keys |= extraction.first_name_variants(words[0]) | {words[-1]}
+    return keys
 
 
 def _get_or_create(bucket: Bucket, ref: extraction.Ref) -> tuple[Entity, bool]:

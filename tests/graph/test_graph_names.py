@@ -5,16 +5,21 @@ corrections hold."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection, connections, transaction
 
 from audit.services import Actor
+from engram_site.scoping import in_this_context
 from graph import corrections
 from graph.models import Edge, Entity, Mention
-from graph.services.extraction import graph_rebuild
+from graph.services.extraction import graph_extract_memories, graph_rebuild
+from graph.services.locks import bucket_lock
 from memories.models import Memory
-from tests.factories import make_operator, write_extracted
+from tests.factories import make_operator, write, write_extracted
 from tests.support.db import graph_facts, graph_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -155,6 +160,117 @@ def test_the_graph_read_in_any_order_and_rebuilt_is_the_same(bucket, other_bucke
     assert_no_description_entities(bucket)
 
 
+# --- short forms: "Mel" is the one Melanie -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["full name first", "short form first", "one batch"])
+@pytest.mark.parametrize("full", ["Melanie Chen", "Melanie"])
+def test_a_short_form_is_the_one_person_whose_first_name_it_begins(bucket, order, full):
+    said = f"{full} joined Initech." if " " in full else "Melanie: I joined Initech."
+    items = daily("Caroline: Mel moved to Boston, she loves it.", said)
+    if order == "full name first":
+        write_extracted(bucket, items[1])
+        write_extracted(bucket, items[0])
+    elif order == "short form first":
+        write_extracted(bucket, items[0])
+        write_extracted(bucket, items[1])
+    else:
+        write_extracted(bucket, *items)
+    assert (full, "lives_in", "Boston") in graph_facts(bucket)
+    assert "Mel" not in names(bucket)
+
+
+def test_graph_mode_reads_a_short_form_in_the_question(api, bucket):
+    boston, _paint, _caroline = write_extracted(
+        bucket, *daily("Melanie moved to Boston.", "Melanie: I painted a lake.", "Caroline moved to Porto.")
+    )
+    [hit, *_] = graph_search(api, bucket, "Where does Mel live?")
+    assert hit["id"] == str(boston), hit["content"]
+
+
+def test_a_short_form_of_two_first_names_is_nobody_of_them(bucket):
+    [mel] = write_extracted(bucket, *daily("Mel moved to Boston."))
+    write_extracted(bucket, *daily("Melanie Chen joined Initech.", start=2))
+    assert ("Melanie Chen", "lives_in", "Boston") in graph_facts(bucket)
+    # A second first name that "Mel" begins: the memory is read again, and Mel is Mel.
+    write_extracted(bucket, *daily("Melissa Grant joined Globex.", start=3))
+    facts = graph_facts(bucket)
+    assert ("Mel", "lives_in", "Boston") in facts
+    assert not {("Melanie Chen", "lives_in", "Boston"), ("Melissa Grant", "lives_in", "Boston")} & facts
+    assert mentioned(bucket, "mel") == {mel}
+    # Two people of one first name: the short form is neither of them.
+    write_extracted(bucket, *daily("Dan moved to Porto.", "Daniela Costa joined Acme.", "Daniela Reis joined Umbrella.",
+                                   start=4))  # fmt: skip
+    assert ("Dan", "lives_in", "Porto") in graph_facts(bucket)
+
+
+@pytest.mark.parametrize(
+    "short, full",
+    [("Al", "Alice Chen"), ("Max", "Maxine Hart"), ("Jon", "Jonas Berg"), ("Melanie", "Mel Brooks")],
+    ids=["two letters", "a common word", "two letters short of the name", "longer than the name"],
+)
+def test_what_is_no_short_form(bucket, short, full):
+    write_extracted(bucket, *daily(f"{full} joined Initech.", f"{short} moved to Boston."))
+    assert (short, "lives_in", "Boston") in graph_facts(bucket)
+
+
+def test_a_short_form_is_never_a_pet_or_a_place(bucket):
+    write_extracted(bucket, *daily("Melanie Chen joined Initech.", "My dog Mel loves the park.", "I visited Mel."))
+    facts = graph_facts(bucket)
+    assert {("User", "owns_pet", "Mel"), ("Mel", "likes", "park")} <= facts
+    assert not {f for f in facts if f[0] == "Melanie Chen" and f[1] == "likes"}
+
+
+# --- extractions of one bucket at once ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # each extraction commits in its own thread and connection
+@pytest.mark.parametrize("first", ["first name", "full name"])
+def test_extractions_that_run_at_once_resolve_the_first_name_either_way(bucket, first):
+    """The worker runs extraction tasks in parallel. The two memories are extracted by two
+    threads that wait on the bucket's graph lock together (held here), so both read their
+    memories before either writes; whichever takes the lock first, Priya is Priya Natarajan."""
+    hired, full = write(bucket, *daily(HIRED, PRIYA), sequence=False)
+    order = [hired, full] if first == "first name" else [full, hired]
+    reports, errors = [], []
+
+    def extract(memory_id):
+        try:
+            reports.append(graph_extract_memories(memory_ids=[memory_id]))
+        except Exception as exc:  # the assertion below names it
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        bucket_lock(bucket)
+        threads = []
+        for memory_id in order:
+            thread = threading.Thread(target=in_this_context(extract), args=(memory_id,))
+            thread.start()
+            threads.append(thread)
+            _wait_for_lock_waiters(len(threads))
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors and len(reports) == 2, (errors, reports)
+    assert ("Marco Rossi", "hired", "Priya Natarajan") in graph_facts(bucket)
+    assert "Priya" not in names(bucket)
+    assert {hired, full} <= mentioned(bucket, "priya natarajan")
+
+
+def _wait_for_lock_waiters(count: int, timeout: float = 60) -> None:
+    """Poll until ``count`` sessions wait for an advisory lock (the bucket's graph lock)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            waiting = cur.fetchone()[0]
+        if waiting >= count:
+            return
+        assert time.monotonic() < deadline, f"{waiting} of {count} extractions wait for the graph lock"
+        time.sleep(0.05)  # sleep-ok: polling pg_locks with a deadline
+
+
 # --- descriptions are edges, not entities -------------------------------------------------------------------
 
 
@@ -178,6 +294,25 @@ def test_a_pet_named_later_takes_what_was_said_of_it(bucket):
             ("User", "sibling_of", "Anna")} <= facts  # fmt: skip
     # The attributes the unnamed ones were are gone with the memories read again.
     assert not {f for f in facts if f[1] in {"has", "dog_is_a", "sister_lives_in"}}
+    assert_no_description_entities(bucket)
+
+
+@pytest.mark.parametrize("named_later", [False, True])
+def test_a_relative_of_a_relative_is_an_edge_of_the_one_with_a_name(bucket, named_later):
+    """ "my sister's husband": the user has a sister, the sister a husband; no entity is named
+    "husband of sister of User", nor is it the object of an edge."""
+    if named_later:
+        write_extracted(bucket, *daily("My sister's husband is a pilot."))
+        write_extracted(bucket, *daily("My sister's husband Tom loves jazz.", start=2))
+        facts = graph_facts(bucket)
+        assert {("Tom", "is_a", "pilot"), ("Tom", "likes", "jazz"), ("User", "sister_spouse_of", "Tom")} <= facts
+        assert not {f for f in facts if f[1] in {"sister_has", "sister_husband_is_a"}}
+    else:
+        write_extracted(bucket, *daily("My sister's husband is a pilot.", "Lena's brother's dog barks at night."))
+        facts = graph_facts(bucket)
+        assert {("User", "has", "sister"), ("User", "sister_has", "husband"), ("User", "sister_husband_is_a", "pilot"),
+                ("Lena", "has", "brother"), ("Lena", "brother_has", "dog")} <= facts  # fmt: skip
+        assert not {f for f in facts if " of " in str(f[2])}, facts
     assert_no_description_entities(bucket)
 
 

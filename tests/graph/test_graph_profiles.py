@@ -228,6 +228,16 @@ def test_a_one_word_name_is_the_person_of_that_first_name_but_a_pet_keeps_its_ow
     assert profile(api, bucket, name="Priya")["entity"]["name"] == "Priya Natarajan"
 
 
+def test_a_short_form_names_the_one_person_whose_first_name_it_begins(api, bucket):
+    write_extracted(
+        bucket, "Melanie: I painted a lake.", "Danielle Ford lives in Leeds.", "Daniela Costa works at Acme."
+    )
+    assert profile(api, bucket, name="Mel")["entity"]["name"] == "Melanie"
+    # "Dan" begins two first names: neither of them.
+    response = api.get(f"/api/v1/buckets/{bucket.pk}/profile", {"name": "Dan"})
+    assert (response.status_code, response.json()["code"]) == (404, "not_found")
+
+
 def test_bad_parameters_are_400(api, bucket, maya):
     entity = Entity.objects.for_bucket(bucket).get(normalized_name="maya patel")
     url = f"/api/v1/buckets/{bucket.pk}/entities/{entity.pk}/profile"
