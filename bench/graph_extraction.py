@@ -42,6 +42,16 @@ Matching rules:
   ``Name:`` prefix).
 * Precision = right predictions / predictions; recall = right predictions / labels;
   both micro-averaged over the set, overall and per kind. Duplicates count once.
+
+Names across memories (the section "The set as one bucket"): the rows are unrelated
+memories, so nothing in a set says that a "Priya" of one row is the "Priya Natarajan" of
+another. What the resolver's rules would join if every row were written into one bucket is
+listed instead: each one-word PERSON name the extractor gives, and the one person it would
+become by the bucket's rules (graph/services/entities.py) — a first name, nickname or
+surname of exactly one full name (graph.extract.partial_name_of), else a short form of
+exactly one first name (graph.extract.short_form_people: "Mel" for Melanie). The rules see
+the names the extractor gives, as the resolver does; each join is a merge a reader may
+judge (a short form that is a name of its own, "Ann" and "Anna", is a false one).
 """
 
 from __future__ import annotations
@@ -124,6 +134,26 @@ def run_extractor(rows: list[dict]) -> tuple[list[tuple[set, set]], float, float
     return out, parse_seconds, extract_seconds
 
 
+def one_bucket_joins(predictions: list[tuple[set, set]]) -> list[tuple[str, str, str]]:
+    """(one-word name, the name it would become, by which rule) for every one-word PERSON name
+    the extractor gives, were all rows one bucket (see the docstring)."""
+    from graph import extract as extraction
+
+    short_form_people = getattr(extraction, "short_form_people", None)  # absent before short forms
+    people = sorted({name for entities, _edges in predictions for name, kind in entities if kind == "PERSON"})
+    full_names = [name for name in people if " " in name]
+    joins = []
+    for word in (name for name in people if " " not in name):
+        partial = [full for full in full_names if extraction.partial_name_of(word, full, surname=True)]
+        if len(partial) == 1:
+            joins.append((word, partial[0], "first name, nickname or surname"))
+        elif not partial and short_form_people is not None:
+            found = short_form_people(word, [(name.split()[0], " " in name, name) for name in people])
+            if len(found) == 1:
+                joins.append((word, found[0], "short form"))
+    return joins
+
+
 class Tally:
     def __init__(self) -> None:
         self.right = self.predicted = self.labelled = 0
@@ -183,8 +213,19 @@ def main() -> int:
         f"per memory: parse {1000 * parse_seconds / len(rows):.2f} ms, extract {1000 * extract_seconds / len(rows):.2f}"
         " ms (one at a time, one process)"
     )
+    joins = one_bucket_joins(predictions)
+    one_word = len({n for entities, _ in predictions for n, kind in entities if kind == "PERSON" and " " not in n})
+    by_rule = defaultdict(list)
+    for word, full, rule in joins:
+        by_rule[rule].append(f"{word} → {full}")
+    joined = "\n".join(f"- {rule} ({len(items)}): {', '.join(items)}" for rule, items in sorted(by_rule.items()))
+    bucket_section = (
+        f"## The set as one bucket\n\n{one_word} one-word PERSON names; {len(joins)} would join a longer name "
+        f"if every row were written into one bucket:\n\n{joined or '- none'}\n"
+    )
     print(table)
     print(f"\n{exact}/{len(rows)} memories extracted exactly; {timing}")
+    print(f"\n{bucket_section}")
     if args.show_errors:
         for text, missed_e, extra_e, missed, extra in errors:
             print(f"\n{text}")
@@ -211,7 +252,7 @@ def main() -> int:
         "Matching rules: see the docstring of bench/graph_extraction.py (names case-folded, a leading article or "
         "title dropped, nothing else forgiven; edges matched on subject, predicate and object, symmetric "
         "predicates in either direction; micro-averaged).\n\n"
-        f"{table}\n\n{exact}/{len(rows)} memories extracted exactly; {timing}.\n"
+        f"{table}\n\n{exact}/{len(rows)} memories extracted exactly; {timing}.\n\n{bucket_section}"
     )
     print(f"\nwrote {path.relative_to(BENCH_DIR.parent)}")
     return 0
