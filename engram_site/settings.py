@@ -441,6 +441,13 @@ ENGRAM_WORKER_YIELD_SECONDS = env_float("ENGRAM_WORKER_YIELD_SECONDS", 10.0)
 ENGRAM_ENRICH_BATCH_SIZE = env_int("ENGRAM_ENRICH_BATCH_SIZE", 128)
 # Job runs older than this are deleted by the nightly cleanup.
 ENGRAM_JOB_RETENTION_DAYS = env_int("ENGRAM_JOB_RETENTION_DAYS", 30)
+# Learned ranking (memories/services/ranking_learning.py, docs/RETRIEVAL.md): a bucket with at
+# least this many ratings (search feedback) has its fusion weights learned by the nightly job...
+ENGRAM_LEARN_MIN_RATINGS = env_int("ENGRAM_LEARN_MIN_RATINGS", 30)
+# ...from at most this many of its rated questions (the newest), each searched once per setting tried...
+ENGRAM_LEARN_MAX_QUERIES = env_int("ENGRAM_LEARN_MAX_QUERIES", 40)
+# ...for at most this many buckets per run (those whose ratings changed, the longest unlearned first).
+ENGRAM_LEARN_BUCKETS_PER_RUN = env_int("ENGRAM_LEARN_BUCKETS_PER_RUN", 10)
 
 # --- Change feed and webhooks (docs/API.md) ---------------------------------------------
 # Days a bucket's change feed keeps its events; a reader whose cursor fell behind them gets 410.

@@ -1,6 +1,6 @@
 """The default beat schedules (django-celery-beat's DatabaseScheduler).
 
-Migrations 0002-0007 each create the rows they add from a frozen copy (a new default
+Migrations 0002-0008 and 0010 each create the rows they add from a frozen copy (a new default
 schedule needs a new migration; tests/platform/test_migrations_frozen.py checks that they add up to
 this list); ``ensure_default_schedules`` re-adds missing ones. Both only add schedules that
 are missing (matched by name), so an operator's edits in the admin — another interval, a
@@ -107,6 +107,16 @@ DEFAULT_SCHEDULES = [
         task="maintenance.reindex_hnsw",
         description="REINDEX CONCURRENTLY the embedding indexes (HNSW quality drifts as rows are added).",
         crontab="17 3 * * *",
+        expire_seconds=6 * 3600,
+    ),
+    DefaultSchedule(
+        name="engram: learn ranking",
+        task="maintenance.learn_ranking",
+        description=(
+            "Learn the fusion weights of buckets with enough search feedback; "
+            "adopt them only where they beat the defaults on held-back ratings."
+        ),
+        crontab="23 2 * * *",
         expire_seconds=6 * 3600,
     ),
     DefaultSchedule(

@@ -27,6 +27,7 @@ from maintenance.services import (
     reindex,
 )
 from memories.selectors import memories_tenant_ids
+from memories.services import ranking_learning
 from memories.services.access import apply_pending
 from memories.services.lifecycle import memories_purge
 from tenants.models import Bucket
@@ -136,6 +137,12 @@ def purge_memories() -> dict:
 @scopes_disabled()  # cross-tenant: trims every bucket's change feed
 def memory_events() -> dict:
     return runner.run_job("memory_events", feed.memory_events_maintain, lock=True, keep_idle=False).as_dict()
+
+
+@shared_task(name="maintenance.learn_ranking", **SCHEDULED)
+@scopes_disabled()  # cross-tenant: learns each bucket's ranking, from its own ratings only
+def learn_ranking() -> dict:
+    return runner.run_job("learn_ranking", ranking_learning.ranking_learn_all, lock=True, keep_idle=False).as_dict()
 
 
 @shared_task(name="maintenance.prune_job_runs", **SCHEDULED)

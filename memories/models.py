@@ -920,3 +920,55 @@ class BlockEdit(models.Model):
     @classmethod
     def agent_scope(cls, agents) -> Q:
         return agents.q("block__agent_id")
+
+
+class LearnedRanking(models.Model):
+    """What the ranking learned from one bucket's feedback (issue 48): the fusion weights and the
+    few knobs :mod:`memories.services.ranking_learning` tunes, and what it measured. One row per
+    bucket, replaced by each learning run that sees new ratings, deleted by a reset (the console,
+    ``manage.py learn_ranking --reset``), a bucket merge (the source's), an erasure that takes
+    ratings from the bucket, and with the bucket or tenant (ON DELETE CASCADE, migration 0019).
+
+    ``settings`` holds ranking overrides (:func:`memories.ranking.merge`'s shape) and is read by
+    the search only when ``adopted``: the learned settings beat the defaults on the bucket's
+    held-back ratings. A run that found nothing better keeps its measurements with
+    ``adopted`` false and empty ``settings``, so the console says why nothing is used.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    bucket = models.ForeignKey(
+        Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    adopted = models.BooleanField(default=False)
+    settings = models.JSONField(default=dict, blank=True)
+    # The ratings read, and the rated questions trained on and held back (distinct queries).
+    ratings = models.PositiveIntegerField(default=0)
+    train_queries = models.PositiveIntegerField(default=0)
+    held_queries = models.PositiveIntegerField(default=0)
+    # Scores (0..1, higher: useful memories above irrelevant ones) of the defaults ("before") and
+    # of the best settings found ("after"), on the training and the held-back questions.
+    train_before = models.FloatField(default=0.0)
+    train_after = models.FloatField(default=0.0)
+    held_before = models.FloatField(default=0.0)
+    held_after = models.FloatField(default=0.0)
+    candidates = models.PositiveIntegerField(default=0)  # settings tried
+    searches = models.PositiveIntegerField(default=0)  # searches run to measure them
+    # The newest rating read: a run skips a bucket whose ratings have not changed since.
+    newest_rating_id = models.BigIntegerField(default=0)
+    learned_at = models.DateTimeField(db_default=TransactionNow())
+
+    objects = BucketScopedQuerySet.as_manager()
+
+    class Meta:
+        db_table = "learned_rankings"
+        constraints = [
+            # One row per bucket: the search's lookup (WHERE tenant_id AND bucket_id) and the
+            # learning run's upsert.
+            models.UniqueConstraint(fields=["tenant", "bucket"], name="learned_rankings_bucket"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{'learned' if self.adopted else 'defaults kept'} for {self.bucket_id}"

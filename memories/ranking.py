@@ -20,9 +20,10 @@ people named in the query and their own transcript lines, time expressions for
 "when" questions, trusted writers, a demotion for superseded memories, and what agents said
 of memories for questions like this one (feedback: a lift for useful, a demotion for irrelevant).
 
-Defaults live in :data:`DEFAULTS`. A tenant overrides any of them in
-``Tenant.settings["retrieval"]`` and a request in its ``ranking`` object; both
-are validated here. docs/RETRIEVAL.md explains each knob and the measurements
+Defaults live in :data:`DEFAULTS`. What a bucket's feedback taught it
+(memories.services.ranking_learning) comes next, then a tenant's overrides in
+``Tenant.settings["retrieval"]`` and a request's in its ``ranking`` object, which
+win over what was learned; all are validated here. docs/RETRIEVAL.md explains each knob and the measurements
 behind the defaults (bench/results/).
 """
 
@@ -297,10 +298,14 @@ def merge(base: RankingConfig, overrides: Mapping | None) -> RankingConfig:
     return replace(base, **changes)
 
 
-def resolve(tenant_settings: Mapping | None, request_overrides: Mapping | None) -> RankingConfig:
-    """Defaults ← tenant settings ("retrieval") ← request ("ranking")."""
+def resolve(
+    tenant_settings: Mapping | None, request_overrides: Mapping | None, learned: Mapping | None = None
+) -> RankingConfig:
+    """Defaults ← the bucket's learned settings ← tenant settings ("retrieval", the operator's) ←
+    request ("ranking"). What an operator or a request sets wins over what was learned (key by
+    key; weights signal by signal): learning only moves what nobody chose."""
     tenant_overrides = (tenant_settings or {}).get("retrieval") or {}
-    return merge(merge(DEFAULTS, tenant_overrides), request_overrides)
+    return merge(merge(merge(DEFAULTS, learned), tenant_overrides), request_overrides)
 
 
 # --- fusion -------------------------------------------------------------------------------

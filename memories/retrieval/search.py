@@ -25,7 +25,7 @@ from engram_site.providers import embedding
 from memories import access, ranking
 from memories.filters import MemoryFilters, bucket_list
 from memories.models import LONG_MEMORY_TOKENS
-from memories.retrieval import diversity, feedback, fusion, hits, keyword, neighbours, rows, sessions, vector
+from memories.retrieval import diversity, feedback, fusion, hits, keyword, learned, neighbours, rows, sessions, vector
 from memories.retrieval import passages as retrieval_passages
 from memories.retrieval.concurrency import start
 from memories.retrieval.hits import Hit, SearchResult
@@ -141,7 +141,10 @@ def _search(
     scope = bucket_list(bucket if buckets is None else buckets)
     bucket = scope[0] if len(scope) == 1 else scope  # one bucket: the statements of a bucket search
     filters = filters or MemoryFilters()
-    config = ranking.resolve(scope[0].tenant.settings, ranking_overrides)
+    # What the bucket learned from its feedback comes under the operator's and the request's
+    # settings (ranking.resolve); a search across buckets uses none.
+    lesson = learned.learned_for(scope[0]) if len(scope) == 1 else None
+    config = ranking.resolve(scope[0].tenant.settings, ranking_overrides, lesson.settings if lesson else None)
     if mode == "graph":
         # The graph's weight sets its share of the hybrid fusion; alone, it is the whole answer.
         config = dataclasses.replace(ranking.with_weight(config, "graph", 1.0), graph_candidates="walk")
@@ -265,6 +268,8 @@ def _search(
                 }
             if memory_id in graph_paths:
                 hit.explain["graph_path"] = graph_paths[memory_id]
+            if lesson is not None:
+                hit.explain["learned_ranking"] = lesson.as_explain()
             if methods:
                 hit.explain["vector_search"] = methods
         found.append(hit)

@@ -23,6 +23,7 @@ from memories.models import Memory
 from memories.participants import Participant, collect, run
 from memories.services.blocks import blocks_move_bucket
 from memories.services.merge import memories_absorb, memories_move_bucket
+from memories.services.ranking_learning import learned_forget
 from memories.services.stats_cache import forget_stats
 from tenants.models import ApiToken, Bucket, Tenant
 from tenants.services import bucket_insert, bucket_name_clean, bucket_name_taken
@@ -234,6 +235,9 @@ def bucket_merge(*, source: Bucket, target: Bucket, remove_source: bool, actor) 
         oldest = Memory.objects.for_bucket(source).aggregate(oldest=Min("created_at"))["oldest"]
         moved = memories_move_bucket(source=source, target=target)
         blocks = blocks_move_bucket(source=source, target=target)
+        # What the source learned from its ratings does not hold for the target (whose ratings
+        # now include them: its next learning run sees them and learns again).
+        learned_forget(tenant_id=source.tenant_id, bucket_ids=[source.pk])
         ApiToken.objects.filter(tenant_id=source.tenant_id, bucket_id=source.pk).update(bucket_id=target.pk)
         run(
             Participant.merge_after,

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 
 from audit.services import Actor
 from engram_site.providers import embedding
-from memories.models import FeedbackSignal, Memory, MemoryVersion, SearchFeedback, VersionKind
+from memories.models import FeedbackSignal, LearnedRanking, Memory, MemoryVersion, SearchFeedback, VersionKind
 from memories.services.history import version_record
 
 logger = logging.getLogger(__name__)
@@ -124,14 +124,21 @@ def feedback_move(*, mapping: dict[uuid.UUID, uuid.UUID]) -> int:
 def feedback_erase(*, tenant_id, bucket_id, memory_ids: list, fields: dict[str, str]) -> tuple[int, int]:
     """An erasure: the ratings of the erased memories, and those given under the erased agent or
     run (when the erasure names only those: its fields are what a rating carries), with the
-    ``rated`` versions those left in other memories' histories (they quote the query). Returns
-    how many ratings and how many versions."""
+    ``rated`` versions those left in other memories' histories (they quote the query), and what
+    the buckets those ratings were in learned from them (``learned_rankings``). Returns how many
+    ratings and how many versions."""
     scope = {"tenant_id": tenant_id, **({"bucket_id": bucket_id} if bucket_id else {})}
     ratings = versions = 0
+    # What a bucket learned from these ratings goes with them (ranking_learning): the next
+    # learning run learns again from what is left.
+    rated_buckets: set = set()
     if memory_ids:
-        ratings += SearchFeedback.objects.filter(**scope, memory_id__in=memory_ids).delete()[0]
+        erased = SearchFeedback.objects.filter(**scope, memory_id__in=memory_ids)
+        rated_buckets |= set(erased.values_list("bucket_id", flat=True).distinct())
+        ratings += erased.delete()[0]
     if fields and set(fields) <= {"agent_id", "run_id"}:
         given = SearchFeedback.objects.filter(**scope, **fields)
+        rated_buckets |= set(given.values_list("bucket_id", flat=True).distinct())
         ids = list(given.values_list("id", flat=True))
         if ids:
             versions = (
@@ -140,4 +147,5 @@ def feedback_erase(*, tenant_id, bucket_id, memory_ids: list, fields: dict[str, 
                 .delete()[0]
             )
             ratings += given.delete()[0]
+    LearnedRanking.objects.filter(tenant_id=tenant_id, bucket_id__in=rated_buckets).delete()
     return ratings, versions

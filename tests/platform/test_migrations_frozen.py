@@ -25,6 +25,7 @@ SCHEDULE_MIGRATIONS = (
     "0006_purge_schedule",
     "0007_conflicts",
     "0008_events_schedules",
+    "0010_learn_ranking_schedule",
 )
 
 
@@ -126,6 +127,7 @@ def test_schedule_migrations_rerun_keep_edits_and_reverse_only_their_own_rows():
     assert sorted(PeriodicTask.objects.filter(name__startswith="engram: ").values_list("name", flat=True)) == [
         "engram: apply access times",
         "engram: graph extraction sweep",
+        "engram: learn ranking",
         "engram: memory events",
         "engram: purge memories",
         "engram: scan contradictions",
