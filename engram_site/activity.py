@@ -18,7 +18,13 @@ tasks, at :func:`pause` points: between memories, or turns of at most ``TURN`` m
 follow-up work of a 500-memory write is minutes of CPU; waiting only between tasks left requests
 sharing the cores with it for that long). A pause point less than ``SLICE_SECONDS`` after the last
 wait goes on without looking, so that under unbroken load each wait of at most the limit buys at
-least a slice of work instead of one memory's worth.
+least a slice of work instead of one memory's worth. And waiting has a ceiling: a wait that ran
+to its limit (the requests never paused) earns the worker as long again of work without waiting,
+scaled by ``ENGRAM_WORKER_YIELD_SHARE`` — the most of its time, under unbroken load, the worker
+spends waiting (0.5: half). Without it, a steady stream of writes (several requests a second,
+always one in flight or just ended) held every task at its full limit, and the work those
+writes queued could never catch up with them. While it works without waiting it still runs at
+its lowered CPU priority (serve.py, db_priority.py): the OS gives the requests the cores first.
 :func:`pause` waits only in a worker process (:func:`become_background`), never inside a
 transaction (locks would be held while waiting), and is free when the pause is off.
 
@@ -53,6 +59,7 @@ SLICE_SECONDS = 0.5
 T = TypeVar("T")
 _background = False
 _slice_started = 0.0  # time.monotonic() when this process's last wait for quiet ended
+_free_until = 0.0  # time.monotonic() until which this process works without waiting (the share)
 
 
 def directory() -> Path:
@@ -156,18 +163,32 @@ def wait_for_quiet(limit: float | None = None) -> float:
     """Wait until no request is in flight on this machine (see :func:`requests_active`), at most
     ``limit`` seconds (default: ``settings.ENGRAM_WORKER_YIELD_SECONDS``; 0 does not wait).
     Returns the seconds waited."""
-    global _slice_started
+    global _slice_started, _free_until
     limit = settings.ENGRAM_WORKER_YIELD_SECONDS if limit is None else limit
     if limit <= 0:
         return 0.0
     started = time.monotonic()
+    if started < _free_until:
+        return 0.0  # the last wait ran to its limit: this turn of work is owed
+    ran_out = False
     while requests_active():
         waited = time.monotonic() - started
         if waited >= limit:
+            ran_out = True
             break
         time.sleep(min(POLL_SECONDS, limit - waited))
     _slice_started = time.monotonic()
-    return _slice_started - started
+    waited = _slice_started - started
+    share = settings.ENGRAM_WORKER_YIELD_SHARE
+    if ran_out and share < 1:
+        _free_until = _slice_started + waited * (1 - share) / share
+    return waited
+
+
+def forget_owed_work() -> None:
+    """Start again with no work owed (tests; a new process starts with none)."""
+    global _free_until
+    _free_until = 0.0
 
 
 def clear() -> None:

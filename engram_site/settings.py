@@ -437,6 +437,15 @@ except ValueError:
 # this machine (the same ENGRAM_HOME) is serving, at most this many seconds
 # (engram_site/activity.py); 0 never waits (and web processes mark nothing).
 ENGRAM_WORKER_YIELD_SECONDS = env_float("ENGRAM_WORKER_YIELD_SECONDS", 10.0)
+# The most of its time the worker spends waiting for requests when they never pause: a wait
+# that runs to its limit is followed by work without waiting, waited x (1 - share) / share
+# seconds of it (0.5: as long as it waited). 1 waits every time (the backlog then only moves at
+# the limit's pace under unbroken load).
+ENGRAM_WORKER_YIELD_SHARE = env_float("ENGRAM_WORKER_YIELD_SHARE", 0.5)
+if not 0 < ENGRAM_WORKER_YIELD_SHARE <= 1:
+    raise ImproperlyConfigured(
+        f"ENGRAM_WORKER_YIELD_SHARE must be above 0 and at most 1, not {ENGRAM_WORKER_YIELD_SHARE}"
+    )
 # Rows per enrichment transaction (embeddings and lemmas filled in the background).
 ENGRAM_ENRICH_BATCH_SIZE = env_int("ENGRAM_ENRICH_BATCH_SIZE", 128)
 # Job runs older than this are deleted by the nightly cleanup.

@@ -32,8 +32,10 @@ def _empty_directory(settings, tmp_path, monkeypatch):
     # meanwhile would start a PostgreSQL of its own there (engram_site/embedded_backend).
     monkeypatch.setattr(activity, "directory", lambda: tmp_path / "run" / "requests")
     settings.ENGRAM_WORKER_YIELD_SECONDS = 10  # the pause on: the web side marks its requests
+    activity.forget_owed_work()
     yield
     activity.clear()
+    activity.forget_owed_work()
 
 
 @pytest.fixture
@@ -136,6 +138,50 @@ def test_the_wait_is_bounded_under_unbroken_load(clock):
         assert activity.wait_for_quiet() == 0.0
 
 
+def _unbroken_load():
+    activity.directory().mkdir(parents=True, exist_ok=True)
+    (activity.directory() / str(os.getpid())).touch()  # a request that never ends
+
+
+def test_a_wait_that_ran_to_its_limit_is_followed_by_as_long_of_work_without_waiting(settings, clock):
+    settings.ENGRAM_WORKER_YIELD_SHARE = 0.5
+    _unbroken_load()
+    assert activity.wait_for_quiet(0.4) == pytest.approx(0.4)
+    slept = len(clock.sleeps)
+    clock.sleep(0.35)  # work
+    assert activity.wait_for_quiet(0.4) == 0.0  # still inside the owed turn: no wait, no polling
+    assert len(clock.sleeps) == slept + 1
+    clock.sleep(0.1)  # the owed 0.4 s are over
+    assert activity.wait_for_quiet(0.4) == pytest.approx(0.4)
+
+
+def test_under_unbroken_load_the_worker_waits_at_most_its_share_of_the_time(settings, clock):
+    settings.ENGRAM_WORKER_YIELD_SHARE = 0.25
+    _unbroken_load()
+    started, waited = clock.monotonic(), 0.0
+    while clock.monotonic() - started < 100:
+        waited += activity.wait_for_quiet(2.0)
+        clock.sleep(0.05)  # one task's work between two waits
+    assert waited / (clock.monotonic() - started) == pytest.approx(0.25, abs=0.03)
+
+
+def test_with_a_share_of_one_the_worker_waits_before_every_task(settings, clock):
+    settings.ENGRAM_WORKER_YIELD_SHARE = 1.0
+    _unbroken_load()
+    for _ in range(3):
+        assert activity.wait_for_quiet(0.4) == pytest.approx(0.4)
+
+
+def test_a_wait_the_requests_ended_earns_no_turn_without_waiting(settings, clock):
+    settings.ENGRAM_WORKER_YIELD_SHARE = 0.5
+    marker = activity.directory() / str(os.getpid())
+    _unbroken_load()
+    clock.at(0.2, marker.unlink)  # the requests pause before the limit
+    assert activity.wait_for_quiet(0.4) < 0.4
+    _unbroken_load()
+    assert activity.wait_for_quiet(0.4) == pytest.approx(0.4)  # waits again at once
+
+
 @pytest.mark.slow
 def test_a_mark_left_by_a_dead_process_is_removed_not_waited_on(clock):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -182,6 +228,17 @@ def test_serve_starts_the_worker_at_the_configured_priority(settings, value, nic
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("share", ["0", "1.5", "-1"])
+def test_a_yield_share_outside_zero_to_one_is_refused(share):
+    env = {**os.environ, "ENGRAM_WORKER_YIELD_SHARE": share, "DJANGO_SETTINGS_MODULE": "engram_site.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "ENGRAM_WORKER_YIELD_SHARE must be above 0 and at most 1" in done.stderr
 
 
 @pytest.mark.slow
