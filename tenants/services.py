@@ -242,6 +242,7 @@ OPERATOR_PERMISSIONS = (
     "tenants.view_bucket", "tenants.add_bucket", "tenants.change_bucket", "tenants.delete_bucket",
     "tenants.view_apitoken", "tenants.add_apitoken", "tenants.delete_apitoken",
     "memories.view_memory", "memories.change_memory", "memories.delete_memory",
+    "memories.view_learnedranking", "memories.delete_learnedranking",
     "maintenance.view_duplicatecandidate", "maintenance.change_duplicatecandidate",
     "maintenance.view_conflictcandidate", "maintenance.change_conflictcandidate",
     "audit.view_auditevent",

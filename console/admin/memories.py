@@ -1,6 +1,7 @@
-"""The memories' model pages: memories (edit, pin, delete, their history) and deleted memories
-(restore). Every change goes through the memories write gateway (``memories.services``) with
-the operator as the actor, so it is audited and recorded in the memory's history."""
+"""The memories' model pages: memories (edit, pin, delete, their history), deleted memories
+(restore) and what buckets' rankings learned from their feedback (reset). Every change goes
+through the memories services with the operator as the actor, so it is audited (and a memory's
+recorded in its history)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 
 from audit.services import Actor
+from console.actions import confirm_action, confirmed
 from console.history import display_value, memory_history_rows
 from console.scoping import TenantScopedAdmin, scope_queryset
 from engram_site.exceptions import Conflict, NotFound
 from engram_site.fields import EARLIEST_STORED, LATEST_STORED
 from memories import services
-from memories.models import DeletedMemory, Memory
+from memories.models import DeletedMemory, LearnedRanking, Memory
+from memories.services import ranking_learning
 from memories.text import text_hash
 from tenants.selectors import parse_uuid
 
@@ -455,3 +458,75 @@ class DeletedMemoryAdmin(_WithHistory, TenantScopedAdmin):
             return HttpResponseRedirect(reverse("admin:memories_deletedmemory_changelist"))
         self.message_user(request, "Restored, with its id and every field it had.", messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:memories_memory_change", args=[memory.pk]))
+
+
+@admin.register(LearnedRanking)
+class LearnedRankingAdmin(TenantScopedAdmin):
+    """What each bucket's ranking learned from its feedback (memories.services.ranking_learning):
+    the settings, the scores that adopted or refused them, how many ratings, when. Read-only; the
+    reset action deletes a bucket's row (its searches use the defaults again) after a confirmation,
+    through the same service as ``manage.py learn_ranking --reset``."""
+
+    list_display = ["bucket", "tenant", "outcome", "settings_display", "scores", "ratings", "questions", "learned_at"]
+    list_filter = ["adopted", "tenant"]
+    list_select_related = ["bucket", "tenant"]
+    readonly_fields = [
+        "tenant", "bucket", "adopted", "settings_display", "ratings", "train_queries", "held_queries",
+        "train_before", "train_after", "held_before", "held_after", "candidates", "searches", "learned_at",
+    ]  # fmt: skip
+    fields = readonly_fields
+    actions = ["reset"]
+    ordering = ["-learned_at"]
+    list_per_page = 50
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # the reset action, with its audit, instead
+        return actions
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="outcome", boolean=False, ordering="adopted")
+    def outcome(self, obj):
+        return "learned settings in use" if obj.adopted else "defaults kept"
+
+    @admin.display(description="settings")
+    def settings_display(self, obj):
+        if not obj.settings:
+            return "—"
+        values = {**obj.settings.get("weights", {}), **{k: v for k, v in obj.settings.items() if k != "weights"}}
+        return ", ".join(f"{name} {value:g}" for name, value in values.items())
+
+    @admin.display(description="held-back score (defaults → learned); training")
+    def scores(self, obj):
+        return f"{obj.held_before:.3f} → {obj.held_after:.3f}; training {obj.train_before:.3f} → {obj.train_after:.3f}"
+
+    @admin.display(description="questions (training / held back)")
+    def questions(self, obj):
+        return f"{obj.train_queries} / {obj.held_queries}"
+
+    @admin.action(description="Reset what the selected buckets learned…", permissions=["delete"])
+    def reset(self, request, queryset):
+        rows = list(queryset.select_related("bucket", "bucket__tenant"))
+        if not confirmed(request):
+            return confirm_action(
+                request,
+                queryset=queryset.select_related("bucket", "tenant"),
+                action="reset",
+                title="Reset learned ranking",
+                message=(
+                    "These buckets' searches go back to the default weights (with the tenant's settings). "
+                    "The nightly job learns them again once their ratings change."
+                ),
+                button=f"Yes, reset {len(rows)} bucket(s)",
+                describe=lambda r: f"{r.bucket.name} — {r.tenant.name} ({'learned' if r.adopted else 'defaults kept'})",
+            )
+        deleted = ranking_learning.ranking_learned_reset(
+            buckets=[row.bucket for row in rows], actor=Actor.operator(request.user, request)
+        )
+        self.message_user(request, f"Reset the learned ranking of {deleted} bucket(s).", messages.SUCCESS)
+        return None

@@ -47,7 +47,7 @@ from django_celery_beat.models import (
 from audit.services import Actor, audit_record
 from engram_site.models import JobRun, JobStatus
 from maintenance.models import ConflictCandidate
-from memories.models import DeletedMemory, EnrichmentFailure, Memory, MemoryEvent
+from memories.models import DeletedMemory, EnrichmentFailure, LearnedRanking, Memory, MemoryEvent
 from memories.services import MemoryInput, memories_ingest, memory_delete
 from memories.services.blocks import Expected, block_put
 from memories.services.buckets import bucket_create
@@ -133,6 +133,9 @@ def world(tenant, other_tenant) -> World:
         "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
         "candidate": make_duplicate_candidate(a1, m1, m2), "conflict": _conflict(a1, m1, m2), "token": token,
         "failure": EnrichmentFailure.objects.get(memory_id=m1),
+        "learned": LearnedRanking.objects.create(
+            tenant=tenant, bucket=a1, adopted=True, settings={"recency_weight": 0.6}, ratings=40
+        ),
         "event": event, "membership": membership, "user_a": user_a, "group": group,
         "jobrun": JobRun.objects.create(name=f"{A_MARK}_job", status=JobStatus.FAILED, started_at=now, error=A_MARK),
         "interval": interval,
@@ -410,6 +413,7 @@ ADMIN_MODELS = {
     "tenants_operatormembership": "membership",
     "memories_memory": "memory",
     "memories_deletedmemory": "deleted",
+    "memories_learnedranking": "learned",
     "maintenance_duplicatecandidate": "candidate",
     "engram_site_jobrun": "jobrun",
     "audit_auditevent": "event",
