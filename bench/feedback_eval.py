@@ -25,6 +25,10 @@ and other stop words dropped, and the question-word phrase moved to the end
 
     python bench/feedback_eval.py --locomo ../shared/eval/locomo-dev/locomo-dev5.json --home /tmp/fb
     python bench/feedback_eval.py --locomo PATH --home /tmp/fb --reuse --variant strong='{"feedback_weight": 1}'
+
+``--learn`` then runs the learning job (memories.services.ranking_learning, docs/RETRIEVAL.md
+"Learned weights") on the sets' buckets and asks every question again: the ``+learned`` rows are
+the same rankings on top of what each bucket learned from the ratings just given.
 """
 
 from __future__ import annotations
@@ -131,7 +135,30 @@ def _record(conv, question: dict, ids: list[str], resp, *, half: str, form: str,
     }  # fmt: skip
 
 
-def run_set(client, s: e3.EvalSet, written: dict, variants: list[er.Variant], seed: int) -> tuple[list[dict], dict]:
+def _after(
+    client, s: e3.EvalSet, written: dict, questions: list[dict], rated: set, variant: str, ranking: dict
+) -> list:
+    common.log(f"{s.key}: after ({variant})")
+    records = []
+    for q in questions:
+        conv = written[q["conversation_id"]]
+        half = "rated" if q["id"] in rated else "untouched"
+        for form, query in (("asked", q["question"]), ("paraphrase", paraphrase(q["question"]))):
+            ids, resp = _ask(client, conv, q, query, ranking, q.get("asked_at"))
+            records.append(_record(conv, q, ids, resp, half=half, form=form, phase="after", variant=variant))
+    return records
+
+
+def learned_of(client, conv) -> dict | None:
+    """What the bucket's ranking learned and uses (a search's explain names it), or None."""
+    resp = client.search(conv.bucket_id, "anything", limit=1, explain=True)
+    hits = resp.data["results"]
+    return hits[0]["explain"].get("learned_ranking") if hits else None
+
+
+def run_set(
+    client, s: e3.EvalSet, written: dict, variants: list[er.Variant], seed: int, learn=None
+) -> tuple[list[dict], dict]:
     questions = _questions(s)
     order = list(range(len(questions)))
     random.Random(seed).shuffle(order)
@@ -167,13 +194,14 @@ def run_set(client, s: e3.EvalSet, written: dict, variants: list[er.Variant], se
         given["questions"] += 1
     common.log(f"{s.key}: rated {given}")
     for variant in variants:
-        common.log(f"{s.key}: after ({variant.name})")
-        for q in questions:
-            conv = written[q["conversation_id"]]
-            half = "rated" if q["id"] in rated else "untouched"
-            for form, query in (("asked", q["question"]), ("paraphrase", paraphrase(q["question"]))):
-                ids, resp = _ask(client, conv, q, query, variant.ranking, q.get("asked_at"))
-                records.append(_record(conv, q, ids, resp, half=half, form=form, phase="after", variant=variant.name))
+        records += _after(client, s, written, questions, rated, variant.name, variant.ranking)
+    if learn is not None:
+        # The learning job over the set's buckets, then the same questions again: the variant's
+        # ranking now sits on what each bucket learned (where it beat its defaults on held-back ratings).
+        learn([conv.bucket_id for conv in written.values()])
+        given["learned"] = {conv_id: learned_of(client, conv) for conv_id, conv in written.items()}
+        for variant in variants:
+            records += _after(client, s, written, questions, rated, f"{variant.name}+learned", variant.ranking)
     for r in records:
         r["set"] = s.key
     return records, given
@@ -209,6 +237,24 @@ def summary(records: list[dict], s: str, variant: str) -> list[list[Any]]:
     return rows
 
 
+def _learned_lines(given: dict[str, dict]) -> list[str]:
+    """Per set, what each bucket learned (the settings its searches use), or that it kept its defaults."""
+    lines = []
+    for key, per_set in given.items():
+        learned = per_set.get("learned") or {}
+        used = {conv: found for conv, found in learned.items() if found}
+        parts = [
+            f"{conv}: `{json.dumps(found['settings'], sort_keys=True)}` (held-back score "
+            f"{found['held_back_score']['defaults']:.3f} -> {found['held_back_score']['learned']:.3f})"
+            for conv, found in sorted(used.items())
+        ]  # fmt: skip
+        lines.append(
+            f"- learned ({e3.TITLES[key]}): {len(used)} of {len(learned)} buckets use learned settings"
+            + (": " + "; ".join(parts) if parts else " (the others kept their defaults or had too few ratings)")
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default="ours,locomo", help="comma-separated, from ours,locomo")
@@ -226,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--paraphrases", action="store_true", help="print each question's paraphrase and exit")
+    learn_help = (
+        "after the ratings, run the learning job (manage.py learn_ranking) on the sets' buckets and ask "
+        "everything again (variants '<name>+learned'); needs a private server"
+    )
+    parser.add_argument("--learn", action="store_true", help=learn_help)
+    parser.add_argument("--learn-min-ratings", type=int, default=30, help="the job's minimum of ratings per bucket")
     common.add_server_args(parser)
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.sets.split(",") if n.strip()]
@@ -262,11 +314,25 @@ def main(argv: list[str] | None = None) -> int:
                             conv.turn_memory = {t: m for m, turns in conv.memory_turns.items() for t in turns}
             # An earlier run's ratings (kept home) go first: the agent's erasure deletes them.
             client.request("POST", "/api/v1/erasure", {"agent_id": AGENT}, expect=200)
+            learn = None
+            if args.learn:
+                if target.private is None:
+                    raise SystemExit("--learn needs a private server (it runs manage.py in the server's ENGRAM_HOME)")
+
+                def learn(bucket_ids: list[str]) -> None:
+                    flags = [part for bucket_id in bucket_ids for part in ("--bucket", str(bucket_id))]
+                    out = common.manage(
+                        "learn_ranking", *flags, "--min-ratings", str(args.learn_min_ratings), "--no-progress",
+                        env=target.private.env(), timeout=7200,
+                    ).stdout  # fmt: skip
+                    common.log(f"learn_ranking: {out.strip().splitlines()[-1] if out.strip() else '(no output)'}")
+
             for s in sets:
-                found, given[s.key] = run_set(client, s, written[s.key], variants, args.seed)
+                found, given[s.key] = run_set(client, s, written[s.key], variants, args.seed, learn)
                 records += found
         description = target.describe()
-    rows = [row for s in sets for v in variants for row in summary(records, s.key, v.name)]
+    shown = [v.name for v in variants] + ([f"{v.name}+learned" for v in variants] if args.learn else [])
+    rows = [row for s in sets for name in shown for row in summary(records, s.key, name)]
     table = common.markdown_table(
         ["set", "after", "questions", "n", "r@10 before", "r@10 after", "change", "MRR before", "MRR after"],
         rows, "lllrrrrrr",
@@ -292,7 +358,14 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in given.items()
         ),  # fmt: skip
         "- before: feedback off (`feedback_weight` and `feedback_demotion` 0: the ranking without ratings); "
-        "after: the variant's ranking (defaults unless given)",
+        "after: the variant's ranking (defaults unless given)"
+        + (
+            "; `+learned`: the same after the learning job (`manage.py learn_ranking --min-ratings "
+            f"{args.learn_min_ratings}`) ran on the sets' buckets"
+            if args.learn
+            else ""
+        ),
+        *(_learned_lines(given) if args.learn else []),
         "- paraphrase: a deterministic rewrite, no model (question words swapped, a hand-written synonym list, "
         "stop words dropped, the question phrase moved to the end): bench/feedback_eval.py `paraphrase`",
         f"- latency, every search through HTTP: before p50 {_pct(latency['before'], 50)} / "
