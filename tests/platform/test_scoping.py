@@ -47,6 +47,7 @@ from memories.services.blocks import Expected, block_put
 from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
 from memories.services.feedback import feedback_record
+from memories.services.ranking_learning import ranking_learn
 from memories.services.keys import memory_keys_build
 from memories.services.passages import memory_passages_build
 from sources.models import SourceChunk, SourceChunkMemory, TrashedChunkLink
@@ -196,6 +197,7 @@ def _build_rows(tenant: Tenant, mark: str) -> None:
     failures_record(stage="graph", errors={ids[0]: f"{mark} tripped"})
     block_put(bucket=bucket, agent_id=None, label="persona", content=f"{mark} persona", expected=Expected())
     feedback_record(memory=memory, signal="useful", query=f"what does {mark} keep?")
+    ranking_learn(bucket=bucket)  # one rated question: it keeps the defaults, and says so in its row
     memory_keys_build(memory_ids=[ids[1]], wait=False)
     # A memory past the model's window, and its passages.
     [long] = memories_ingest(

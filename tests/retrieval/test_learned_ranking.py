@@ -238,3 +238,15 @@ def test_erasing_the_agent_that_rated_forgets_what_was_learned_from_it(tenant, a
     assert LearnedRanking.objects.for_bucket(bucket).exists()
     memories_erase(tenant=tenant, fields={"agent_id": "rater"}, actor=Actor.system())
     assert not LearnedRanking.objects.for_bucket(bucket).exists()
+
+
+def test_a_run_reads_at_most_the_newest_rated_questions_it_may(bucket, rated):
+    questions, ratings, newest = ranking_learning.questions_of(bucket, limit=10)
+    assert len(questions) == 10 and ratings == 20
+    names = {q.query.split()[2] for q in questions}
+    assert names == {n for n, _, _ in MOVED[-10:]}  # the last rated
+    lesson = ranking_learning.ranking_learn(bucket=bucket, max_questions=10, knobs=RECENCY)
+    assert lesson.train_questions + lesson.held_questions == 10
+    # Searches: the defaults and each value tried on the training questions, both on the held back.
+    tried = len(ranking_learning.candidates_for("recency_weight", ranking.DEFAULTS.recency_weight))
+    assert lesson.searches <= (1 + tried) * lesson.train_questions + 2 * lesson.held_questions
