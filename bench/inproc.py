@@ -358,11 +358,115 @@ def task_dsn(request: dict) -> dict:
     return {k: (str(v) if k == "port" else v) for k, v in params.items() if k in keep and v not in (None, "")}
 
 
+def task_search_profile(request: dict) -> dict:
+    """memories_search (what POST /search calls) on one bucket, each query ``repeat`` times, once
+    under cProfile and once without: per search, wall and CPU time of this process, the number
+    of SQL statements and their time, the database server's CPU; and the functions with the most
+    own time under the profiler.
+
+    request: {"bucket_id", "queries": [...], "repeat": n, "ranking": {...} or None, "top": 30}
+    """
+    import cProfile
+    import pstats
+
+    _setup_django()
+    from django.conf import settings
+    from django.db import connections
+
+    from engram_site.scoping import scopes_disabled, tenant_scope
+    from memories.retrieval.search import memories_search
+    from tenants.models import Bucket
+
+    # Every signal in this thread: the profiler and the statement counter see one thread's
+    # work only (the server runs the signals in a pool when ENGRAM_SEARCH_PARALLEL is on; the
+    # work is the same, spread over threads).
+    settings.ENGRAM_SEARCH_PARALLEL = False
+    _warm_models()
+    with scopes_disabled():  # the benchmark names a bucket of any tenant
+        bucket = Bucket.objects.select_related("tenant").get(pk=request["bucket_id"])
+    conn = connections["default"]
+    statements = {"count": 0, "seconds": 0.0}
+
+    def sql_counter(execute, sql, params, many, context):
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            statements["count"] += 1
+            statements["seconds"] += time.perf_counter() - started
+
+    queries = request["queries"]
+    repeat = request.get("repeat", 1)
+
+    def run_all() -> None:
+        for _ in range(repeat):
+            for query in queries:
+                memories_search(bucket=bucket, query=query, ranking_overrides=request.get("ranking"),
+                                record_access=False)  # fmt: skip
+
+    with tenant_scope(bucket.tenant_id), conn.execute_wrapper(sql_counter):
+        for query in queries[:5]:  # warm: plans, caches, the first query embeddings
+            memories_search(bucket=bucket, query=query, record_access=False)
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            backend_pid = cur.fetchone()[0]
+        statements.update(count=0, seconds=0.0)
+        database_before = common.server_cpu_seconds(backend_pid)
+        cpu_before, started = time.process_time(), time.perf_counter()
+        run_all()
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_before
+        database_after = common.server_cpu_seconds(backend_pid)
+        plain = {
+            "searches": repeat * len(queries),
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "statements": statements["count"],
+            "statement_s": statements["seconds"],
+            "database_cpu_s": None if database_before is None or database_after is None
+            else database_after - database_before,
+        }  # fmt: skip
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run_all()
+        profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = stats.total_tt
+    rows = []
+    for (filename, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():
+        rows.append({"function": f"{Path(filename).name}:{line} {name}", "file": filename, "calls": calls,
+                     "own_s": tottime, "cumulative_s": cumtime})  # fmt: skip
+    rows.sort(key=lambda r: r["own_s"], reverse=True)
+    by_area: dict[str, float] = defaultdict(float)
+    for r in rows:
+        by_area[_area(r["file"])] += r["own_s"]
+    return {
+        "plain": plain,
+        "profiled_total_s": total,
+        "top": rows[: request.get("top", 30)],
+        "by_area": dict(sorted(by_area.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def _area(filename: str) -> str:
+    """Where a profiled function lives, coarsely: Engram's own apps, or the library."""
+    path = filename.replace("\\", "/")
+    if "/site-packages/" in path:
+        library = path.split("/site-packages/", 1)[1].split("/", 1)[0]
+        return f"library: {library}"
+    for app in ("memories/retrieval", "memories", "engram_site", "tenants", "graph", "maintenance"):
+        if f"/{app}/" in path:
+            return f"engram: {app}"
+    if path.startswith("<") or "/lib/python" in path:
+        return "Python runtime"
+    return "other"
+
+
 TASKS = {
     "ingest-split": task_ingest_split,
     "ceiling": task_ceiling,
     "embed-queries": task_embed_queries,
     "dsn": task_dsn,
+    "search-profile": task_search_profile,
 }
 
 
