@@ -47,9 +47,9 @@ from memories.services.blocks import Expected, block_put
 from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
 from memories.services.feedback import feedback_record
-from memories.services.ranking_learning import ranking_learn
 from memories.services.keys import memory_keys_build
 from memories.services.passages import memory_passages_build
+from memories.services.ranking_learning import ranking_learn
 from sources.models import SourceChunk, SourceChunkMemory, TrashedChunkLink
 from sources.services.submit import source_submit_document
 from tenants import services
