@@ -59,6 +59,7 @@ BENCHMARKS = (
     "eval_long.py",
     "eval_retrieval.py",
     "graph_extraction.py",
+    "graph_throughput.py",
     "hnsw_params.py",
     "hnsw_recall.py",
     "ingest_throughput.py",

@@ -55,6 +55,7 @@ from graph.extract.unnamed import attribute_fact, known_mentions
 from graph.extract.vocabulary import (
     JOB_TITLES,
     RELATIONS,
+    THIRD_PERSON,
     first_name_variants,
     may_be_short_form,
     partial_name_of,
@@ -64,8 +65,8 @@ from graph.extract.vocabulary import (
 
 __all__ = [
     "Extraction", "Fact", "Ref", "Resolver", "attribute_fact", "extract", "first_name_variants", "known_mentions",
-    "may_be_short_form", "normalize_name", "partial_name_of", "short_form_people", "short_forms_of", "speaker_ref",
-    "split_speaker", "stored",
+    "may_be_short_form", "normalize_name", "partial_name_of", "reads_context", "short_form_people", "short_forms_of",
+    "speaker_ref", "split_speaker", "stored",
 ]  # fmt: skip
 
 # What a fact says about the type of its subject / object (the NER's guess is the weakest evidence).
@@ -117,6 +118,13 @@ def extract(doc, *, speaker: Ref, context_doc=None) -> Extraction:
             if token.pos_ in {"VERB", "AUX"}:
                 verb_facts(token, resolver, out, when)
     return _settle(out, relation_refs)
+
+
+def reads_context(doc) -> bool:
+    """Whether :func:`extract` of ``doc`` reads its ``context_doc``: only for the people "he",
+    "she" or "they" may be, so only when ``doc`` says one of them. Parsing the context (up to
+    2,000 characters of the sequence before a memory) of the others is work thrown away."""
+    return any(token.lower_ in THIRD_PERSON for token in doc)
 
 
 def _inside_name(token, resolver: Resolver) -> bool:

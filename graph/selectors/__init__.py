@@ -148,29 +148,35 @@ def entities_by_partial_name(
         return {}
     firsts = sorted(set().union(*wanted.values()))
     lasts = sorted(wanted) if surnames else []
+    # The people a short form may stand for come with the same statement (one round trip).
+    shorts = [w for w in wanted if may_be_short_form(w)] if short_forms else []
+    beginnings = sorted({w[:SHORT_FORM_LETTERS] for w in shorts})
     with connection.cursor() as cur:
         # graph_entities_first_word / _last_word: (tenant, bucket, first or last word of the
         # name) for PERSON rows.
         cur.execute(
             """
-            SELECT split_part(normalized_name, ' ', 1), split_part(normalized_name, ' ', -1), id FROM graph_entities
+            SELECT split_part(normalized_name, ' ', 1), split_part(normalized_name, ' ', -1),
+                   strpos(normalized_name, ' ') > 0, id
+            FROM graph_entities
             WHERE tenant_id = %s AND bucket_id = %s AND type = 'PERSON'
-              AND (split_part(normalized_name, ' ', 1) = ANY(%s) OR split_part(normalized_name, ' ', -1) = ANY(%s))
-              AND strpos(normalized_name, ' ') > 0
+              AND (strpos(normalized_name, ' ') > 0
+                   AND (split_part(normalized_name, ' ', 1) = ANY(%s) OR split_part(normalized_name, ' ', -1) = ANY(%s))
+                   OR left(split_part(normalized_name, ' ', 1), %s) = ANY(%s))
               -- a name, not a description such as "sister of Bob" (normalized "bob sister") that an
               -- older extractor stored
               AND split_part(lower(name), ' ', 1) = split_part(normalized_name, ' ', 1)
             ORDER BY mention_count DESC, id
             """,
-            [bucket.tenant_id, bucket.pk, firsts, lasts],
+            [bucket.tenant_id, bucket.pk, firsts, lasts, SHORT_FORM_LETTERS, beginnings],
         )
         rows = cur.fetchall()
     found: dict[str, list[uuid.UUID]] = {}
     for word, forms in wanted.items():
-        ids = [entity_id for first, last, entity_id in rows if first in forms or surnames and last == word]
+        ids = [pk for first, last, full, pk in rows if full and (first in forms or surnames and last == word)]
         found[word] = list(dict.fromkeys(ids))[:2]
-    if short_forms:
-        found |= entities_by_short_form(bucket=bucket, words=[w for w, ids in found.items() if not ids])
+        if not found[word] and word in shorts:
+            found[word] = short_form_people(word, [(first, full, pk) for first, _last, full, pk in rows])
     return found
 
 

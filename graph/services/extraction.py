@@ -55,13 +55,15 @@ def _parse(memories: list[Memory]) -> tuple[list, dict[uuid.UUID, str]]:
     contexts = [m.context_text[-2000:] if m.context_text else "" for m in memories]
     try:
         docs = list(pipeline.pipe(texts, batch_size=64))
-        context_docs = list(pipeline.pipe(contexts, batch_size=64))
+        # A context is parsed only for a memory that reads it (he/she: extraction.reads_context).
+        wanted = [i for i, doc in enumerate(docs) if contexts[i] and extraction.reads_context(doc)]
+        context_docs = dict(zip(wanted, pipeline.pipe([contexts[i] for i in wanted], batch_size=64), strict=True))
     except Exception:
         logger.exception("the spaCy pipeline failed on a batch of %d memories; parsing one by one", len(memories))
         return _parse_one_by_one(pipeline, memories, speakers, texts, contexts)
     parsed = [
-        (memory, speaker, doc, context_doc if memory.context_text else None)
-        for memory, speaker, doc, context_doc in zip(memories, speakers, docs, context_docs, strict=True)
+        (memory, speaker, doc, context_docs.get(i))
+        for i, (memory, speaker, doc) in enumerate(zip(memories, speakers, docs, strict=True))
     ]
     return parsed, {}
 
@@ -70,11 +72,12 @@ def _parse_one_by_one(pipeline, memories, speakers, texts, contexts) -> tuple[li
     parsed, failed = [], {}
     for memory, speaker, text, context in zip(memories, speakers, texts, contexts, strict=True):
         try:
-            doc, context_doc = pipeline(text), pipeline(context)
+            doc = pipeline(text)
+            context_doc = pipeline(context) if context and extraction.reads_context(doc) else None
         except Exception as exc:
             failed[memory.pk] = error_text(exc)
             continue
-        parsed.append((memory, speaker, doc, context_doc if memory.context_text else None))
+        parsed.append((memory, speaker, doc, context_doc))
     return parsed, failed
 
 

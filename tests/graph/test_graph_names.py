@@ -384,3 +384,15 @@ def test_a_word_capitalised_only_by_opening_its_sentence_is_not_an_entity(bucket
     )
     assert {"Good", "Things", "Summer"}.isdisjoint(names(bucket))
     assert {"Melanie", "Caroline", "Buddy", "Grace", "Porto"} <= names(bucket)
+
+
+def test_she_in_a_later_turn_is_the_person_its_sequence_named(bucket):
+    """A memory's sequence context (the turns before it) is parsed only for a memory that says
+    he, she or they, to find who that is; the others' is not read."""
+    write_extracted(
+        bucket,
+        *daily("I had lunch with Alice Chen today.", "She moved to Denver last year.", "Bob Martinez lives in Oslo."),
+        sequence=True,
+    )
+    facts = graph_facts(bucket)
+    assert {("Alice Chen", "lives_in", "Denver"), ("Bob Martinez", "lives_in", "Oslo")} <= facts
