@@ -8,6 +8,7 @@ run (:meth:`MemoryFilters.sql`), the ORM condition the listings use
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -24,6 +25,10 @@ from tenants.models import AgentRestriction
 LOOKUPS = {
     "exact": ("= %s", "exact"),
     "contains": ("@> %s::text[]", "contains"),
+    # jsonb containment: every key given, with the same value (objects and arrays by containment).
+    # The column is named twice: "<alias>.metadata @> %s::jsonb AND <alias>.metadata <> '{}'", the
+    # second half so that the partial index idx_memories_metadata (rows with metadata) answers.
+    "json_contains": ("@> %s::jsonb AND {column} <> '{{}}'::jsonb", "contains"),
     "gte": (">= %s", "gte"),
     "lt": ("< %s", "lt"),
     "lte": ("<= %s", "lte"),
@@ -50,6 +55,15 @@ def in_buckets(buckets, alias: str | None = "m") -> tuple[list[str], list]:
     return [f"{at}tenant_id = %s", f"{at}bucket_id = ANY(%s::uuid[])"], [found[0].tenant_id, [b.pk for b in found]]
 
 
+def _param(lookup: str, value: Any) -> Any:
+    """A filter's value as its SQL placeholder takes it."""
+    if lookup == "contains":
+        return list(value)
+    if lookup == "json_contains":
+        return json.dumps(value)
+    return value
+
+
 def _filter(column: str, lookup: str, kind: str, **api: Any) -> Any:
     """A filter field: its ``column`` tested by ``lookup``; ``kind`` and ``api`` describe
     the value the API accepts for it (memories/serializers.py)."""
@@ -72,6 +86,14 @@ class MemoryFilters:
     created_before: datetime | None = _filter("created_at", "lt", "datetime")
     importance_min: float | None = _filter(
         "importance", "gte", "fraction", help_text="only memories whose importance is at least this (0 to 1)"
+    )
+    metadata: dict | None = _filter(
+        "metadata",
+        "json_contains",
+        "metadata",
+        help_text="only memories whose metadata contains this object: each key given with the same value "
+        '(JSON containment: {"project": "apollo"} matches {"project": "apollo", "sprint": 3}; nested objects '
+        "match by containment, an array holds the values given)",
     )
     # Expiry: memories past their expires_at are left out unless asked for.
     include_expired: bool = field(
@@ -108,7 +130,7 @@ class MemoryFilters:
             if lookup is None:
                 continue
             value = getattr(self, spec.name)
-            if value is None or (lookup == "contains" and not value):
+            if value is None or (lookup in ("contains", "json_contains") and not value):
                 continue
             yield spec.metadata["column"], lookup, value
 
@@ -120,8 +142,8 @@ class MemoryFilters:
         ``bucket``: one bucket, or several of one tenant (a search across buckets)."""
         clauses, params = in_buckets(bucket, alias)
         for column, lookup, value in self._applied():
-            clauses.append(f"{alias}.{column} {LOOKUPS[lookup][0]}")
-            params.append(list(value) if lookup == "contains" else value)
+            clauses.append(f"{alias}.{column} {LOOKUPS[lookup][0].format(column=f'{alias}.{column}')}")
+            params.append(_param(lookup, value))
         if not self.include_superseded:
             moment = self._superseded_moment()
             if moment is None:
@@ -144,6 +166,8 @@ class MemoryFilters:
         condition = Q()
         for column, lookup, value in self._applied():
             condition &= Q(**{f"{column}__{LOOKUPS[lookup][1]}": list(value) if lookup == "contains" else value})
+            if lookup == "json_contains":
+                condition &= ~Q(**{column: {}})  # as the SQL form says it, for the partial index
         if not self.include_superseded:
             moment = self._superseded_moment()
             current = Q(superseded_at__isnull=True)

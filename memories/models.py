@@ -239,6 +239,13 @@ class Memory(models.Model):
             models.Index(fields=["tenant", "agent_id"], name="idx_memories_agent", condition=Q(agent_id__isnull=False)),
             # Retrieval scoped to one run: WHERE tenant_id = ? AND run_id = ?.
             models.Index(fields=["tenant", "run_id"], name="idx_memories_run", condition=Q(run_id__isnull=False)),
+            # The metadata filter of searches and listings (memories/filters.py): metadata @> ?
+            # AND metadata <> '{}'. Only rows that have metadata; jsonb_path_ops answers @> only.
+            GinIndex(
+                OpClass("metadata", name="jsonb_path_ops"),
+                name="idx_memories_metadata",
+                condition=~Q(metadata={}),
+            ),
             # Who links to this memory: linked_memory_ids @> '["<id>"]'.
             GinIndex(fields=["linked_memory_ids"], name="idx_memories_linked"),
             # Vector retrieval: ORDER BY embedding::halfvec(384) <=> ? LIMIT k (half_precision).

@@ -54,6 +54,55 @@ class TagsField(ListField):
         return list(dict.fromkeys(tags))  # de-duplicated, order kept
 
 
+def _json_strings(value):
+    """Every key and string value in parsed JSON (iterative: depth is checked separately)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            yield from (key for key in node if isinstance(key, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+class MetadataField(JSONObjectField):
+    default_error_messages = {
+        "too_deep": f"Must not be nested more than {MAX_METADATA_DEPTH} levels deep.",
+        "too_large": f"Must be at most {MAX_METADATA_BYTES} bytes as JSON.",
+        "nul": "Must not contain NUL characters.",
+        "control": "{message}",
+        "reserved": "Keys starting with '_engram' are reserved for Engram.",
+    }
+
+    def to_internal_value(self, data):
+        data = super().to_internal_value(data)  # an object
+        # Depth first: json.dumps below (and psycopg, and reading the row back) recurse.
+        if json_depth_exceeds(data, MAX_METADATA_DEPTH):
+            self.fail("too_deep")
+        # Characters before size: a lone surrogate ("\udc80") cannot even be encoded to measure it.
+        for text in _json_strings(data):
+            message = character_error(text)
+            if message is not None and "\x00" in text:
+                self.fail("nul")  # PostgreSQL's jsonb cannot hold \u0000
+            if message is not None:
+                self.fail("control", message=message)
+        if len(json.dumps(data, ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
+            self.fail("too_large")
+        if any(str(key).startswith(RESERVED_PREFIX) for key in data):
+            self.fail("reserved")
+        return data
+
+
+class MetadataQueryField(MetadataField):
+    """``metadata`` as a query parameter: a JSON object written as a string."""
+
+    def __init__(self, **kwargs):
+        super().__init__(binary=True, **kwargs)
+
+
 # A filter's kind → the input field that reads its value.
 _FIELD_OF_KIND = {
     "tags": TagsField,
@@ -62,12 +111,14 @@ _FIELD_OF_KIND = {
     "datetime": StrictDateTimeField,
     "flag": StrictBooleanField,
     "fraction": lambda **kwargs: StrictFloatField(min_value=0.0, max_value=1.0, **kwargs),
+    "metadata": lambda **kwargs: MetadataField(**kwargs),
 }
 # Query parameters are strings: the list reads them with DRF's plain fields.
 _QUERY_FIELD_OF_KIND = {
     **_FIELD_OF_KIND,
     "flag": BooleanField,
     "fraction": lambda **kwargs: FloatField(min_value=0.0, max_value=1.0, **kwargs),
+    "metadata": lambda **kwargs: MetadataQueryField(**kwargs),
 }
 
 
@@ -91,7 +142,7 @@ SearchFiltersIn = type(
 # as_of, are not list filters).
 LIST_FILTERS = (
     "hint_tags", "agent_id", "run_id", "attributed_to", "classified_scope", "classified_topic", "created_after",
-    "created_before", "importance_min", "include_expired",
+    "created_before", "importance_min", "metadata", "include_expired",
 )  # fmt: skip
 
 
@@ -143,48 +194,6 @@ def _resolve_ttl(data: dict) -> dict:
             raise serializers.ValidationError({"ttl_seconds": ["Give expires_at or ttl_seconds, not both."]})
         data["expires_at"] = timezone.now() + timedelta(seconds=data.pop("ttl_seconds"))
     return data
-
-
-def _json_strings(value):
-    """Every key and string value in parsed JSON (iterative: depth is checked separately)."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            yield node
-        elif isinstance(node, dict):
-            yield from (key for key in node if isinstance(key, str))
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-
-
-class MetadataField(JSONObjectField):
-    default_error_messages = {
-        "too_deep": f"Must not be nested more than {MAX_METADATA_DEPTH} levels deep.",
-        "too_large": f"Must be at most {MAX_METADATA_BYTES} bytes as JSON.",
-        "nul": "Must not contain NUL characters.",
-        "control": "{message}",
-        "reserved": "Keys starting with '_engram' are reserved for Engram.",
-    }
-
-    def to_internal_value(self, data):
-        data = super().to_internal_value(data)  # an object
-        # Depth first: json.dumps below (and psycopg, and reading the row back) recurse.
-        if json_depth_exceeds(data, MAX_METADATA_DEPTH):
-            self.fail("too_deep")
-        # Characters before size: a lone surrogate ("\udc80") cannot even be encoded to measure it.
-        for text in _json_strings(data):
-            message = character_error(text)
-            if message is not None and "\x00" in text:
-                self.fail("nul")  # PostgreSQL's jsonb cannot hold \u0000
-            if message is not None:
-                self.fail("control", message=message)
-        if len(json.dumps(data, ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
-            self.fail("too_large")
-        if any(str(key).startswith(RESERVED_PREFIX) for key in data):
-            self.fail("reserved")
-        return data
 
 
 def _optional_text(max_length: int = MAX_ID_CHARS):

@@ -101,6 +101,30 @@ def test_search_by_meaning_within_a_namespace_prefix_with_filter_limit_and_offse
     assert len(lg.search(("prefs", "u1"), query="user", limit=2)) == 2
 
 
+def test_a_filter_finds_its_items_beyond_the_querys_first_hundred_hits(live):
+    """Exact values of a filter go to the server as a metadata filter: the matching items are
+    found even when more than 100 others answer the query better."""
+    lg = store(live, bucket="many")
+    lg.batch([PutOp(("weather",), f"day-{i}", {"text": f"Weather on day {i}: rain and {i} mm of it.", "kind": "log"})
+              for i in range(110)])  # fmt: skip
+    lg.put(("weather",), "pills", {"text": "Take the blue pill at breakfast.", "kind": "health", "rank": 1})
+    lg.put(("weather",), "knee", {"text": "The left knee hurts after running.", "kind": "health", "rank": 3})
+    found = lg.search(("weather",), query="how much rain fell", filter={"kind": "health"}, limit=5)
+    assert {item.key for item in found} == {"pills", "knee"}
+    ranked = lg.search(("weather",), query="how much rain fell", filter={"kind": {"$eq": "health"}, "rank": {"$gt": 2}})
+    assert [item.key for item in ranked] == ["knee"]
+    assert [item.key for item in lg.search(("weather",), filter={"kind": "health", "rank": 1})] == ["pills"]
+
+
+def test_the_part_of_a_filter_sent_to_the_server_never_excludes_a_match():
+    from engram_client.langgraph import _contained
+
+    assert _contained({"kind": "health", "rank": {"$gte": 2}}) == {"kind": "health"}
+    assert _contained({"kind": {"$eq": "health"}, "tags": ["a", "b"]}) == {"kind": "health", "tags": ["a", "b"]}
+    assert _contained({"rank": {"$ne": 1}}) is None
+    assert _contained({"owner": {"name": "Ana", "age": {"$lt": 40}}}) == {"owner": {"name": "Ana"}}
+
+
 def test_namespaces_are_listed_by_prefix_suffix_and_depth(live):
     lg = store(live, bucket="notes")
     for namespace in [("tree", "a", "x"), ("tree", "a", "y"), ("tree", "b", "x"), ("other", "x")]:

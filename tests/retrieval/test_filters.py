@@ -24,6 +24,14 @@ def day(n: int) -> datetime:
     return T0 + timedelta(days=n)
 
 
+METADATA = [
+    {"project": "apollo", "sprint": 3},
+    {"project": "zeus"},
+    {},
+    {"project": "apollo", "labels": ["urgent", "ui"], "owner": {"name": "Ana", "team": "core"}},
+]
+
+
 @pytest.fixture
 def rows(bucket, other_bucket):
     """Twelve memories varying every filtered column, and one of another tenant's that
@@ -36,6 +44,7 @@ def rows(bucket, other_bucket):
             attributed_to=("user", "assistant", None)[i % 3],
             hint_tags=[["food"], ["food", "morning"], ["places"], []][i % 4],
             created_at=day(10 * i),
+            metadata=METADATA[i % 4],
         )
         for i in range(12)
     ]
@@ -49,7 +58,14 @@ def rows(bucket, other_bucket):
     memories_ingest(
         bucket=other_bucket,
         items=[
-            MemoryInput(content="Outsider note", agent_id="chef", run_id="r1", hint_tags=["food"], created_at=day(0))
+            MemoryInput(
+                content="Outsider note",
+                agent_id="chef",
+                run_id="r1",
+                hint_tags=["food"],
+                created_at=day(0),
+                metadata=METADATA[3],
+            )  # fmt: skip
         ],
     )
     return ids
@@ -71,6 +87,12 @@ FILTERS = [
     MemoryFilters(include_superseded=False, reference_time=day(40)),
     MemoryFilters(include_superseded=False, as_of=day(100), reference_time=day(40)),
     MemoryFilters(agent_id="nobody"),
+    MemoryFilters(metadata={"project": "apollo"}),
+    MemoryFilters(metadata={"owner": {"team": "core"}}),
+    MemoryFilters(metadata={"labels": ["ui"]}),
+    MemoryFilters(metadata={"project": "apollo", "sprint": 3}, run_id="r1"),
+    MemoryFilters(metadata={}),  # an empty object: no filter
+    MemoryFilters(metadata={"project": "hermes"}),
 ]
 
 
@@ -110,6 +132,13 @@ def test_the_filters_select_what_they_say(rows, bucket):
     assert selected(later) == [i for i in range(12) if i != 1]
     past = MemoryFilters(include_superseded=False, as_of=day(100), reference_time=day(40))  # as_of decides
     assert selected(past) == [0, 2, 3, 4, 6, 7, 8, 9, 10]
+    # metadata: containment — every key given with its value; nested objects and arrays contain.
+    assert selected(MemoryFilters(metadata={"project": "apollo"})) == [0, 3, 4, 7, 8, 11]
+    assert selected(MemoryFilters(metadata={"owner": {"team": "core"}})) == [3, 7, 11]
+    assert selected(MemoryFilters(metadata={"labels": ["ui"]})) == [3, 7, 11]
+    assert selected(MemoryFilters(metadata={"project": "apollo", "sprint": 3})) == [0, 4, 8]
+    assert selected(MemoryFilters(metadata={"project": "apollo", "sprint": "3"})) == []  # a string is not 3
+    assert selected(MemoryFilters(metadata={})) == list(range(12))
 
 
 def test_every_pair_of_filters_selects_the_same_rows_in_both_forms(rows, bucket):
@@ -138,5 +167,56 @@ def test_the_search_endpoint_reads_its_filters_through_the_derived_input():
         MemoryFilters(**derived.validated_data)  # every input field is a filter
     tags = SearchFiltersIn(data=valid[0])
     assert tags.is_valid() and tags.validated_data["hint_tags"] == ["a", "b"]  # de-duplicated, order kept
-    for invalid in ({"attributed_to": "robot"}, {"include_superseded": "yes"}, {"agent_id": "x" * 201}, {"unknown": 1}):
+    for invalid in (
+        {"attributed_to": "robot"}, {"include_superseded": "yes"}, {"agent_id": "x" * 201}, {"unknown": 1},
+        {"metadata": ["project"]}, {"metadata": "project"}, {"metadata": {"_engram_links": 1}},
+        {"metadata": {"a": "x\x00"}},
+    ):  # fmt: skip
         assert not SearchFiltersIn(data=invalid).is_valid(), invalid
+
+
+def test_a_search_and_a_listing_filter_by_metadata_through_the_api(api, bucket, outsider_api, other_bucket):
+    from tests.factories import search, write
+
+    write(bucket, {"content": "The Apollo launch slipped to May.", "metadata": {"project": "apollo", "sprint": 3}},
+          {"content": "The Zeus launch slipped to June.", "metadata": {"project": "zeus"}}, api=api)  # fmt: skip
+    write(
+        other_bucket, {"content": "Another team's Apollo launch.", "metadata": {"project": "apollo"}}, api=outsider_api
+    )
+    found = search(api, bucket, "when is the launch", filters={"metadata": {"project": "apollo"}})
+    assert [hit["content"] for hit in found["results"]] == ["The Apollo launch slipped to May."]
+    listed = api.get(f"/api/v1/buckets/{bucket.pk}/memories", {"metadata": '{"project": "zeus"}'})
+    assert listed.status_code == 200, listed.content
+    assert [m["content"] for m in listed.json()["results"]] == ["The Zeus launch slipped to June."]
+
+
+@pytest.mark.parametrize("value", ['{"project": ', '["apollo"]', '"apollo"', '{"_engram_x": 1}'])
+def test_a_listing_refuses_a_metadata_filter_that_is_not_a_json_object(api, bucket, value):
+    answer = api.get(f"/api/v1/buckets/{bucket.pk}/memories", {"metadata": value})
+    assert answer.status_code == 400, answer.content
+    assert "metadata" in answer.content.decode()
+
+
+def test_a_search_refuses_a_metadata_filter_that_is_not_an_object(api, bucket):
+    answer = api.post(
+        f"/api/v1/buckets/{bucket.pk}/search", {"query": "launch", "filters": {"metadata": ["apollo"]}}, format="json"
+    )
+    assert answer.status_code == 400, answer.content
+
+
+def test_the_metadata_filter_can_be_answered_by_its_partial_index(rows, bucket):
+    """The SQL form repeats "metadata <> '{}'" so that idx_memories_metadata (rows with metadata
+    only) answers it; without that half the planner could not use the partial index."""
+    from memories.filters import in_buckets
+
+    where, params = MemoryFilters(metadata={"project": "apollo"}).sql(bucket)
+    scope, scope_params = in_buckets(bucket, "m")
+    prefix = " AND ".join(scope) + " AND "
+    assert where.startswith(prefix)
+    # The filter's own clauses, without the bucket's (whose index a planner prefers on a small table).
+    where, params = where[len(prefix) :], params[len(scope_params) :]
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute(f"EXPLAIN SELECT m.id FROM memories m WHERE {where}", params)
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    assert "idx_memories_metadata" in plan, plan

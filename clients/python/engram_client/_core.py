@@ -105,7 +105,7 @@ def path(*parts: Id) -> str:
 
 def query(**params: Any) -> dict[str, str]:
     """Query parameters as the API reads them: ``None`` left out, flags ``true``/``false``,
-    lists comma-separated, datetimes in ISO 8601."""
+    lists comma-separated, datetimes in ISO 8601, objects (a metadata filter) as JSON."""
     out: dict[str, str] = {}
     for name, value in params.items():
         if value is None or value is UNSET:
@@ -116,6 +116,8 @@ def query(**params: Any) -> dict[str, str]:
             out[name] = value.isoformat()
         elif isinstance(value, (list, tuple, set)):
             out[name] = ",".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            out[name] = json.dumps(jsonable(value), separators=(",", ":"))
         else:
             out[name] = str(value)
     return out

@@ -279,15 +279,17 @@ class Engram:
         created_after: datetime | str | None = None,
         created_before: datetime | str | None = None,
         importance_min: float | None = None,
+        metadata: dict[str, Any] | None = None,
         include_expired: bool | None = None,
         pending: bool | None = None,
     ) -> Iterator[Memory]:
-        """A bucket's memories, newest first, fetched a page at a time as the iteration goes."""
+        """A bucket's memories, newest first, fetched a page at a time as the iteration goes.
+        ``metadata``: only memories whose metadata contains this object (JSON containment)."""
         params = core.query(
             page_size=page_size, hint_tags=hint_tags, agent_id=agent_id, run_id=run_id, attributed_to=attributed_to,
             classified_scope=classified_scope, classified_topic=classified_topic, created_after=created_after,
-            created_before=created_before, importance_min=importance_min, include_expired=include_expired,
-            pending=pending,
+            created_before=created_before, importance_min=importance_min, metadata=metadata,
+            include_expired=include_expired, pending=pending,
         )  # fmt: skip
         return self._pages(Call("GET", core.path("buckets", bucket_id, "memories"), params=params), Memory.from_api)
 
@@ -313,7 +315,7 @@ class Engram:
     ) -> SearchResult:
         """The memories that answer ``query`` best (``hybrid`` by default), within ``limit``
         and ``token_budget``. ``filters``: ``hint_tags``, ``agent_id``, ``run_id``,
-        ``attributed_to``, ``created_after``, ``created_before``, ``importance_min``,
+        ``attributed_to``, ``created_after``, ``created_before``, ``importance_min``, ``metadata``,
         ``include_expired``, ``include_superseded``, ``as_of``, … (docs/API.md). ``excerpt``:
         how much of a long memory a hit returns (``auto``, the server's default: its matched
         passage when the whole would not fit the budget; ``passage``; ``whole``).

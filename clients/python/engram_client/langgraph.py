@@ -25,8 +25,10 @@ How LangGraph's items are kept (``pip install "engram-client[langgraph]"``):
   (restorable for the bucket's ``retention_days``).
 - **Search.** ``query=`` is Engram's hybrid search (vector + BM25 + graph, fused) in the
   namespace prefix; ``filter`` (exact values and ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``,
-  ``$lte`` on the value's fields) is applied to the hits, of which at most 100 are read:
-  ``offset + limit`` beyond 100 is cut there. Without a query, items come newest first.
+  ``$lte`` on the value's fields): its exact values and ``$eq`` go to the server as a
+  metadata filter (JSON containment, so the server sends only candidates), and the whole filter
+  is then applied to the hits, of which at most 100 are read: ``offset + limit`` beyond 100 is
+  cut there. Without a query, items come newest first.
   Items put with ``index=False`` are not returned for a query (they are for a filter).
 - **TTL.** ``ttl`` (minutes) becomes the memory's ``expires_at``, moved on by reads unless
   ``refresh_ttl=False`` (``supports_ttl`` is true). Engram leaves an expired memory out of
@@ -284,10 +286,12 @@ class EngramStore(BaseStore):
                 bucket = yield from self._bucket_of(op.namespace_prefix or ("",), create=False)
                 if bucket is None:
                     return []
-                answer = yield call("search", bucket, op.query, mode=self.mode, filters={"hint_tags": [tag]},
+                answer = yield call("search", bucket, op.query, mode=self.mode,
+                                    filters=_server_filters(tag, op.filter),
                                     limit=MAX_HITS if op.filter else min(want, MAX_HITS))  # fmt: skip
             else:  # the whole store: every bucket the token reads
-                answer = yield call("search_buckets", op.query, mode=self.mode, filters={"hint_tags": [tag]},
+                answer = yield call("search_buckets", op.query, mode=self.mode,
+                                    filters=_server_filters(tag, op.filter),
                                     limit=MAX_HITS if op.filter else min(want, MAX_HITS))  # fmt: skip
             rows: list[Memory | SearchHit] = [
                 hit for hit in answer if _kept(hit).get("indexed", True) and _passes(hit, op.filter)
@@ -303,6 +307,7 @@ class EngramStore(BaseStore):
                 if bucket is None:
                     continue
                 found = yield take("list_memories", bucket, hint_tags=[tag], page_size=min(max(want, 1), 500),
+                                   metadata=_server_filters(tag, op.filter).get("metadata"),
                                    n=None if op.filter else want)  # fmt: skip
                 rows += [row for row in found if _passes(row, op.filter)]
         rows = rows[op.offset : op.offset + op.limit]
@@ -337,6 +342,28 @@ class EngramStore(BaseStore):
 def _kept(row: Memory | SearchHit) -> dict[str, Any]:
     kept = (row.metadata or {}).get(META)
     return kept if isinstance(kept, dict) else {}
+
+
+def _contained(wanted: Any) -> Any:
+    """The part of a LangGraph filter the server can test by JSON containment: exact values and
+    ``$eq`` operands (an exact list or object is contained in itself); ``None`` when nothing is.
+    Containment is weaker than equality (a longer list contains a shorter one), so it only
+    narrows what the server sends, and :func:`_passes` still decides."""
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            return wanted.get("$eq")  # None: nothing the server can test
+        parts = {k: c for k, v in wanted.items() if (c := _contained(v)) is not None}
+        return parts or None
+    return wanted
+
+
+def _server_filters(tag: str, wanted: dict[str, Any] | None) -> dict[str, Any]:
+    """The search's filters: the namespace's tag, and what of ``wanted`` containment can test."""
+    filters: dict[str, Any] = {"hint_tags": [tag]}
+    contained = _contained(wanted) if wanted else None
+    if contained:
+        filters["metadata"] = {META: {"value": contained}}
+    return filters
 
 
 def _passes(row: Memory | SearchHit, wanted: dict[str, Any] | None) -> bool:

@@ -1819,6 +1819,10 @@ export interface components {
              * @description only memories whose importance is at least this (0 to 1)
              */
             importance_min?: number;
+            /** @description only memories whose metadata contains this object: each key given with the same value (JSON containment: {"project": "apollo"} matches {"project": "apollo", "sprint": 3}; nested objects match by containment, an array holds the values given) */
+            metadata?: {
+                [key: string]: unknown;
+            };
             /** @description include memories past their expires_at (default false) */
             include_expired?: boolean;
             /** @description include memories a newer fact has superseded (demoted; default true) */
@@ -4680,6 +4684,10 @@ export interface operations {
                 importance_min?: number;
                 /** @description include memories past their expires_at (default false) */
                 include_expired?: boolean;
+                /** @description only memories whose metadata contains this object: each key given with the same value (JSON containment: {"project": "apollo"} matches {"project": "apollo", "sprint": 3}; nested objects match by containment, an array holds the values given) */
+                metadata?: {
+                    [key: string]: unknown;
+                };
                 /** @description 1–500 (default 50) */
                 page_size?: number;
                 /** @description true: only rows awaiting enrichment; false: only enriched rows */
