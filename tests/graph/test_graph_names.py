@@ -144,7 +144,8 @@ def test_a_surname_shared_by_two_people_stays_apart(bucket):
 def test_the_graph_read_in_any_order_and_rebuilt_is_the_same(bucket, other_bucket):
     contents = daily(
         HIRED, "Priya moved to Leeds.", PRIYA, "Lena Ortiz's dog is a beagle.", "My sister lives in Denver.",
-        "My sister Anna is a nurse.", "Lena Ortiz's dog Biscuit loves walks.",
+        "My sister Anna is a nurse.", "Lena Ortiz's dog Biscuit loves walks.", "Mel moved to Porto.",
+        "My brother's wife is a pilot.", "Melanie Chen joined Initech.", "My brother's wife Rosa loves jazz.",
     )  # fmt: skip
     for item in contents:
         write_extracted(bucket, item)  # one write at a time, as they arrive
@@ -156,7 +157,8 @@ def test_the_graph_read_in_any_order_and_rebuilt_is_the_same(bucket, other_bucke
     assert sorted(e[:2] for e in rebuilt[0]) == sorted(e[:2] for e in incremental[0])
     assert [e[:2] for e in graph_snapshot(other_bucket)[0]] == [e[:2] for e in rebuilt[0]]
     assert {("Priya Natarajan", "lives_in", "Leeds"), ("Anna", "lives_in", "Denver"),
-            ("Biscuit", "is_a", "beagle"), ("Lena Ortiz", "owns_pet", "Biscuit")} <= graph_facts(bucket)  # fmt: skip
+            ("Biscuit", "is_a", "beagle"), ("Lena Ortiz", "owns_pet", "Biscuit"), ("Melanie Chen", "lives_in", "Porto"),
+            ("Rosa", "is_a", "pilot")} <= graph_facts(bucket)  # fmt: skip
     assert_no_description_entities(bucket)
 
 
