@@ -40,14 +40,30 @@ class EntityResolver:
         # One object per row, so that aliases and types added through one lookup are not
         # overwritten by a stale copy from another.
         self._rows: dict[uuid.UUID, Entity] = {}
+        # Names a lookup (prefetch) found no entity of; forgotten when one is made or aliased.
+        self._absent: set[str] = set()
 
     def _one(self, entity: Entity | None) -> Entity | None:
         if entity is None:
             return None
         return self._rows.setdefault(entity.pk, entity)
 
+    def prefetch(self, refs: Iterable[extraction.Ref | None]) -> None:
+        """Look up the names of a batch's references at once (one statement instead of one per
+        name): :meth:`resolve` then finds them, or knows there is none, without asking again."""
+        keys: set[str] = set()
+        for ref in refs:
+            while ref is not None:
+                if not ref.unnamed:
+                    keys.add(ref.key)
+                ref = ref.owner
+        wanted = sorted(keys - set(self.by_key) - self._absent)
+        if wanted:
+            self._lookup(wanted)
+            self._absent |= {k for k in wanted if k not in self.by_key}
+
     def _lookup(self, keys: list[str]) -> None:
-        wanted = [k for k in keys if k not in self.by_key]
+        wanted = [k for k in keys if k not in self.by_key and k not in self._absent]
         if not wanted:
             return
         found = Entity.objects.for_bucket(self.bucket).filter(
@@ -85,6 +101,7 @@ class EntityResolver:
         )
         if found is None:
             found = _get_or_create(self.bucket, extraction.Ref(name=target.name, key=target.key, type=target.type))[0]
+            self._absent.discard(target.key)
         return self._one(found)
 
     def _add_aliases(self, entity: Entity, names: set) -> None:
@@ -97,6 +114,7 @@ class EntityResolver:
             entity.save(update_fields=["aliases"])
             for name in names:
                 self._by_alias.pop(name, None)
+            self._absent -= names
 
     def resolve(self, ref: extraction.Ref, memory_id: uuid.UUID | None = None) -> Entity | None:
         """The entity ``ref`` denotes; None for an unnamed relative or pet ("my sister") whose
@@ -161,6 +179,7 @@ class EntityResolver:
         if entity is None:
             entity, created = _get_or_create(self.bucket, ref)
             entity = self._one(entity)
+            self._absent.discard(ref.key)
             if created:
                 self._note_name(entity)
         if aliases:
@@ -307,19 +326,26 @@ def _partial_keys(entity: Entity) -> set[str]:
     return keys
 
 
+_COLUMNS = [field.column for field in Entity._meta.concrete_fields]
+
+
 def _get_or_create(bucket: Bucket, ref: extraction.Ref) -> tuple[Entity, bool]:
-    """The entity of ``ref``'s name and type, and whether this call created it."""
+    """The entity of ``ref``'s name and type, and whether this call created it (one statement
+    when it does)."""
     with connection.cursor() as cur:
         cur.execute(
-            """
+            f"""
             INSERT INTO graph_entities (tenant_id, bucket_id, name, normalized_name, type, aliases, mention_count)
-            VALUES (%s, %s, %s, %s, %s, '{}', 0)
+            VALUES (%s, %s, %s, %s, %s, '{{}}', 0)
             ON CONFLICT (tenant_id, bucket_id, normalized_name, type) DO NOTHING
+            RETURNING {", ".join(_COLUMNS)}
             """,
             [bucket.tenant_id, bucket.pk, ref.name[:500], ref.key[:500], ref.type],
         )
-        created = cur.rowcount == 1
-    return Entity.objects.for_bucket(bucket).get(normalized_name=ref.key[:500], type=ref.type), created
+        row = cur.fetchone()
+    if row is not None:
+        return Entity.from_db(connection.alias, [f.attname for f in Entity._meta.concrete_fields], row), True
+    return Entity.objects.for_bucket(bucket).get(normalized_name=ref.key[:500], type=ref.type), False
 
 
 def entity_merge(*, source: Entity, target: Entity) -> None:

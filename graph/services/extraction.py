@@ -104,13 +104,20 @@ def _extract_batch(
     new_edges: list[Edge] = []
     new_mentions: list[Mention] = []
     parsed, failed = _parse(memories)
+    results = []
     for memory, speaker, doc, context_doc in parsed:
         try:
-            result = extraction.extract(doc, speaker=speaker, context_doc=context_doc)
+            results.append((memory, extraction.extract(doc, speaker=speaker, context_doc=context_doc)))
         except Exception as exc:  # one odd memory must not stop a batch, nor a rebuild
             logger.exception("extraction failed for memory %s", memory.pk)
             failed[memory.pk] = error_text(exc)
-            continue
+    # The batch's names looked up at once (the extractor is a pure function of the text).
+    entities.prefetch(
+        ref
+        for _memory, result in results
+        for ref in (*result.mentions, *(r for fact in result.facts for r in (fact.subject, fact.obj)))
+    )
+    for memory, result in results:
         if reread:
             report.reread += 1
         else:
