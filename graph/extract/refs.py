@@ -273,15 +273,18 @@ class Resolver:
         return Ref(name=name, key=key, type=kind)
 
     def possessor(self, token) -> Ref | None:
-        """Whose ``token`` is: "my / Alice's sister", "the dog of Lena Ortiz", "a friend of
-        mine", or the haver of "Bob has a sister, Carol" (and of "a dog and two cats")."""
+        """Whose ``token`` is: "my / Alice's sister", "the dog of Lena Ortiz", "the husband of
+        my sister", "a friend of mine", or the haver of "Bob has a sister, Carol" (and of "a dog and two cats")."""
         for child in token.children:
             if child.dep_ == "poss":
                 return self.ref(child)
         if token.lemma_.lower() in RELATIONS:
             for prep in (c for c in token.children if c.dep_ == "prep" and c.lower_ == "of"):
                 for pobj in (c for c in prep.children if c.dep_ == "pobj"):
-                    owner = self.ref(pobj) if pobj.pos_ in {"PROPN", "PRON"} or _looks_like_name(pobj) else None
+                    # "the dog of Lena Ortiz", and of a relative: "the husband of my sister".
+                    related = pobj.lemma_.lower() in RELATIONS and self.possessor(pobj) is not None
+                    named = pobj.pos_ in {"PROPN", "PRON"} or _looks_like_name(pobj)
+                    owner = self.ref(pobj) if named or related else None
                     if owner is not None:
                         return owner
             if token.dep_ == "conj" and token.head.lemma_.lower() in RELATIONS:

@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 # 3: no entity named by a description (an unnamed relative is an attribute of its owner), names
 #    learned later read into earlier memories, surnames, "hired".
 # 4: short forms ("Mel" is the bucket's one Melanie), a relative of an unnamed relative ("my
-#    sister's husband": User sister_has husband) as an edge, not a description as an object.
+#    sister's husband", "the husband of my sister": User sister_has husband) as an edge, not a
+#    description as an object.
 EXTRACTOR_VERSION = 4
 BATCH = 200
 # Memories read again in one extraction run because a name they use was learned; the rest go

@@ -310,10 +310,12 @@ def test_a_relative_of_a_relative_is_an_edge_of_the_one_with_a_name(bucket, name
         assert {("Tom", "is_a", "pilot"), ("Tom", "likes", "jazz"), ("User", "sister_spouse_of", "Tom")} <= facts
         assert not {f for f in facts if f[1] in {"sister_has", "sister_husband_is_a"}}
     else:
-        write_extracted(bucket, *daily("My sister's husband is a pilot.", "Lena's brother's dog barks at night."))
+        said = ("My sister's husband is a pilot.", "Lena's brother's dog barks at night.", "The wife of my son sings.")
+        write_extracted(bucket, *daily(*said))
         facts = graph_facts(bucket)
         assert {("User", "has", "sister"), ("User", "sister_has", "husband"), ("User", "sister_husband_is_a", "pilot"),
-                ("Lena", "has", "brother"), ("Lena", "brother_has", "dog")} <= facts  # fmt: skip
+                ("Lena", "has", "brother"), ("Lena", "brother_has", "dog"),
+                ("User", "son_has", "wife")} <= facts  # fmt: skip
         assert not {f for f in facts if " of " in str(f[2])}, facts
     assert_no_description_entities(bucket)
 
