@@ -817,6 +817,8 @@ BLOCK_LABEL_MAX = 64
 # Seed 001's memory_blocks default; a block's limit may be set from 1 to BLOCK_MAX_TOKENS_LIMIT.
 BLOCK_MAX_TOKENS_DEFAULT = 2048
 BLOCK_MAX_TOKENS_LIMIT = 32_768
+# A block's text, in characters (its limit is in tokens: 32,768 tokens are rarely over 200,000).
+BLOCK_MAX_CHARS = 200_000
 
 
 class MemoryBlockQuerySet(BucketScopedQuerySet):

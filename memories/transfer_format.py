@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 from rest_framework import exceptions, serializers
 
-from engram_site.exceptions import _first_message
+from engram_site.exceptions import DomainError, _first_message
 from engram_site.fields import (
     JSONObjectField,
     StoredDateTimeField,
@@ -28,10 +28,18 @@ from engram_site.fields import (
 from engram_site.parsers import JSONParser, json_depth_exceeds
 from engram_site.providers import embedding
 from memories.links import RESERVED_PREFIX
-from memories.models import Scope, VersionKind
-from memories.serializers import MAX_CONTENT_CHARS, MAX_METADATA_DEPTH, MemoryIn, MetadataField, TagsField
+from memories.models import BLOCK_LABEL_MAX, BLOCK_MAX_CHARS, BLOCK_MAX_TOKENS_LIMIT, Scope, VersionKind
+from memories.serializers import (
+    MAX_CONTENT_CHARS,
+    MAX_ID_CHARS,
+    MAX_METADATA_DEPTH,
+    MemoryIn,
+    MetadataField,
+    TagsField,
+)
 from memories.services import CONTEXT_PREDECESSORS, MemoryInput
-from memories.services.transfer import MAX_LINE_VERSIONS, ImportLine, RejectedLine, decode_vector
+from memories.services.blocks import block_label_check, block_tokens
+from memories.services.transfer import MAX_LINE_VERSIONS, BlockLine, ImportLine, RejectedLine, decode_vector
 from tenants.selectors import parse_uuid
 
 # The longest line an import reads; a longer one is rejected without being held in memory.
@@ -164,6 +172,36 @@ class ImportLineIn(MemoryIn):
     versions = VersionIn(many=True, required=False, max_length=MAX_LINE_VERSIONS)
 
 
+class BlockLineIn(StrictSerializer):
+    """The object of a ``{"block": {...}}`` line: a memory block as an export writes it, checked as
+    the blocks endpoints check a PUT (label, owner, text within its limit)."""
+
+    label = StrictCharField(max_length=BLOCK_LABEL_MAX)
+    agent_id = StrictCharField(max_length=MAX_ID_CHARS, required=False, allow_null=True, default=None)
+    content = StrictCharField(max_length=BLOCK_MAX_CHARS, allow_blank=True, trim_whitespace=False)
+    max_tokens = StrictIntegerField(min_value=1, max_value=BLOCK_MAX_TOKENS_LIMIT)
+    version = StrictIntegerField(min_value=1, required=False, help_text="where it was exported (not kept)")
+    updated_at = StoredDateTimeField(required=False, help_text="where it was exported (not kept)")
+
+    def validate_label(self, value):
+        try:
+            return block_label_check(value)
+        except DomainError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def validate(self, attrs):
+        tokens = block_tokens(attrs["content"])
+        if tokens > attrs["max_tokens"]:
+            raise serializers.ValidationError(
+                {"content": [f"The text is {tokens} tokens, over the block's limit of {attrs['max_tokens']}."]}
+            )
+        return attrs
+
+
+class BlockWrapperIn(StrictSerializer):
+    block = BlockLineIn()
+
+
 def _rejected(number: int, exc: exceptions.APIException) -> RejectedLine:
     detail = exc.detail
     if isinstance(exc, exceptions.ValidationError):
@@ -172,7 +210,16 @@ def _rejected(number: int, exc: exceptions.APIException) -> RejectedLine:
     return RejectedLine(number, str(detail))
 
 
-def parse_line(number: int, raw: bytes, validator: ImportLineIn | None = None) -> ImportLine | RejectedLine:
+def _block_line(number: int, data: dict) -> BlockLine | RejectedLine:
+    try:
+        values = dict(BlockWrapperIn().run_validation(data))["block"]
+    except exceptions.ValidationError as exc:
+        return _rejected(number, exc)
+    return BlockLine(number=number, label=values["label"], agent_id=values.get("agent_id"),
+                     content=values["content"], max_tokens=values["max_tokens"])  # fmt: skip
+
+
+def parse_line(number: int, raw: bytes, validator: ImportLineIn | None = None) -> ImportLine | BlockLine | RejectedLine:
     """Line ``number`` (1-based), valid or with the reason it is not. ``validator``: an
     :class:`ImportLineIn` to reuse (a serializer copies its fields for every instance, which
     costs more than validating a line)."""
@@ -183,6 +230,8 @@ def parse_line(number: int, raw: bytes, validator: ImportLineIn | None = None) -
         return _rejected(number, exc)
     if not isinstance(data, dict):
         return RejectedLine(number, "A line must be a JSON object.")
+    if "block" in data:  # a memory block's line ({"block": {...}}, nothing beside it)
+        return _block_line(number, data)
     try:
         # What is_valid() runs, without the state it keeps on the instance.
         values = dict((validator or ImportLineIn()).run_validation(data))
@@ -194,7 +243,7 @@ def parse_line(number: int, raw: bytes, validator: ImportLineIn | None = None) -
     return ImportLine(number=number, item=MemoryInput(**values), derived=derived, versions=versions)
 
 
-def import_lines(stream: BinaryIO) -> Iterator[ImportLine | RejectedLine]:
+def import_lines(stream: BinaryIO) -> Iterator[ImportLine | BlockLine | RejectedLine]:
     """The lines of ``stream`` (JSON Lines, UTF-8) from where it stands, blank lines skipped."""
     validator = ImportLineIn()
     number = 0

@@ -21,14 +21,13 @@ from engram_site.fields import StrictCharField, StrictIntegerField, StrictSerial
 from engram_site.openapi import BODY, errors, limit_offset_page
 from engram_site.pagination import list_response, offset_field, page_size_field
 from memories import selectors
-from memories.models import BLOCK_LABEL_MAX, BLOCK_LABEL_PATTERN, BLOCK_MAX_TOKENS_LIMIT
+from memories.models import BLOCK_LABEL_MAX, BLOCK_LABEL_PATTERN, BLOCK_MAX_CHARS, BLOCK_MAX_TOKENS_LIMIT
 from memories.serializers import MAX_ID_CHARS
 from memories.services import blocks
 from tenants.models import Scope as TokenScope
 from tenants.selectors import bucket_get
 
-# A block's text, in characters (its limit is in tokens: 32,768 tokens are rarely over 200,000).
-MAX_BLOCK_CHARS = 200_000
+MAX_BLOCK_CHARS = BLOCK_MAX_CHARS
 MAX_REASON_CHARS = 2_000
 
 

@@ -28,6 +28,7 @@ from engram_site.openapi import errors
 from memories.quotas import quota_check_memories
 from memories.services.transfer import (
     MEDIA_TYPE,
+    BlockLine,
     ImportLine,
     RejectedLine,
     memories_export,
@@ -42,7 +43,7 @@ from tenants.selectors import bucket_get
 SPOOL_IN_MEMORY_BYTES = 1024 * 1024
 
 
-def held_to(lines: Iterator[ImportLine | RejectedLine], agents: AgentRestriction | None):
+def held_to(lines: Iterator[ImportLine | BlockLine | RejectedLine], agents: AgentRestriction | None):
     """``lines`` with each valid line's agent id as a write by a token held to ``agents`` takes
     it (defaulted to its one agent), or the line rejected when that agent is not the token's."""
     for line in lines:
@@ -113,6 +114,10 @@ class BucketExportApi(APIView):
         embeddings = serializers.BooleanField(
             required=False, default=False, help_text="include the vectors (an import for the same model reuses them)"
         )
+        blocks = serializers.BooleanField(
+            required=False, default=False,
+            help_text='after the memories, one {"block": {...}} line per memory block the token may read',
+        )  # fmt: skip
 
     @extend_schema(
         operation_id="buckets_export",
@@ -150,6 +155,8 @@ class ImportOut(serializers.Serializer):
     rejected_count = serializers.IntegerField()
     rejected = RejectedLineOut(many=True, help_text="the first 100 rejected lines")
     pending_enrichment = serializers.IntegerField(help_text="rows of the bucket waiting for the enrichment sweep")
+    blocks_imported = serializers.IntegerField(help_text="memory blocks created or set to their line's text")
+    blocks_unchanged = serializers.IntegerField(help_text="memory blocks that already held their line's text")
 
 
 class BucketImportApi(APIView):

@@ -30,7 +30,8 @@ from django.db.models.functions import RowNumber
 from audit.services import Actor
 from engram_site.exceptions import DomainError
 from memories.links import RESERVED_PREFIX
-from memories.models import EMBEDDING_DIMENSIONS, Memory, MemoryVersion
+from memories.models import EMBEDDING_DIMENSIONS, Memory, MemoryBlock, MemoryVersion
+from memories.services.blocks import Expected, PreconditionFailed, block_put
 from memories.services.enrichment import pending_enrichment_count
 from memories.services.ingest.context import run_sequence_id
 from memories.services.ingest.insert import memories_ingest
@@ -184,15 +185,18 @@ def memories_export(
     bucket: Bucket,
     versions: bool = False,
     embeddings: bool = False,
+    blocks: bool = False,
     batch_size: int = EXPORT_BATCH,
     agents: AgentRestriction | None = None,
 ) -> Iterator[bytes]:
     """``bucket``'s memories as JSON Lines, one chunk of up to ``batch_size`` lines at a time.
 
     Expired memories are included (with their ``expires_at``). ``versions`` adds each
-    memory's history, ``embeddings`` its vectors. A generator: nothing is read until the first
-    chunk is asked for, and no more than a batch is held at once. ``agents``: only the memories
-    a token held to agents may read.
+    memory's history, ``embeddings`` its vectors, ``blocks`` the bucket's memory blocks after
+    the memories, one ``{"block": {...}}`` line each (their current text; a block's history
+    stays where it is). A generator: nothing is read until the first chunk is asked for, and no
+    more than a batch is held at once. ``agents``: only the memories (and blocks) a token held
+    to agents may read.
     """
     columns = ["id", *CLIENT_FIELDS, "context_text", "sequence_id", "sequence_index", "classified_scope",
                "classified_topic"]  # fmt: skip
@@ -206,6 +210,32 @@ def memories_export(
                 line = _export_line(bucket, row, embeddings=embeddings, history=history and history[row["id"]])
                 lines.append(json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str))
             yield ("\n".join(lines) + "\n").encode()
+        if blocks:
+            lines = [json.dumps({"block": _block_line(block)}, ensure_ascii=False, separators=(",", ":"))
+                     for block in _blocks_of(bucket, agents)]  # fmt: skip
+            if lines:
+                yield ("\n".join(lines) + "\n").encode()
+
+
+def _blocks_of(bucket: Bucket, agents: AgentRestriction | None) -> Iterable[MemoryBlock]:
+    """The bucket's blocks a token may read: shared ones first, then by agent and label."""
+    return (
+        MemoryBlock.objects.for_bucket(bucket)
+        .visible_to(agents)
+        .order_by(F("agent_id").asc(nulls_first=True), "label")
+        .iterator()
+    )
+
+
+def _block_line(block: MemoryBlock) -> dict:
+    return {
+        "label": block.label,
+        "agent_id": block.agent_id,
+        "content": block.content,
+        "max_tokens": block.max_tokens,
+        "version": block.version,
+        "updated_at": _time(block.updated_at),
+    }
 
 
 # --- import -----------------------------------------------------------------------------------
@@ -220,6 +250,17 @@ class ImportLine:
     item: MemoryInput
     derived: dict | None = None
     versions: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class BlockLine:
+    """A valid ``{"block": {...}}`` line: a memory block's text and limit, for its owner and label."""
+
+    number: int
+    label: str
+    agent_id: str | None
+    content: str
+    max_tokens: int
 
 
 @dataclass
@@ -244,6 +285,8 @@ class ImportReport:
     rejected_count: int = 0
     rejected: list[RejectedLine] = field(default_factory=list)
     pending_enrichment: int = 0
+    blocks_imported: int = 0
+    blocks_unchanged: int = 0
 
     def reject(self, line: RejectedLine) -> None:
         self.rejected_count += 1
@@ -259,6 +302,8 @@ class ImportReport:
             "rejected_count": self.rejected_count,
             "rejected": [r.as_dict() for r in self.rejected],
             "pending_enrichment": self.pending_enrichment,
+            "blocks_imported": self.blocks_imported,
+            "blocks_unchanged": self.blocks_unchanged,
         }
 
 
@@ -324,6 +369,31 @@ def _import_batch(bucket: Bucket, batch: list[ImportLine], report: ImportReport,
         MemoryVersion.objects.bulk_create(history, batch_size=500)
 
 
+def _block_refusal(line: BlockLine, agents: AgentRestriction | None) -> RejectedLine | None:
+    """A token held to agents writes its agents' blocks only, as through the blocks endpoints."""
+    if agents is not None and not agents.can_write(line.agent_id):
+        whose = f"agent {line.agent_id!r}'s" if line.agent_id else "the bucket's shared"
+        message = f"This token is held to agents and may not write {whose} block {line.label!r}."
+        return RejectedLine(line.number, message, {"agent_id": [message]})
+    return None
+
+
+def _import_block(bucket: Bucket, line: BlockLine, report: ImportReport, actor: Actor | None) -> None:
+    """Set the block to the line's text and limit: a new version recorded in its history (which
+    keeps what it replaces) with the reason ``import``; a block already so is left alone."""
+    current = MemoryBlock.objects.for_bucket(bucket).owned_by(line.agent_id).filter(label=line.label).first()
+    if current is not None and (current.content, current.max_tokens) == (line.content, line.max_tokens):
+        report.blocks_unchanged += 1
+        return
+    fields = {"bucket": bucket, "agent_id": line.agent_id, "label": line.label, "content": line.content,
+              "max_tokens": line.max_tokens, "reason": "import", "actor": actor}  # fmt: skip
+    try:
+        block_put(**fields, expected=Expected(any=True) if current is not None else Expected())
+    except PreconditionFailed:  # created (or deleted) by another writer since it was read
+        block_put(**fields, expected=Expected(any=True))
+    report.blocks_imported += 1
+
+
 def _refuse(report: ImportReport) -> None:
     if report.rejected_count:
         first = report.rejected[0]
@@ -336,7 +406,7 @@ def _refuse(report: ImportReport) -> None:
 def memories_import(
     *,
     bucket: Bucket,
-    read: Callable[[], Iterable[ImportLine | RejectedLine]],
+    read: Callable[[], Iterable[ImportLine | BlockLine | RejectedLine]],
     skip_invalid: bool = False,
     actor: Actor | None = None,
     batch_size: int = IMPORT_BATCH,
@@ -360,15 +430,23 @@ def memories_import(
     if not skip_invalid:
         check = ImportReport()
         for parsed in read():
+            if isinstance(parsed, BlockLine):
+                parsed = _block_refusal(parsed, agents) or parsed
             if isinstance(parsed, RejectedLine):
                 check.reject(parsed)
         _refuse(check)
     report = ImportReport()
     batch: list[ImportLine] = []
+    blocks: list[BlockLine] = []
     for parsed in read():
         report.lines += 1
+        if isinstance(parsed, BlockLine):
+            parsed = _block_refusal(parsed, agents) or parsed
         if isinstance(parsed, RejectedLine):
             report.reject(parsed)
+            continue
+        if isinstance(parsed, BlockLine):
+            blocks.append(parsed)
             continue
         batch.append(parsed)
         if len(batch) >= batch_size:
@@ -376,6 +454,8 @@ def memories_import(
             batch = []
     if batch:
         _import_batch(bucket, batch, report, actor)
+    for line in blocks:
+        _import_block(bucket, line, report, actor)
     if report.rejected_count == report.lines:
         _refuse(report)  # not one valid line: not memories at all (and nothing was written)
     report.pending_enrichment = pending_enrichment_count(bucket=bucket, agents=agents)

@@ -194,7 +194,7 @@ def test_round_trip_of_2500_memories_keeps_every_field(round_trip):
     report = round_trip.imported.json()
     assert report == {
         "lines": MEMORIES, "imported": MEMORIES, "deduplicated": 0, "embeddings_reused": MEMORIES,
-        "rejected_count": 0, "rejected": [], "pending_enrichment": 0,
+        "rejected_count": 0, "rejected": [], "pending_enrichment": 0, "blocks_imported": 0, "blocks_unchanged": 0,
     }  # fmt: skip
     source, target = _rows(round_trip.source), _rows(round_trip.target)
     assert len(source) == len(target) == MEMORIES
@@ -273,7 +273,7 @@ def test_plain_content_lines_are_stored_without_vectors_and_enriched_later(api, 
     assert response.status_code == 200, response.content
     assert response.json() == {
         "lines": 2, "imported": 2, "deduplicated": 0, "embeddings_reused": 0, "rejected_count": 0, "rejected": [],
-        "pending_enrichment": 2,
+        "pending_enrichment": 2, "blocks_imported": 0, "blocks_unchanged": 0,
     }  # fmt: skip
     rows = Memory.objects.for_bucket(bucket)
     assert all(m.embedding is None and m.text_lemmatized for m in rows)  # keyword search finds them at once

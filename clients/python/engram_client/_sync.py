@@ -422,11 +422,15 @@ class Engram:
 
     # --- export and import -------------------------------------------------------------------
 
-    def export_bucket(self, bucket_id: Id, *, versions: bool = False, embeddings: bool = False) -> Iterator[dict]:
+    def export_bucket(
+        self, bucket_id: Id, *, versions: bool = False, embeddings: bool = False, blocks: bool = False
+    ) -> Iterator[dict]:
         """A bucket's memories as the export's JSON objects, one per line, oldest first, read
-        as the server streams them (the connection stays open until the iteration ends)."""
+        as the server streams them (the connection stays open until the iteration ends).
+        ``blocks``: then one ``{"block": {...}}`` object per memory block (an import sets them)."""
         call = Call("GET", core.path("buckets", bucket_id, "export"),
-                    params=core.query(versions=versions or None, embeddings=embeddings or None))  # fmt: skip
+                    params=core.query(versions=versions or None, embeddings=embeddings or None,
+                                      blocks=blocks or None))  # fmt: skip
         response = self._send(call, stream=True)
         try:
             for line in response.iter_lines():

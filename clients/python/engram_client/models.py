@@ -290,6 +290,8 @@ class ImportResult(Model):
     rejected_count: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
     pending_enrichment: int | None = None
+    blocks_imported: int = 0
+    blocks_unchanged: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

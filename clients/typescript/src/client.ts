@@ -425,10 +425,10 @@ export class Engram {
   // --- export and import ------------------------------------------------------------------------
 
   /** A bucket's memories as the export's JSON objects, one per line, oldest first, read as they stream. */
-  async *exportBucket(bucketId: string, options: { versions?: boolean; embeddings?: boolean } = {}): AsyncGenerator<Record<string, unknown>> {
+  async *exportBucket(bucketId: string, options: { versions?: boolean; embeddings?: boolean; blocks?: boolean } = {}): AsyncGenerator<Record<string, unknown>> {
     const stream = await this.read(
       () => this.api.GET("/api/v1/buckets/{bucket_id}/export", {
-        params: { path: { bucket_id: bucketId }, query: clean({ versions: options.versions || undefined, embeddings: options.embeddings || undefined }) },
+        params: { path: { bucket_id: bucketId }, query: clean({ versions: options.versions || undefined, embeddings: options.embeddings || undefined, blocks: options.blocks || undefined }) },
         parseAs: "stream",
       }) as Promise<Answer<ReadableStream<Uint8Array>>>,
       "GET /buckets/{id}/export",
@@ -616,7 +616,10 @@ function queryOf(params: Record<string, unknown>): Record<string, string | numbe
   const out: Record<string, string | number | boolean> = {};
   for (const [name, value] of Object.entries(params)) {
     if (value === undefined || value === null) continue;
-    out[name] = value instanceof Date ? value.toISOString() : Array.isArray(value) ? value.join(",") : (value as string);
+    if (value instanceof Date) out[name] = value.toISOString();
+    else if (Array.isArray(value)) out[name] = value.join(",");
+    else if (typeof value === "object") out[name] = JSON.stringify(value); // a metadata filter: JSON in the query string
+    else out[name] = value as string;
   }
   return out;
 }

@@ -1446,6 +1446,10 @@ export interface components {
             rejected: components["schemas"]["RejectedLineOut"][];
             /** @description rows of the bucket waiting for the enrichment sweep */
             pending_enrichment: number;
+            /** @description memory blocks created or set to their line's text */
+            blocks_imported: number;
+            /** @description memory blocks that already held their line's text */
+            blocks_unchanged: number;
         };
         IngestResponse: {
             results: components["schemas"]["IngestResult"][];
@@ -4444,6 +4448,8 @@ export interface operations {
     buckets_export: {
         parameters: {
             query?: {
+                /** @description after the memories, one {"block": {...}} line per memory block the token may read */
+                blocks?: boolean;
                 /** @description include the vectors (an import for the same model reuses them) */
                 embeddings?: boolean;
                 /** @description include each memory's history */

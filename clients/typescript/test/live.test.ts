@@ -100,6 +100,18 @@ describe("against a live server", live, () => {
     assert.ok(buckets.some((b) => b.id === main.id) && buckets.some((b) => b.id === notes.id));
   });
 
+  test("a listing and a search filter by metadata", async () => {
+    const bucket = await engram.createBucket(`ts-meta-${randomUUID().slice(0, 8)}`);
+    await engram.addMemories(bucket.id, [
+      { content: "Project Apollo ships in May.", metadata: { project: "apollo", sprint: 3 } },
+      { content: "Project Zeus ships in June.", metadata: { project: "zeus" } },
+    ]);
+    const listed = await collect(engram.listMemories(bucket.id, { metadata: { project: "apollo" } }));
+    assert.deepEqual(listed.map((m) => m.content), ["Project Apollo ships in May."]);
+    const found = await engram.search(bucket.id, "when does the project ship", { filters: { metadata: { project: "zeus" } } });
+    assert.deepEqual(found.results.map((h) => h.content), ["Project Zeus ships in June."]);
+  });
+
   test("a search spans the buckets it is given, in one ranking", async () => {
     const inMain = await engram.addMemory(main.id, "The lighthouse keeper is called Ines.");
     const inNotes = await engram.addMemory(notes.id, "The lighthouse was painted red in 2019.");

@@ -36,6 +36,9 @@ class Command(BaseCommand):
         parser.add_argument("--out", help="file to write (default: standard output)")
         parser.add_argument("--versions", action="store_true", help="include each memory's history")
         parser.add_argument("--embeddings", action="store_true", help="include the vectors (an import reuses them)")
+        parser.add_argument(
+            "--blocks", action="store_true", help='after the memories, one {"block": ...} line per memory block'
+        )
         parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
 
     def handle(self, *args, bucket_id, **options):
@@ -43,7 +46,7 @@ class Command(BaseCommand):
         with scope(tenant=bucket.tenant_id):
             self._export_to(bucket, **options)
 
-    def _export_to(self, bucket, *, out, versions, embeddings, no_progress, **options):
+    def _export_to(self, bucket, *, out, versions, embeddings, blocks, no_progress, **options):
         progress = ProgressBar(
             f"export {bucket.name}",
             total=selectors.memory_count(bucket=bucket),
@@ -54,21 +57,21 @@ class Command(BaseCommand):
             # Standard output: bytes where it takes them, else text (a StringIO under call_command).
             stream = self.stdout._out
             write = stream.buffer.write if hasattr(stream, "buffer") else lambda chunk: stream.write(chunk.decode())
-            self._export(bucket, versions, embeddings, write, progress)
+            self._export(bucket, versions, embeddings, blocks, write, progress)
             stream.flush()
             return
         # Written beside the file and renamed when complete: a failed export leaves no partial file.
         partial = Path(f"{out}.partial")
         try:
             with open(partial, "wb") as target:
-                self._export(bucket, versions, embeddings, target.write, progress)
+                self._export(bucket, versions, embeddings, blocks, target.write, progress)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
         os.replace(partial, out)
 
-    def _export(self, bucket, versions, embeddings, write, progress) -> None:
-        for chunk in memories_export(bucket=bucket, versions=versions, embeddings=embeddings):
+    def _export(self, bucket, versions, embeddings, blocks, write, progress) -> None:
+        for chunk in memories_export(bucket=bucket, versions=versions, embeddings=embeddings, blocks=blocks):
             write(chunk)
             progress.update(progress.done + chunk.count(b"\n"))
         progress.close()
