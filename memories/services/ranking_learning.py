@@ -98,11 +98,14 @@ def split(questions: list[Question]) -> tuple[list[Question], list[Question]]:
 
 
 def questions_of(bucket: Bucket, *, limit: int) -> tuple[list[Question], int, int]:
-    """The bucket's rated questions (the newest ``limit``), how many ratings they hold and the
-    newest rating's id. Ratings without a query vector count too: the search embeds the query."""
+    """The bucket's rated questions (the newest ``limit``), how many ratings the bucket has (all
+    of them: the count the job compares with ``ENGRAM_LEARN_MIN_RATINGS`` and with the last run's)
+    and the newest rating's id. Ratings without a query vector count too: the search embeds the query."""
     by_query: dict[str, Question] = {}
+    count = 0
     ratings = SearchFeedback.objects.for_bucket(bucket).order_by("pk").values_list("pk", "query", "memory_id", "signal")
     for pk, query, memory_id, signal in ratings.iterator():
+        count += 1
         key = " ".join(query.split()).casefold()
         question = by_query.setdefault(key, Question(query=query, first_rating=pk, newest_rating=pk))
         question.newest_rating = pk
@@ -111,8 +114,7 @@ def questions_of(bucket: Bucket, *, limit: int) -> tuple[list[Question], int, in
         question.irrelevant.discard(memory_id)
         (question.useful if signal == FeedbackSignal.USEFUL else question.irrelevant).add(memory_id)
     chosen = sorted(by_query.values(), key=lambda q: -q.newest_rating)[:limit]
-    count = sum(len(q.useful) + len(q.irrelevant) for q in chosen)
-    newest = max((q.newest_rating for q in chosen), default=0)
+    newest = max((q.newest_rating for q in by_query.values()), default=0)
     return chosen, count, newest
 
 
