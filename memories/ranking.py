@@ -17,7 +17,8 @@ The lists are fused (``score``: min-max normalised score fusion, or ``rrf``:
 reciprocal rank fusion), lifted by their sequence neighbours' scores, then
 multiplied by boosts: recency (exponential decay with a half-life), scope,
 people named in the query and their own transcript lines, time expressions for
-"when" questions, trusted writers, a demotion for superseded memories, and what agents said
+"when" questions, the user's own lines for questions in the first person, the newer
+hits for questions about what holds now, trusted writers, a demotion for superseded memories, and what agents said
 of memories for questions like this one (feedback: a lift for useful, a demotion for irrelevant).
 
 Defaults live in :data:`DEFAULTS`. What a bucket's feedback taught it
@@ -39,6 +40,7 @@ VECTOR_SIGNALS = ("vector", "vector_context", "vector_key")
 KEYWORD_SIGNALS = ("keyword", "keyword_context", "keyword_key")
 FUSION_METHODS = ("rrf", "score")
 DIVERSITY_QUESTIONS = ("several", "all")
+EXPANSION_QUESTIONS = ("several", "all")
 GRAPH_CANDIDATES = ("walk", "entities")
 PASSAGE_MODES = ("off", "max")
 # Signals under which a memory outside a short list scores 0 (no path in the graph), so the
@@ -138,7 +140,10 @@ class RankingConfig:
     # Session context (memories/retrieval/sessions.py): the memories of the sequences of the
     # session_sources best candidates, found by a signal or not, gain session_context x the
     # source's fused score x their similarity to the question (as a share of the best). 0: off.
-    session_context: float = 0.0
+    # 0.2 since 2026-11-28 (docs/RETRIEVAL.md, "Questions that need several memories"): with the
+    # two cues below, recall@10 rose on all three sets; alone it raised LoCoMo 0.804 -> 0.808 and
+    # the long sessions' MRR 0.562 -> 0.587 (0.4 cost our set 0.024).
+    session_context: float = 0.2
     session_sources: int = 3
     # Coverage over redundancy (memories/retrieval/diversity.py): the best diversity_pool hits
     # re-ordered so that each is discounted by up to this share for repeating a better one
@@ -147,6 +152,33 @@ class RankingConfig:
     diversity: float = 0.0
     diversity_pool: int = 40
     diversity_questions: str = "several"
+    # Pseudo-relevance feedback (memories/retrieval/expansion.py): a second vector query, the
+    # question's unit vector plus prf_beta x the unit mean of the prf_sources best fused
+    # candidates' vectors (Rocchio), walks the memories' vectors again; its list (``vector_prf``
+    # in explain) joins the fusion with weight prf. For the questions that ask for several things
+    # (as diversity_questions), or for all. 0: off (no second walk).
+    prf: float = 0.0
+    # The lexical side: the prf_terms words the sources share that the question does not say, a
+    # BM25 query of their own (``keyword_prf``) weighted prf_keyword. 0: off.
+    prf_keyword: float = 0.0
+    prf_terms: int = 8
+    prf_sources: int = 3
+    prf_beta: float = 0.75
+    prf_questions: str = "several"
+    # Questions about what holds now ("…now?", "currently", "these days", "still"): each of the
+    # current_pool best hits gains up to current_boost by how recent it is among them (linearly
+    # in time, the oldest nothing, the newest all of it), so a changed fact's newer statement
+    # passes the older one (memories/retrieval/current.py). 0: off.
+    # 1 since 2026-11-28: our set's changed facts 0.778 -> 0.833 of recall@10 (MRR 0.334 -> 0.501),
+    # the long sessions' updates 0.721 -> 0.767, LoCoMo unchanged (0.5: less, 1.5: the same).
+    current_boost: float = 1.0
+    current_pool: int = 20
+    # Questions in the first person singular ("can I mock the database?", "where do I work now?")
+    # favour what the user said: memories attributed to "user", or transcript lines of a speaker
+    # named "User" (memories/retrieval/query.py asks_about_self). 0: off.
+    # 0.5 since 2026-11-28: our set 0.896 -> 0.912 of recall@10 (MRR 0.598 -> 0.673), the long
+    # sessions 0.854 -> 0.871 (MRR 0.562 -> 0.593), LoCoMo (asked in the third person) unchanged.
+    self_boost: float = 0.5
     # Memories written by trusted source actors (source_actor_id in trusted_actors).
     trust_boost: float = 0.0
     trusted_actors: tuple[str, ...] = ()
@@ -219,6 +251,14 @@ _NUMERIC_BOUNDS = {
     "session_sources": (1, 20),
     "diversity": (0.0, 1.0),
     "diversity_pool": (10, 100),
+    "prf": (0.0, 2.0),
+    "prf_keyword": (0.0, 2.0),
+    "prf_terms": (1, 30),
+    "prf_sources": (1, 10),
+    "prf_beta": (0.0, 2.0),
+    "current_boost": (0.0, 2.0),
+    "self_boost": (0.0, 2.0),
+    "current_pool": (2, 100),
     "keyword_coverage_floor": (0.0, 1.0),
     "trust_boost": (0.0, 2.0),
     "importance_boost": (0.0, 2.0),
@@ -265,6 +305,10 @@ def _coerce(name: str, value):
     if name == "diversity_questions":
         if value not in DIVERSITY_QUESTIONS:
             raise RankingConfigError(f"diversity_questions must be one of {list(DIVERSITY_QUESTIONS)}")
+        return value
+    if name == "prf_questions":
+        if value not in EXPANSION_QUESTIONS:
+            raise RankingConfigError(f"prf_questions must be one of {list(EXPANSION_QUESTIONS)}")
         return value
     if name in ("context_stand_in", "keyword_context_stand_in", "neighbour_gap", "neighbour_turns_only"):
         if not isinstance(value, bool):

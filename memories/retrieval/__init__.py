@@ -7,6 +7,8 @@ One job per module:
 - :mod:`.stats` — the per-process bucket statistics cache and its refresh thread;
 - :mod:`.concurrency` — the thread pools signals run in;
 - :mod:`.neighbours` — the sequence-neighbour lift; :mod:`.rows` — reading candidates' rows;
+- :mod:`.sessions` — session context; :mod:`.current` — questions about what holds now;
+  :mod:`.diversity` — coverage over redundancy; :mod:`.expansion` — pseudo-relevance feedback;
 - :mod:`.query` — cues read from the query; :mod:`.fusion` — the boosts;
 - :mod:`.passages` — long memories: a memory scored by its best passage, the passage a hit names;
 - :mod:`.hits` — hits, the result, the token budget (and a long hit's excerpt).

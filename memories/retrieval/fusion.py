@@ -13,7 +13,7 @@ from datetime import datetime
 
 from memories import ranking
 from memories.retrieval.hits import Hit
-from memories.retrieval.query import asks_when, has_time_expression, named_people, preferred_scope
+from memories.retrieval.query import asks_about_self, asks_when, has_time_expression, named_people, preferred_scope
 from memories.text import transcript_speaker
 
 
@@ -25,6 +25,8 @@ class QueryCues:
     people: list[str]  # lower case
     when: bool
     mentioned: re.Pattern | None  # any of ``people`` as a word
+    # Asked in the first person singular ("what may I use…", "where do I live"): the user's own lines.
+    first_person: bool = False
     # Memory id -> what its ratings say for this query (memories.retrieval.feedback.FeedbackScore).
     feedback: dict = field(default_factory=dict)
 
@@ -36,6 +38,7 @@ def query_cues(query: str, config: ranking.RankingConfig) -> QueryCues:
         people=people,
         when=config.date_cue_boost > 0 and asks_when(query),
         mentioned=_mention_pattern(people),
+        first_person=config.self_boost > 0 and asks_about_self(query),
     )
 
 
@@ -49,6 +52,7 @@ def boost_bounds(config: ranking.RankingConfig, cues: QueryCues) -> tuple[float,
         * (1.0 + config.speaker_boost if cues.people else 1.0)
         * (1.0 + config.date_cue_boost if cues.when else 1.0)
         * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
+        * (1.0 + config.self_boost if cues.first_person else 1.0)
     )
     min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight)
     if cues.feedback:
@@ -71,6 +75,8 @@ def row_boosts(
         boosts["speaker"] = 1.0 + config.speaker_boost
     if cues.when and has_time_expression(row["content"]):
         boosts["date_cue"] = 1.0 + config.date_cue_boost
+    if cues.first_person and _said_by_user(row):
+        boosts["self"] = 1.0 + config.self_boost
     if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
         boosts["trust"] = 1.0 + config.trust_boost
     if row["importance"]:
@@ -111,6 +117,14 @@ def _spoken_by(row: dict, people: list[str]) -> bool:
         return False
     speaker = transcript_speaker(row["content"])
     return speaker is not None and speaker.split()[0].lower() in people
+
+
+def _said_by_user(row: dict) -> bool:
+    """Said by the user: attributed so, or a transcript line of a speaker named "User"."""
+    if row["attributed_to"] is not None:
+        return row["attributed_to"] == "user"
+    speaker = transcript_speaker(row["content"])
+    return speaker is not None and speaker.lower() == "user"
 
 
 def below_successors(hits: list[Hit], weight: float) -> None:

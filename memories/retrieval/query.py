@@ -37,6 +37,15 @@ _TIME_EXPRESSION = re.compile(
 )
 
 
+# The first person singular: a question about the asker ("am I allowed…", "my salary", "where do I
+# live"). "I" only as a capital (a lower-case "i" is more often a typo or a list marker).
+_FIRST_PERSON = re.compile(r"\bI\b|\b(?i:me|my|mine|myself)\b")
+
+
+def asks_about_self(query: str) -> bool:
+    return bool(_FIRST_PERSON.search(query))
+
+
 def asks_when(query: str) -> bool:
     return bool(_WHEN_QUERY.search(query))
 

@@ -25,7 +25,20 @@ from engram_site.providers import embedding
 from memories import access, ranking
 from memories.filters import MemoryFilters, bucket_list
 from memories.models import LONG_MEMORY_TOKENS
-from memories.retrieval import diversity, feedback, fusion, hits, keyword, learned, neighbours, rows, sessions, vector
+from memories.retrieval import (
+    current,
+    diversity,
+    expansion,
+    feedback,
+    fusion,
+    hits,
+    keyword,
+    learned,
+    neighbours,
+    rows,
+    sessions,
+    vector,
+)
 from memories.retrieval import passages as retrieval_passages
 from memories.retrieval.concurrency import start
 from memories.retrieval.hits import Hit, SearchResult
@@ -211,6 +224,21 @@ def _search(
         query_vector = embedding.embed_query(query, model=embedding_model)  # cached by the vector side
         rated = feedback.ratings_near(bucket, query_vector, embedding_model, filters, config, now)
     fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage))
+    walked = bool(lists.get("vector")) and embedding_model is not None and "+" not in embedding_model
+    if fused and expansion.applies(query, config):
+        # Pseudo-relevance feedback: a second walk towards the best candidates and a BM25 query of
+        # the words they share, fused with the others.
+        lexical_side = None
+        if config.prf_keyword > 0 and mode in ("hybrid", "keyword"):
+            lexical_side = start(expansion.keyword_feedback_list, bucket, fused, query, filters, config, now)
+        if config.prf > 0 and walked:
+            lists[expansion.SIGNAL] = expansion.feedback_list(
+                bucket, fused, embedding.embed_query(query, model=embedding_model), filters, config, embedding_model
+            )
+        if lexical_side is not None:
+            lists[expansion.KEYWORD_SIGNAL] = lexical_side.result()
+        expanded = ranking.with_weight(ranking.with_keyword_coverage(config, coverage), expansion.SIGNAL, config.prf)
+        fused = ranking.fuse(lists, ranking.with_weight(expanded, expansion.KEYWORD_SIGNAL, config.prf_keyword))
     cues = dataclasses.replace(fusion.query_cues(query, config), feedback=rated)
     lifts: dict = {}
     unlifted = fused
@@ -224,9 +252,10 @@ def _search(
         )  # fmt: skip
     fused, feedback_lifts = feedback.lift_rated(fused, rated, config)
     diverse = diversity.applies(query, config)
+    newest = current.applies(query, config)
     read = rows.fetch_contenders(
         bucket, fused, config, limit if token_budget is None else None, cues,
-        discount=1.0 - config.diversity if diverse else 1.0,
+        discount=(1.0 - config.diversity if diverse else 1.0) / (1.0 + config.current_boost if newest else 1.0),
     )  # fmt: skip
 
     ranks = {}  # per signal: memory id -> (rank, score), which only explain shows
@@ -275,6 +304,8 @@ def _search(
         found.append(hit)
     fusion.below_successors(found, config.superseded_weight)
     found.sort(key=lambda h: (-h.score, str(h.id)))
+    if newest:
+        found = current.favour_newest(found, config)
     if diverse:
         found = diversity.diversify(
             found, diversity.vectors(bucket, [h.id for h in found[: config.diversity_pool]]), config

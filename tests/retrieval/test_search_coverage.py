@@ -130,7 +130,8 @@ def test_memories_of_a_strongly_found_session_join_the_candidates(api, bucket):
     session = write(bucket, *SESSION, api=api)
     write(bucket, *OTHERS, api=api, sequence=False)
     query = "What did the first pgloader trial fail on?"
-    base = {"candidates": 10, "neighbour_weight": 0, "weights": {"vector_context": 0, "keyword_context": 0}}
+    base = {"candidates": 10, "neighbour_weight": 0, "session_context": 0,
+            "weights": {"vector_context": 0, "keyword_context": 0}}  # fmt: skip
     plain = search(api, bucket, query, limit=20, ranking=base)
     assert session[2] not in [r["id"] for r in plain["results"]]
     body = search(api, bucket, query, limit=20, explain=True, ranking={**base, "session_context": 0.5})
