@@ -100,6 +100,7 @@ def run(args, rows: list[str], queries: list[str]) -> dict:
     home = Path(tempfile.mkdtemp(prefix="engram-steady-"))
     env = {**os.environ, "ENGRAM_HOME": str(home), "ENGRAM_PORT": str(args.port), "HF_HUB_OFFLINE": "1"}
     env["ENGRAM_TOKEN_RATE"] = "100000/min"
+    env.update(dict(item.split("=", 1) for item in args.set))
     log = open(home / "serve.log", "ab")  # noqa: SIM115 - closed below
     serve = subprocess.Popen([str(ROOT / "engram"), "serve"], cwd=ROOT, env=env, stdout=log, stderr=log,
                              start_new_session=True)  # fmt: skip
@@ -222,6 +223,7 @@ def report(result: dict, args) -> tuple[str, str]:
             "",
             f"- {common.machine_markdown()}",
             f"- load: {args.note}" if args.note else "- load: (not stated)",
+            f"- settings: {', '.join(args.set) if args.set else './engram serve defaults'}",
             f"- asked {args.rate}/s in batches of {args.batch} for {args.seconds} s; reached "
             f"{result['rate_reached']:.1f}/s ({result['written']} memories); write p95 {result['write_p95_ms']:.0f} ms",
             f"- search errors: {result['search_errors']}",
@@ -264,6 +266,10 @@ def main() -> None:
     p.add_argument("--corpus", type=Path, default=ROOT / "bench" / "data" / "corpus-100k.jsonl")
     p.add_argument("--queries", type=Path, default=ROOT / "bench" / "data" / "queries-100k.jsonl")
     p.add_argument("--note", default="", help="what else ran on the machine")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE",
+        help="a server setting (environment), e.g. ENGRAM_WORKER_YIELD_SHARE=1; repeatable",
+    )  # fmt: skip
     p.add_argument("--keep-home", action="store_true")
     p.add_argument("--series", default="")
     p.add_argument("--out", type=Path)
