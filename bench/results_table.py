@@ -67,6 +67,8 @@ BENCHMARKS = (
     "model_probe.py",
     "replica_reads.py",
     "search_latency.py",
+    "search_profile.py",
+    "steady_ingest.py",
 )
 
 

@@ -21,9 +21,9 @@ wait goes on without looking, so that under unbroken load each wait of at most t
 least a slice of work instead of one memory's worth. And waiting has a ceiling: a wait that ran
 to its limit (the requests never paused) earns the worker as long again of work without waiting,
 scaled by ``ENGRAM_WORKER_YIELD_SHARE`` — the most of its time, under unbroken load, the worker
-spends waiting (0.5: half). Without it, a steady stream of writes (several requests a second,
-always one in flight or just ended) held every task at its full limit, and the work those
-writes queued could never catch up with them. While it works without waiting it still runs at
+spends waiting (0.5: half; 1, the default, waits every time). At 1 a steady stream of writes
+(several requests a second, always one in flight or just ended) holds every task at its full
+limit, and the work those writes queue catches up only when they stop. While it works without waiting it still runs at
 its lowered CPU priority (serve.py, db_priority.py): the OS gives the requests the cores first.
 :func:`pause` waits only in a worker process (:func:`become_background`), never inside a
 transaction (locks would be held while waiting), and is free when the pause is off.

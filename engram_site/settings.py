@@ -439,9 +439,10 @@ except ValueError:
 ENGRAM_WORKER_YIELD_SECONDS = env_float("ENGRAM_WORKER_YIELD_SECONDS", 10.0)
 # The most of its time the worker spends waiting for requests when they never pause: a wait
 # that runs to its limit is followed by work without waiting, waited x (1 - share) / share
-# seconds of it (0.5: as long as it waited). 1 waits every time (the backlog then only moves at
-# the limit's pace under unbroken load).
-ENGRAM_WORKER_YIELD_SHARE = env_float("ENGRAM_WORKER_YIELD_SHARE", 0.5)
+# seconds of it (0.5: as long as it waited). 1 (the default) waits every time: under unbroken
+# load the backlog then only moves at the limit's pace. Below 1 is not the default until it is
+# measured on a quiet machine (docs/CONFIGURATION.md).
+ENGRAM_WORKER_YIELD_SHARE = env_float("ENGRAM_WORKER_YIELD_SHARE", 1.0)
 if not 0 < ENGRAM_WORKER_YIELD_SHARE <= 1:
     raise ImproperlyConfigured(
         f"ENGRAM_WORKER_YIELD_SHARE must be above 0 and at most 1, not {ENGRAM_WORKER_YIELD_SHARE}"
