@@ -105,7 +105,7 @@ def test_learning_adopts_settings_that_rank_the_useful_memories_above_the_irrele
     lesson = ranking_learning.ranking_learn(bucket=bucket, knobs=RECENCY)
     assert lesson.adopted, lesson
     assert lesson.settings["recency_weight"] > ranking.DEFAULTS.recency_weight
-    assert lesson.held_after > lesson.held_before
+    assert lesson.held_after >= lesson.held_before + ranking_learning.ADOPT_MARGIN
     assert lesson.train_after > lesson.train_before
     assert (lesson.train_questions, lesson.held_questions) == (12, 4)
     row = LearnedRanking.objects.for_bucket(bucket).get()
