@@ -100,6 +100,17 @@ class RankingConfig:
     # them more than 0.008 (ours -0.005, LoCoMo -0.001, long +0.006 against 0.3); 0.75 cost ours 0.013.
     bm25_k1: float = 0.9
     bm25_b: float = 0.5
+    # Query terms also match their other number form where the lemmatizer left a word as it is
+    # (proper nouns and unknown words: "Fridays" finds "Friday", "standup" finds "standups"),
+    # one term with the lexeme's IDF (retrieval.keyword.plural_variants). Off: on the three sets
+    # it changed no recall and cost MRR 0.002 on ours and on the long sessions
+    # (bench/results/eval-three-2026-11-28-first-minutes.md).
+    keyword_plurals: bool = False
+    # A short BM25 list (below short_list) is normalised towards the query's IDF mass as its top,
+    # as its floor is drawn towards 0 (short_list_ceiling): a memory matching part of the
+    # question counts that part. False: its own best score is its top (counts 1). Off: it cost our
+    # set recall@10 0.907 -> 0.898 (LoCoMo and long unchanged; same report).
+    keyword_short_ceiling: bool = False
     # Recency: score *= (1 - w) + w * 0.5 ** (age_days / half_life).
     recency_half_life_days: float = 365.0
     recency_weight: float = 0.3
@@ -186,8 +197,29 @@ class RankingConfig:
     # importance. A memory without importance is not touched, so rankings of buckets that never
     # set it are exactly what they were (docs/RETRIEVAL.md).
     importance_boost: float = 0.5
+    # A memory that is a question (its text ends with "?": "Any concerts coming up?") keeps this
+    # share of its score: it shares the words of a question about its answer, the turn after it.
+    # 1 (off): at 0.75 LoCoMo gained recall@10 (+0.012) and the long sessions lost it (-0.020),
+    # where users' questions are evidence (same report).
+    question_weight: float = 1.0
     # Superseded (historical) memories are demoted, not hidden.
     superseded_weight: float = 0.5
+    # Facts that changed (memories/retrieval/updates.py), before enrichment has linked a changed
+    # fact to the one it replaced: among the best newer_fact_pool hits, a memory that states a
+    # change ("moved", "new", "since"…), written at least newer_fact_days after the pool's memory
+    # most like it, with a cosine of at least newer_fact_similarity to it, updates that one. A
+    # question about the present puts the newer of the pair just above the older, one about the
+    # earlier state ("before", "used to"…) the older above the newer, if the one moved is at
+    # least newer_fact_ratio x as near the question (cosine) as the other. Only the order inside
+    # the pool changes. newer_fact_ratio 0 turns it off.
+    newer_fact_ratio: float = 0.55
+    newer_fact_similarity: float = 0.38
+    newer_fact_pool: int = 3
+    newer_fact_days: float = 1.0
+    # Whether conversation turns (an attributed_to, a transcript line's speaker) take part too;
+    # False: notes only. On the three evaluation sets, where every memory is a turn, turns
+    # taking part left recall unchanged and moved MRR ours +0.004, LoCoMo -0.004, long -0.004.
+    newer_fact_turns: bool = False
     # Feedback (memories/retrieval/feedback.py): a rating counts for a query as alike as its own
     # beyond feedback_similarity (cosine of the two questions), by how far beyond, halved every
     # feedback_half_life_days. A memory rated useful gains feedback_weight x that weight x the
@@ -263,6 +295,11 @@ _NUMERIC_BOUNDS = {
     "trust_boost": (0.0, 2.0),
     "importance_boost": (0.0, 2.0),
     "superseded_weight": (0.0, 1.0),
+    "question_weight": (0.0, 1.0),
+    "newer_fact_ratio": (0.0, 2.0),
+    "newer_fact_similarity": (-1.0, 1.0),
+    "newer_fact_pool": (1, 20),
+    "newer_fact_days": (0.0, 36500.0),
     "feedback_weight": (0.0, 2.0),
     "feedback_demotion": (0.0, 1.0),
     "feedback_similarity": (0.0, 0.99),
@@ -310,7 +347,10 @@ def _coerce(name: str, value):
         if value not in EXPANSION_QUESTIONS:
             raise RankingConfigError(f"prf_questions must be one of {list(EXPANSION_QUESTIONS)}")
         return value
-    if name in ("context_stand_in", "keyword_context_stand_in", "neighbour_gap", "neighbour_turns_only"):
+    if name in (
+        "context_stand_in", "keyword_context_stand_in", "neighbour_gap", "neighbour_turns_only", "keyword_plurals",
+        "keyword_short_ceiling", "newer_fact_turns",
+    ):  # fmt: skip
         if not isinstance(value, bool):
             raise RankingConfigError(f"{name} must be true or false")
         return value
@@ -355,8 +395,14 @@ def resolve(
 # --- fusion -------------------------------------------------------------------------------
 
 
-def fuse(lists: Mapping[str, list[tuple[object, float]]], config: RankingConfig) -> dict[object, float]:
-    """Fuse ranked lists ``signal → [(id, raw score), ...]`` (best first) into one score per id."""
+def fuse(
+    lists: Mapping[str, list[tuple[object, float]]],
+    config: RankingConfig,
+    ceilings: Mapping[str, float] | None = None,
+) -> dict[object, float]:
+    """Fuse ranked lists ``signal → [(id, raw score), ...]`` (best first) into one score per id.
+    ``ceilings``: per BM25 signal, the query's IDF mass over its documents, which a short list's
+    scores are normalised towards with ``keyword_short_ceiling`` (:func:`short_list_ceiling`)."""
     fused: dict[object, float] = {}
     if config.fusion == "rrf":
         for signal, ranked in lists.items():
@@ -379,6 +425,8 @@ def fuse(lists: Mapping[str, list[tuple[object, float]]], config: RankingConfig)
             low = min(low, 0.0)
         else:
             low = short_list_floor(signal, low, len(ranked), config)
+            if config.keyword_short_ceiling and ceilings and signal in ceilings:
+                high = short_list_ceiling(high, ceilings[signal], len(ranked), config)
         spread = high - low
         for item, score in ranked:
             # A single candidate, or a list of ties, counts as fully relevant.
@@ -399,6 +447,20 @@ def short_list_floor(signal: str, low: float, length: int, config: RankingConfig
         return low
     share = (length - 1) / (config.short_list - 1)  # 0 for one candidate, towards 1 at short_list
     return low - (1.0 - share) * (low - absolute)
+
+
+def short_list_ceiling(high: float, mass: float, length: int, config: RankingConfig) -> float:
+    """The top a BM25 list of ``length`` candidates whose best score is ``high`` is normalised
+    against: ``high`` from ``short_list`` candidates on; below, drawn linearly towards the query's
+    IDF mass (``mass``: what a document of average length holding each query term once scores),
+    reached at one candidate. Never below ``high``. With the floor drawn to 0, one candidate then
+    counts the share of the question's IDF mass it matches, not 1: a memory holding the one
+    question word that no other memory holds ("drive" of "What car do I drive?") no longer takes
+    the list's whole weight against the vectors' preference."""
+    if length >= config.short_list or mass <= high:
+        return high
+    share = (length - 1) / (config.short_list - 1)
+    return high + (1.0 - share) * (mass - high)
 
 
 def with_weight(config: RankingConfig, signal: str, weight: float) -> RankingConfig:

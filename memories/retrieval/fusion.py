@@ -54,7 +54,7 @@ def boost_bounds(config: ranking.RankingConfig, cues: QueryCues) -> tuple[float,
         * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
         * (1.0 + config.self_boost if cues.first_person else 1.0)
     )
-    min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight)
+    min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight) * min(1.0, config.question_weight)
     if cues.feedback:
         min_boost *= min(score.factor(config) for score in cues.feedback.values())
     return min_boost, max_boost
@@ -79,6 +79,8 @@ def row_boosts(
         boosts["self"] = 1.0 + config.self_boost
     if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
         boosts["trust"] = 1.0 + config.trust_boost
+    if config.question_weight != 1.0 and _is_question(row["content"]):
+        boosts["question"] = config.question_weight
     if row["importance"]:
         boosts["importance"] = 1.0 + config.importance_boost * row["importance"]
     rated = cues.feedback.get(row["id"])
@@ -88,6 +90,12 @@ def row_boosts(
     if row["superseded"]:
         boosts["superseded"] = config.superseded_weight
     return boosts
+
+
+def _is_question(content: str) -> bool:
+    """A memory that asks rather than states (ends with a question mark): a conversation's
+    question turn shares the words of a question about its answer, but is not that answer."""
+    return content.rstrip().endswith("?")
 
 
 def boosted(fused_score: float, boosts: dict[str, float]) -> float:

@@ -52,6 +52,28 @@ def query_lexemes(query_lemmas: str) -> list[str]:
         return [row[0] for row in cur.fetchall()]
 
 
+def plural_variants(lexemes: list[str]) -> dict[str, str]:
+    """Other number forms of the query's lexemes, for the words the lemmatizer leaves as they are
+    (proper nouns and words it does not know: "Fridays", "standups"), each mapped to its lexeme:
+    a plain word not ending in "s" with an "s" added, and one ending in "s" without it (not after
+    "s", "u" or "i": "class", "bus", "Paris"), not among the lexemes already."""
+    known = set(lexemes)
+    variants: dict[str, str] = {}
+    for lexeme in lexemes:
+        if not _PLAIN_TERM.fullmatch(lexeme) or lexeme.isdigit() or len(lexeme) < 3:
+            continue
+        if not lexeme.endswith("s"):
+            forms = [lexeme + "s"]
+        elif len(lexeme) > 4 and not lexeme.endswith(("ss", "us", "is")):
+            forms = [lexeme[:-1]]
+        else:
+            continue
+        for form in forms:
+            if form not in known:
+                variants.setdefault(form, lexeme)
+    return variants
+
+
 def _tsquery(lexemes: list[str]) -> str:
     # Lexemes are quoted (quote_literal rules), so tsquery operators inside them are inert.
     return " | ".join("'" + lexeme.replace("'", "''").replace("\\", "\\\\") + "'" for lexeme in lexemes)
@@ -98,7 +120,8 @@ def bm25(
     config: ranking.RankingConfig,
     *,
     context: bool,
-) -> tuple[list[tuple[uuid.UUID, float]], float]:
+    mass: bool = False,
+) -> tuple:
     """BM25 over the lemmatised text (``context``: memory + sequence context), best first, and
     its *coverage*: the largest share of the query's IDF mass one of the ten best matches holds
     (every query term counts, those no memory of the bucket holds included). A paraphrase
@@ -115,8 +138,12 @@ def bm25(
     document frequencies and average length are theirs taken together
     (:meth:`~memories.retrieval.stats._BucketStats.size_of`), so a score means the same
     whichever bucket its memory is in, and one statement reads them all.
+
+    ``mass``: also return the query's IDF mass over these documents (every query term's IDF),
+    what a document of average length holding each term once scores.
     """
-    return _bm25(bucket, lexemes, filters, config, "context_tsv" if context else "lemmatized_tsv")
+    found = _bm25(bucket, lexemes, filters, config, "context_tsv" if context else "lemmatized_tsv")
+    return found if mass else found[:2]
 
 
 def stand_in_bm25(
@@ -134,13 +161,19 @@ def stand_in_bm25(
 
 
 def key_bm25(
-    bucket: Bucket | list[Bucket], lexemes: list[str], filters: MemoryFilters, config: ranking.RankingConfig
-) -> tuple[list[tuple[uuid.UUID, float]], float]:
+    bucket: Bucket | list[Bucket],
+    lexemes: list[str],
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    *,
+    mass: bool = False,
+) -> tuple:
     """BM25 over the memories' key documents (``memory_keys``, memories.keys), as :func:`bm25`
     scores their own text: the ``keyword_key`` signal. A key is read with its memory (the
     search's filters are the memory's) and only while it is of the memory's current text. A
-    bucket without keys costs no statement."""
-    return _bm25(bucket, lexemes, filters, config, "key_tsv")
+    bucket without keys costs no statement. ``mass`` as in :func:`bm25`."""
+    found = _bm25(bucket, lexemes, filters, config, "key_tsv")
+    return found if mass else found[:2]
 
 
 # Per BM25 document: (bucket count, average length) in the statistics, the FROM clause, the
@@ -183,29 +216,36 @@ def _bm25(
     config: ranking.RankingConfig,
     column: str,
     stand_ins: list[uuid.UUID] | None = None,
-) -> tuple[list[tuple[uuid.UUID, float]], float]:
+) -> tuple[list[tuple[uuid.UUID, float]], float, float]:
     if not lexemes:
-        return [], 0.0
+        return [], 0.0, 0.0
     buckets = bucket_list(bucket)
     stats = bucket_stats.size_of(buckets)
     count, average, source, tsv, guard = _DOCUMENTS[column]
     n = stats[count]
     if n == 0:
-        return [], 0.0
+        return [], 0.0, 0.0
     avgdl = stats[average]
-    df = bucket_stats.frequencies_of(buckets, _STATISTICS_OF.get(column, column), lexemes)
-    present = [lx for lx in lexemes if df.get(lx, 0) > 0]
+    variants = plural_variants(lexemes) if config.keyword_plurals else {}
+    df = bucket_stats.frequencies_of(buckets, _STATISTICS_OF.get(column, column), lexemes + list(variants))
+    variants = {form: lexeme for form, lexeme in variants.items() if df.get(form, 0) > 0}
+    present = [lx for lx in lexemes if df.get(lx, 0) > 0] + list(variants)
+    # A lexeme and its other number forms are one term: their frequencies add up (a document
+    # rarely holds both), and each form scores with the term's IDF.
+    term_df = dict(df)
+    for form, lexeme in variants.items():
+        term_df[lexeme] = term_df.get(lexeme, 0) + df[form]
     if stand_ins is not None:
         # A stand-in's own terms all count: one no context document holds is as rare as any there.
-        present = list(lexemes)
+        present = list(lexemes) + list(variants)
     if not present:
-        return [], 0.0
+        return [], 0.0, 0.0
 
     # Lucene's BM25 IDF (never negative).
     def inverse(lx: str) -> float:
-        return math.log(1 + (n - df.get(lx, 0) + 0.5) / (df.get(lx, 0) + 0.5))
+        return math.log(1 + (n - term_df.get(lx, 0) + 0.5) / (term_df.get(lx, 0) + 0.5))
 
-    idf = [inverse(lx) for lx in present]
+    idf = [inverse(variants.get(lx, lx)) for lx in present]
     query_mass = sum(inverse(lx) for lx in lexemes)
     if stand_ins is None:
         candidate_query, too_many = _candidate_query(present, df, n)
@@ -248,7 +288,7 @@ def _bm25(
         cur.execute(sql, all_params)
         rows = cur.fetchall()
     coverage = max((float(row[2]) for row in rows[:10]), default=0.0) / query_mass
-    return [(row[0], float(row[1])) for row in rows], min(1.0, coverage)
+    return [(row[0], float(row[1])) for row in rows], min(1.0, coverage), query_mass
 
 
 def _with_stand_ins(bucket, lexemes, filters, config, context_side, memory_side) -> list[tuple[uuid.UUID, float]]:
@@ -269,23 +309,32 @@ def keyword_signals(
     bucket: Bucket | list[Bucket], query: str, filters: MemoryFilters, config: ranking.RankingConfig, now
 ):
     """BM25 over the memory, over memory + context and over the key documents (those two in
-    other threads when ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query, and the coverage
-    of the memory side (of the context side when only that one runs). A signal weighted 0 is
+    other threads when ENGRAM_SEARCH_PARALLEL is on), for the lemmatised query; the coverage
+    of the memory side (of the context side when only that one runs); and per signal the
+    query's IDF mass over its documents, the score of a document of average length holding
+    every query term once (``ranking.fuse``'s ceiling for a short list). A signal weighted 0 is
     not run."""
     lexemes = query_lexemes(" ".join(search_terms.query_terms(query, now)))
     context_side = (
-        start(bm25, bucket, lexemes, filters, config, context=True) if config.weight("keyword_context") > 0 else None
+        start(bm25, bucket, lexemes, filters, config, context=True, mass=True)
+        if config.weight("keyword_context") > 0
+        else None
     )
-    key_side = start(key_bm25, bucket, lexemes, filters, config) if config.weight("keyword_key") > 0 else None
-    memory_side, coverage = (
-        bm25(bucket, lexemes, filters, config, context=False) if config.weight("keyword") > 0 else ([], None)
+    key_side = (
+        start(key_bm25, bucket, lexemes, filters, config, mass=True) if config.weight("keyword_key") > 0 else None
     )
-    context_side, context_coverage = context_side.result() if context_side else ([], None)
+    memory_side, coverage, memory_mass = (
+        bm25(bucket, lexemes, filters, config, context=False, mass=True)
+        if config.weight("keyword") > 0
+        else ([], None, 0.0)
+    )
+    context_side, context_coverage, context_mass = context_side.result() if context_side else ([], None, 0.0)
     # As on the vector side (context_stand_in): a memory without context (the first of its
     # sequence) would rank in one BM25 list while its successor, whose context holds its words,
     # ranks in two. Only where the context list has anything: otherwise the stand-ins would
     # merely repeat the memory list and double its weight.
     if config.keyword_context_stand_in and context_side and memory_side:
         context_side = _with_stand_ins(bucket, lexemes, filters, config, context_side, memory_side)
-    key_side = key_side.result()[0] if key_side else []
-    return memory_side, context_side, key_side, coverage if coverage is not None else context_coverage
+    key_side, _key_coverage, key_mass = key_side.result() if key_side else ([], None, 0.0)
+    masses = {"keyword": memory_mass, "keyword_context": context_mass, "keyword_key": key_mass}
+    return memory_side, context_side, key_side, coverage if coverage is not None else context_coverage, masses

@@ -37,6 +37,7 @@ from memories.retrieval import (
     neighbours,
     rows,
     sessions,
+    updates,
     vector,
 )
 from memories.retrieval import passages as retrieval_passages
@@ -191,10 +192,11 @@ def _search(
     lists: dict[str, list[tuple[uuid.UUID, float]]] = {}
     passage_matches: dict = {}  # long memories: memory id -> its passages nearest the query
     coverage: float | None = None
+    masses: dict[str, float] = {}  # per keyword signal: the query's IDF mass (keyword.keyword_signals)
     methods: dict[str, str] = {}
     graph_paths: dict = {}
     if mode in ("hybrid", "keyword") and any(config.weight(s) > 0 for s in ranking.KEYWORD_SIGNALS):
-        lists["keyword"], lists["keyword_context"], lists["keyword_key"], coverage = keyword.keyword_signals(
+        lists["keyword"], lists["keyword_context"], lists["keyword_key"], coverage, masses = keyword.keyword_signals(
             bucket, query, filters, config, now
         )
     if vector_side is not None:
@@ -206,8 +208,8 @@ def _search(
             warnings.append(f"Embedding model unavailable ({exc}); answered with keyword search.")
             mode_used = "keyword"
             if mode == "vector":
-                lists["keyword"], lists["keyword_context"], lists["keyword_key"], coverage = keyword.keyword_signals(
-                    bucket, query, filters, config, now
+                lists["keyword"], lists["keyword_context"], lists["keyword_key"], coverage, masses = (
+                    keyword.keyword_signals(bucket, query, filters, config, now)
                 )
         else:
             vectors = (("vector", memory_vector), ("vector_context", context_vector), ("vector_key", key_vector))
@@ -223,7 +225,7 @@ def _search(
     if embedding_model and "+" not in embedding_model and feedback.applies(config):
         query_vector = embedding.embed_query(query, model=embedding_model)  # cached by the vector side
         rated = feedback.ratings_near(bucket, query_vector, embedding_model, filters, config, now)
-    fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage))
+    fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage), ceilings=masses)
     walked = bool(lists.get("vector")) and embedding_model is not None and "+" not in embedding_model
     if fused and expansion.applies(query, config):
         # Pseudo-relevance feedback: a second walk towards the best candidates and a BM25 query of
@@ -238,7 +240,9 @@ def _search(
         if lexical_side is not None:
             lists[expansion.KEYWORD_SIGNAL] = lexical_side.result()
         expanded = ranking.with_weight(ranking.with_keyword_coverage(config, coverage), expansion.SIGNAL, config.prf)
-        fused = ranking.fuse(lists, ranking.with_weight(expanded, expansion.KEYWORD_SIGNAL, config.prf_keyword))
+        fused = ranking.fuse(
+            lists, ranking.with_weight(expanded, expansion.KEYWORD_SIGNAL, config.prf_keyword), ceilings=masses
+        )
     cues = dataclasses.replace(fusion.query_cues(query, config), feedback=rated)
     lifts: dict = {}
     unlifted = fused
@@ -306,6 +310,10 @@ def _search(
     found.sort(key=lambda h: (-h.score, str(h.id)))
     if newest:
         found = current.favour_newest(found, config)
+    if lists.get("vector"):
+        found = updates.order_updates(
+            found, query, dict(lists["vector"]), lambda ids: diversity.vectors(bucket, ids), config
+        )
     if diverse:
         found = diversity.diversify(
             found, diversity.vectors(bucket, [h.id for h in found[: config.diversity_pool]]), config

@@ -44,6 +44,11 @@ MOVED = [
 UNRATED = ("Nina", "Turin", "Milan")
 RECENCY = ("recency_weight",)
 NO_FEEDBACK = {"feedback_weight": 0, "feedback_demotion": 0}
+# The new notes state a change ("Since the spring, …"): the fact-update rule (newer_fact_ratio,
+# memories/retrieval/updates.py) alone puts them above the old ones. This module is about what
+# learning changes, so the tenants' operators turn that rule off (a knob an operator sets is not
+# tuned).
+FACT_UPDATES_OFF = {"retrieval": {"newer_fact_ratio": 0}}
 
 
 def question(name: str) -> str:
@@ -82,6 +87,12 @@ def order(api, bucket, name, notes, **params) -> tuple[int, int]:
     ids = [h["id"] for h in search(api, bucket, question(name), limit=10, **params)["results"]]
     old, new = notes[name]
     return ids.index(old) + 1, ids.index(new) + 1
+
+
+@pytest.fixture(autouse=True)
+def without_fact_updates(tenant):
+    tenant.settings = {**tenant.settings, **FACT_UPDATES_OFF}
+    tenant.save()
 
 
 @pytest.fixture
@@ -143,7 +154,7 @@ def test_a_request_setting_wins_over_the_learned_one(api, bucket, rated):
 
 def test_the_operators_settings_win_over_the_learned_ones_and_are_not_tuned(tenant, bucket, rated):
     learned = {"recency_weight": 0.6, "weights": {"keyword": 2.0, "vector": 0.5}}
-    operator = {"retrieval": {"recency_weight": 0.1, "weights": {"keyword": 1.5}}}
+    operator = {"retrieval": {"recency_weight": 0.1, "weights": {"keyword": 1.5}, "newer_fact_ratio": 0}}
     config = ranking.resolve(operator, None, learned)
     assert (config.recency_weight, config.weight("keyword"), config.weight("vector")) == (0.1, 1.5, 0.5)
     tenant.settings = {**tenant.settings, **operator}
@@ -183,6 +194,8 @@ def test_too_few_ratings_learn_nothing(api, bucket, notes):
 
 
 def test_the_job_learns_each_bucket_from_its_own_tenants_ratings_only(api, bucket, rated, other_tenant):
+    other_tenant.settings = {**other_tenant.settings, **FACT_UPDATES_OFF}
+    other_tenant.save()
     other = bucket_insert(tenant=other_tenant, name="moves")
     outsider = make_client(other_tenant)
     other_notes = write_moves(outsider, other, [*MOVED, UNRATED])

@@ -113,7 +113,42 @@ def test_plural_weekdays_and_clock_times_are_time_expressions():
 
 def test_the_options_are_validated():
     for bad in ({"short_list": -1}, {"vector_floor": 2}, {"neighbour_gap": 1}, {"neighbour_turns_only": "yes"},
-                {"keyword_context_stand_in": None}):  # fmt: skip
+                {"keyword_context_stand_in": None}, {"keyword_plurals": 1}, {"keyword_short_ceiling": "no"},
+                {"question_weight": 1.5}, {"newer_fact_ratio": -0.1}, {"newer_fact_pool": 0}):  # fmt: skip
         with pytest.raises(ranking.RankingConfigError):
             ranking.merge(ranking.DEFAULTS, bad)
     assert ranking.merge(ranking.DEFAULTS, NO_NEW).short_list == 0
+
+
+def test_one_short_keyword_match_counts_its_share_of_the_question():
+    # "What car do I drive?": "drive" in one memory, "car" in none; the vectors prefer the Civic.
+    lists = {"keyword": [("drive", 2.443)], "vector": [("civic", 0.544), ("drive", 0.383), ("dog", 0.05)]}
+    mass = 6.0  # the IDF of "car" (no memory holds it) and of "drive"
+    whole = fused_with(lists, keyword_short_ceiling=False)
+    on = {"weights": {"vector_context": 0}, "keyword_short_ceiling": True}
+    share = ranking.fuse(lists, ranking.merge(ranking.DEFAULTS, on), {"keyword": mass})
+    assert whole["drive"] - share["drive"] == pytest.approx((1 - 2.443 / mass) / 2)
+    assert share["civic"] == whole["civic"]
+    # From short_list candidates on, the list's own best is its top, as before.
+    long = {"keyword": [(f"m{i}", 3.0 - i * 0.1) for i in range(ranking.DEFAULTS.short_list)]}
+    config = ranking.merge(ranking.DEFAULTS, {"keyword_short_ceiling": True})
+    assert ranking.fuse(long, config, {"keyword": 10.0}) == ranking.fuse(long, config)
+    assert ranking.short_list_ceiling(2.0, 1.0, 1, config) == 2.0  # never below the best score
+
+
+@pytest.mark.django_db
+def test_a_question_turn_keeps_its_share_of_the_score(api, bucket):
+    turns = write(
+        bucket,
+        {"content": "Any concerts coming up?", "attributed_to": "assistant"},
+        {"content": "I have tickets for Brad Mehldau in November.", "attributed_to": "user"},
+        api=api,
+    )
+    plain = search(api, bucket, "What concert is the user going to?", explain=True, ranking={"question_weight": 1})
+    weighted = search(api, bucket, "What concert is the user going to?", explain=True, ranking={"question_weight": 0.5})
+    before = {r["id"]: r for r in plain["results"]}
+    after = {r["id"]: r for r in weighted["results"]}
+    assert "question" not in before[turns[0]]["explain"]["boosts"]
+    assert after[turns[0]]["explain"]["boosts"]["question"] == 0.5
+    assert after[turns[0]]["score"] == pytest.approx(before[turns[0]]["score"] * 0.5, rel=1e-3)
+    assert "question" not in after[turns[1]]["explain"]["boosts"]
