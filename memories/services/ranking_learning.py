@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ from audit.services import Actor, audit_record
 from engram_site import activity
 from memories import ranking
 from memories.models import FeedbackSignal, LearnedRanking, SearchFeedback
+from memories.retrieval import learned
 from memories.retrieval.search import memories_search
 from tenants.models import Bucket
 
@@ -288,6 +290,7 @@ def ranking_learn(
             held_before=lesson.held_before, held_after=lesson.held_after,
             candidates=lesson.candidates, searches=lesson.searches, newest_rating_id=newest,
         )  # fmt: skip
+        _forget([bucket.pk])
     return lesson
 
 
@@ -350,6 +353,7 @@ def ranking_learned_reset(*, buckets: list[Bucket], actor: Actor | None = None) 
         for bucket in buckets:
             count = LearnedRanking.objects.for_bucket(bucket).delete()[0]
             deleted += count
+            _forget([bucket.pk])
             if count and actor is not None:
                 audit_record(
                     actor=actor, action="ranking.learned_reset", tenant=bucket.tenant, object_type="bucket",
@@ -369,4 +373,14 @@ def learned_forget(*, tenant_id, bucket_ids) -> int:
         cur.execute(
             "DELETE FROM learned_rankings WHERE tenant_id = %s AND bucket_id = ANY(%s::uuid[])", [tenant_id, ids]
         )
-        return cur.rowcount
+        deleted = cur.rowcount
+    _forget([uuid.UUID(i) for i in ids])
+    return deleted
+
+
+def _forget(bucket_ids: list) -> None:
+    """This process's searches read these buckets' learned rows again: at once (a search inside
+    this transaction sees the change), and after the commit (one that read the old row meanwhile
+    may have kept it)."""
+    learned.forget_cached(bucket_ids)
+    transaction.on_commit(lambda: learned.forget_cached(bucket_ids))

@@ -267,3 +267,22 @@ def test_a_run_reads_at_most_the_newest_rated_questions_it_may(bucket, rated):
     # Searches: the defaults and each value tried on the training questions, both on the held back.
     tried = len(ranking_learning.candidates_for("recency_weight", ranking.DEFAULTS.recency_weight))
     assert lesson.searches <= (1 + tried) * lesson.train_questions + 2 * lesson.held_questions
+
+
+def test_a_bucket_searched_again_reads_its_learned_settings_once_and_a_reset_shows_at_once(api, bucket, rated):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def learned_reads() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            search(api, bucket, question(UNRATED[0]), explain=True)
+        return sum("learned_rankings" in q["sql"] for q in captured.captured_queries)
+
+    assert learned_reads() == 1
+    assert learned_reads() == 0  # kept by this process
+    ranking_learning.ranking_learn(bucket=bucket, knobs=RECENCY)
+    hit = search(api, bucket, question(UNRATED[0]), explain=True)["results"][0]
+    assert hit["explain"].get("learned_ranking")  # the run dropped the kept answer
+    ranking_learning.ranking_learned_reset(buckets=[bucket], actor=Actor.system("test"))
+    hit = search(api, bucket, question(UNRATED[0]), explain=True)["results"][0]
+    assert not hit["explain"].get("learned_ranking")
