@@ -180,6 +180,7 @@ def task_ingest_split(request: dict) -> dict:
     import graph.receivers
     import memories.receivers
     from engram_site.providers import embedding, lemmatizer
+    from engram_site.scoping import scopes_disabled, tenant_scope
     from memories.services.ingest import derived
     from memories.services.ingest import insert as services
     from tenants.models import Bucket
@@ -232,7 +233,8 @@ def task_ingest_split(request: dict) -> dict:
         backend_pid = cur.fetchone()[0]
     with conn.execute_wrapper(sql_timer):
         for run in request["runs"]:
-            bucket = Bucket.objects.select_related("tenant").get(pk=run["bucket_id"])
+            with scopes_disabled():  # the benchmark names a bucket of any tenant
+                bucket = Bucket.objects.select_related("tenant").get(pk=run["bucket_id"])
             items = [_memory_input(r) for r in rows[: run["rows"]]]
             size = 1 if run["single"] else run["batch_size"]
             batches = [items[i : i + size] for i in range(0, len(items), size)]
@@ -249,7 +251,8 @@ def task_ingest_split(request: dict) -> dict:
             started = time.perf_counter()
             for batch in batches:
                 t0 = time.perf_counter()
-                out = services.memories_ingest(bucket=bucket, items=batch, sequence=run["sequence"])
+                with tenant_scope(bucket.tenant_id):  # as a request enters it
+                    out = services.memories_ingest(bucket=bucket, items=batch, sequence=run["sequence"])
                 per_request.append(time.perf_counter() - t0)
                 if len(out) != len(batch):
                     raise RuntimeError("memories_ingest returned the wrong number of results")
