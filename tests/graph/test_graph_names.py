@@ -6,7 +6,6 @@ corrections hold."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -20,6 +19,7 @@ from graph.services.extraction import graph_extract_memories, graph_rebuild
 from graph.services.locks import bucket_lock
 from memories.models import Memory
 from tests.factories import make_operator, write, write_extracted
+from tests.support import wait_for
 from tests.support.db import graph_facts, graph_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -262,15 +262,13 @@ def test_extractions_that_run_at_once_resolve_the_first_name_either_way(bucket, 
 
 def _wait_for_lock_waiters(count: int, timeout: float = 60) -> None:
     """Poll until ``count`` sessions wait for an advisory lock (the bucket's graph lock)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def waiting() -> bool:
         with connection.cursor() as cur:
             cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-            waiting = cur.fetchone()[0]
-        if waiting >= count:
-            return
-        assert time.monotonic() < deadline, f"{waiting} of {count} extractions wait for the graph lock"
-        time.sleep(0.05)  # sleep-ok: polling pg_locks with a deadline
+            return cur.fetchone()[0] >= count
+
+    wait_for(waiting, timeout=timeout, interval=0.05, what=f"{count} extractions waiting for the graph lock")
 
 
 # --- descriptions are edges, not entities -------------------------------------------------------------------

@@ -30,7 +30,12 @@ def _apply(*, backwards: bool) -> MigrationExecutor:
 
 
 def _state_has(executor: MigrationExecutor, app_label: str) -> bool:
-    state = executor.loader.project_state(list(executor.loader.applied_migrations))
+    """Whether the state of the applied migrations, up to the move, has the model in
+    ``app_label``. Later migrations that depend on the move (maintenance 0010 and on) stay
+    applied while it is undone; a state built from them would pull the move back in."""
+    later = {key for node in MOVE for key in executor.loader.graph.backwards_plan(node)} - set(MOVE)
+    applied = [key for key in executor.loader.applied_migrations if key not in later]
+    state = executor.loader.project_state(applied)
     return (app_label, "jobrun") in state.models
 
 

@@ -109,6 +109,11 @@ MEMORY_INDEXES = {
 }
 
 MEMORY_EXTRA_INDEXES = {
+    # The metadata filter of searches and listings (memories/filters.py), rows with metadata only.
+    "idx_memories_metadata": (
+        "CREATE INDEX idx_memories_metadata ON public.memories USING gin (metadata jsonb_path_ops) "
+        "WHERE (NOT ((metadata = '{}'::jsonb) AND (metadata IS NOT NULL)))"
+    ),
     "idx_memories_context_tsv": (
         "CREATE INDEX idx_memories_context_tsv ON public.memories USING gin (context_tsv) "
         "WITH (gin_pending_list_limit='256') WHERE (context_lemmatized IS NOT NULL)"
