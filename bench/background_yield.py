@@ -23,11 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -69,95 +65,80 @@ def backlog(dsn: dict, home: Path, bucket: str) -> dict:
 
 def run_condition(name: str, extra: dict, rows: list[str], queries: list[str], args) -> dict:
     home = Path(tempfile.mkdtemp(prefix="engram-yield-"))
-    env = {**os.environ, **extra, "ENGRAM_HOME": str(home), "ENGRAM_PORT": str(args.port), "HF_HUB_OFFLINE": "1"}
-    env["ENGRAM_TOKEN_RATE"] = "100000/min"
-    log = open(home / "serve.log", "ab")  # noqa: SIM115 - closed below
-    serve = subprocess.Popen([str(ROOT / "engram"), "serve"], cwd=ROOT, env=env, stdout=log, stderr=log,
-                             start_new_session=True)  # fmt: skip
-    base = f"http://127.0.0.1:{args.port}"
-    client = None
-    try:
+    with common.engram_serve(home, port=args.port, tenant="Yield", bucket="main", settings=extra) as served:
+        client = common.BenchClient(served.base_url, served.token, timeout=600)
         try:
-            common.wait_for(lambda: common.http_get(base + "/ready")[0] == 200, timeout=300, proc=serve, interval=0.5)
-        except (RuntimeError, TimeoutError):
-            raise RuntimeError(f"serve did not start: {(home / 'serve.log').read_text()[-2000:]}") from None
-        made = subprocess.run([str(ROOT / "engram"), "manage", "create_tenant", "Yield", "--bucket", "main"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, check=True)  # fmt: skip
-        token = next(w for w in made.stdout.split() if w.startswith("egm_"))
-        client = common.BenchClient(base, token, timeout=600)
-        bucket = next(client.engram.list_buckets()).id
-        started = time.perf_counter()
-        for i in range(0, len(rows), args.batch):
-            client.ingest(bucket, [{"content": text} for text in rows[i : i + args.batch]])
-        ingest_seconds = time.perf_counter() - started
-
-        def search(query: str) -> float:
-            return client.search(bucket, query, mode="hybrid").elapsed * 1000
-
-        def searches() -> list[float]:
-            return [search(query) for query in queries]
-
-        search_window = [time.time()]
-        in_order = searches()
-        latencies = sorted(in_order)
-        search_window.append(time.time())
-        drained_after = pending_at_end = drain_wait = None
-        under_load = None
-        if extra.get("ENGRAM_RUN_WORKER") == "1":
-            dsn = inproc.run_task("dsn", {}, env)
-            if args.load_seconds > 0:
-                # Unbroken load: one client searching back to back, so a request is always in
-                # flight or just ended. How much of the backlog moves meanwhile?
-                before, t = backlog(dsn, home, bucket), time.perf_counter()
-                served = 0
-                while time.perf_counter() - t < args.load_seconds:
-                    search(queries[served % len(queries)])
-                    served += 1
-                seconds, after = time.perf_counter() - t, backlog(dsn, home, bucket)
-                under_load = {
-                    "seconds": seconds, "searches": served, "before": before, "after": after,
-                    "classified_per_s": (before["unclassified"] - after["unclassified"]) / seconds,
-                    "extracted_per_s": (before["not_in_graph"] - after["not_in_graph"]) / seconds,
-                }  # fmt: skip
-            t = time.perf_counter()
-            while time.perf_counter() - t < args.drain_timeout:
-                left = backlog(dsn, home, bucket)
-                if pending_at_end is None:
-                    pending_at_end = left
-                if not any(left.values()):
-                    drained_after = time.perf_counter() - started
-                    drain_wait = time.perf_counter() - t  # from the end of the searches (and load)
-                    break
-                time.sleep(2)
-        # The same searches once the worker is idle (or, worker off, again): what the data the
-        # worker derived (graph, labels, links) costs a search, apart from the cores it takes.
-        time.sleep(5)
-        idle = sorted(searches())
-        return {
-            "condition": name,
-            "items_per_s": len(rows) / ingest_seconds,
-            "search_p50_ms": statistics.median(latencies),
-            "search_p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
-            "search_window": search_window,
-            "search_ms_in_order": [round(v, 1) for v in in_order],
-            "idle_search_p50_ms": statistics.median(idle),
-            "idle_search_p95_ms": idle[int(0.95 * (len(idle) - 1))],
-            "drained_s": drained_after,
-            "drained_after_writes_s": None if drained_after is None else drained_after - ingest_seconds,
-            "pending_after_searches": pending_at_end,
-            "under_load": under_load,
-            "drain_wait_s": drain_wait,
-        }
-    finally:
-        if client is not None:
+            return _measure(name, extra, rows, queries, args, served, client)
+        finally:
             client.close()
-        os.killpg(serve.pid, signal.SIGINT)
-        try:
-            serve.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-        log.close()
-        shutil.rmtree(home, ignore_errors=True)
+
+
+def _measure(name: str, extra: dict, rows: list[str], queries: list[str], args, served, client) -> dict:
+    """The writes, the searches and the drain, on the running server."""
+    home, env = served.home, served.env
+    bucket = next(client.engram.list_buckets()).id
+    started = time.perf_counter()
+    for i in range(0, len(rows), args.batch):
+        client.ingest(bucket, [{"content": text} for text in rows[i : i + args.batch]])
+    ingest_seconds = time.perf_counter() - started
+
+    def search(query: str) -> float:
+        return client.search(bucket, query, mode="hybrid").elapsed * 1000
+
+    def searches() -> list[float]:
+        return [search(query) for query in queries]
+
+    search_window = [time.time()]
+    in_order = searches()
+    latencies = sorted(in_order)
+    search_window.append(time.time())
+    drained_after = pending_at_end = drain_wait = None
+    under_load = None
+    if extra.get("ENGRAM_RUN_WORKER") == "1":
+        dsn = inproc.run_task("dsn", {}, env)
+        if args.load_seconds > 0:
+            # Unbroken load: one client searching back to back, so a request is always in
+            # flight or just ended. How much of the backlog moves meanwhile?
+            before, t = backlog(dsn, home, bucket), time.perf_counter()
+            served = 0
+            while time.perf_counter() - t < args.load_seconds:
+                search(queries[served % len(queries)])
+                served += 1
+            seconds, after = time.perf_counter() - t, backlog(dsn, home, bucket)
+            under_load = {
+                "seconds": seconds, "searches": served, "before": before, "after": after,
+                "classified_per_s": (before["unclassified"] - after["unclassified"]) / seconds,
+                "extracted_per_s": (before["not_in_graph"] - after["not_in_graph"]) / seconds,
+            }  # fmt: skip
+        t = time.perf_counter()
+        while time.perf_counter() - t < args.drain_timeout:
+            left = backlog(dsn, home, bucket)
+            if pending_at_end is None:
+                pending_at_end = left
+            if not any(left.values()):
+                drained_after = time.perf_counter() - started
+                drain_wait = time.perf_counter() - t  # from the end of the searches (and load)
+                break
+            time.sleep(2)
+    # The same searches once the worker is idle (or, worker off, again): what the data the
+    # worker derived (graph, labels, links) costs a search, apart from the cores it takes.
+    time.sleep(5)
+    idle = sorted(searches())
+    return {
+        "condition": name,
+        "items_per_s": len(rows) / ingest_seconds,
+        "search_p50_ms": statistics.median(latencies),
+        "search_p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
+        "search_window": search_window,
+        "search_ms_in_order": [round(v, 1) for v in in_order],
+        "idle_search_p50_ms": statistics.median(idle),
+        "idle_search_p95_ms": idle[int(0.95 * (len(idle) - 1))],
+        "drained_s": drained_after,
+        "drained_after_writes_s": None if drained_after is None else drained_after - ingest_seconds,
+        "pending_after_searches": pending_at_end,
+        "under_load": under_load,
+        "drain_wait_s": drain_wait,
+    }
 
 
 KEYS = (

@@ -25,10 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -90,88 +88,74 @@ def warm_up(base: str, token: str, bucket: str, queries: list[str], go) -> None:
 
 def run(name: str, rows: list[str], queries: list[str], args) -> dict:
     home = Path(tempfile.mkdtemp(prefix="engram-burst-", dir=args.tmp))
-    env = {**os.environ, **CONDITIONS[name], "ENGRAM_HOME": str(home), "ENGRAM_PORT": str(args.port)}
-    env.update({"HF_HUB_OFFLINE": "1", "ENGRAM_TOKEN_RATE": "100000/min"})
-    env.pop("DATABASE_URL", None)
-    # One ONNX export for every run (made by the first), not one per fresh home.
-    env.setdefault("ENGRAM_MODEL_CACHE", str(Path(args.tmp or tempfile.gettempdir()) / "engram-burst-models"))
-    log = open(home / "serve.log", "ab")  # noqa: SIM115 - closed below
-    serve = subprocess.Popen([str(ROOT / "engram"), "serve"], cwd=ROOT, env=env, stdout=log, stderr=log,
-                             start_new_session=True)  # fmt: skip
-    base = f"http://127.0.0.1:{args.port}"
+    settings = dict(CONDITIONS[name])
+    if "ENGRAM_MODEL_CACHE" not in os.environ:
+        # One ONNX export for every run (made by the first), not one per fresh home.
+        settings["ENGRAM_MODEL_CACHE"] = str(Path(args.tmp or tempfile.gettempdir()) / "engram-burst-models")
     load_start = load()
-    try:
-        try:
-            common.wait_for(lambda: common.http_get(base + "/ready")[0] == 200, timeout=600, proc=serve, interval=0.5)
-        except (RuntimeError, TimeoutError):
-            raise RuntimeError(f"serve did not start: {(home / 'serve.log').read_text()[-2000:]}") from None
-        made = subprocess.run([str(ROOT / "engram"), "manage", "create_tenant", "Burst"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, check=True)  # fmt: skip
-        token = next(w for w in made.stdout.split() if w.startswith("egm_"))
-        dsn = inproc.run_task("dsn", {}, env)
-        if name.endswith("-large"):
-            import psycopg
+    with common.engram_serve(home, port=args.port, tenant="Burst", settings=settings, ready_timeout=600,
+                             stop_timeout=90, keep_home=args.keep_homes) as served:  # fmt: skip
+        return _measure(name, rows, queries, args, served, load_start)
 
-            with psycopg.connect(**dsn, autocommit=True) as conn:
-                threshold = LARGE_TABLE_ANALYZE_THRESHOLD
-                conn.execute(f"ALTER TABLE memories SET (autovacuum_analyze_threshold = {threshold})")
-        setup = common.BenchClient(base, token, timeout=900)
-        # A server in use: every web process and thread has searched once (models, spaCy and
-        # connections loaded) in a small bucket of its own, before the new bucket is written.
-        warm = setup.create_bucket("warm-up")
-        setup.ingest(warm, [{"content": text} for text in args.warm_rows])
-        common.run_together(lambda i, go: warm_up(base, token, warm, args.warm_queries[i::8], go), 8, "warm")
-        bucket = setup.create_bucket("imported history")
-        started = time.perf_counter()
-        for i in range(0, len(rows), args.batch):
-            setup.ingest(bucket, [{"content": text} for text in rows[i : i + args.batch]])
-        written_at, ingest_s = time.time(), time.perf_counter() - started
-        common.log(f"{name}: {len(rows)} rows in {ingest_s:.0f} s")
 
-        together: list[float] = []
-        lock = threading.Lock()
-        share = [queries[i :: args.clients] for i in range(args.clients)]
+def _measure(name: str, rows: list[str], queries: list[str], args, served: common.Served, load_start: str) -> dict:
+    """The burst, then the searches together and one after another, on the running server."""
+    base, token, env = served.base_url, served.token, served.env
+    dsn = inproc.run_task("dsn", {}, env)
+    if name.endswith("-large"):
+        import psycopg
 
-        def client(i: int, go) -> None:
-            with common.BenchClient(base, token, timeout=900) as mine:
-                go()
-                for query in share[i]:
-                    elapsed = mine.search(bucket, query, mode="hybrid").elapsed * 1000
-                    with lock:
-                        together.append(elapsed)
+        with psycopg.connect(**dsn, autocommit=True) as conn:
+            threshold = LARGE_TABLE_ANALYZE_THRESHOLD
+            conn.execute(f"ALTER TABLE memories SET (autovacuum_analyze_threshold = {threshold})")
+    setup = common.BenchClient(base, token, timeout=900)
+    # A server in use: every web process and thread has searched once (models, spaCy and
+    # connections loaded) in a small bucket of its own, before the new bucket is written.
+    warm = setup.create_bucket("warm-up")
+    setup.ingest(warm, [{"content": text} for text in args.warm_rows])
+    common.run_together(lambda i, go: warm_up(base, token, warm, args.warm_queries[i::8], go), 8, "warm")
+    bucket = setup.create_bucket("imported history")
+    started = time.perf_counter()
+    for i in range(0, len(rows), args.batch):
+        setup.ingest(bucket, [{"content": text} for text in rows[i : i + args.batch]])
+    written_at, ingest_s = time.time(), time.perf_counter() - started
+    common.log(f"{name}: {len(rows)} rows in {ingest_s:.0f} s")
 
-        first_at = time.time()
-        common.run_together(lambda i, go: client(i, go), args.clients, name="searcher")
-        serial = [setup.search(bucket, query, mode="hybrid").elapsed * 1000 for query in args.serial_queries]
-        stats = analyzed(dsn)
-        setup.close()
-        moments = {k: (round(stats[k] - written_at, 1) if stats[k] else None) for k in ("analyze", "autoanalyze")}
-        return {
-            "condition": name,
-            "ingest_s": round(ingest_s, 1),
-            "searches_started_after_writes_s": round(first_at - written_at, 2),
-            "together": summary(together),
-            "serial": summary(serial),
-            "max_ms": max(together + serial),
-            "over_200": sum(v > 200 for v in together + serial),
-            "last_analyze_after_writes_s": moments["analyze"],
-            "last_autoanalyze_after_writes_s": moments["autoanalyze"],
-            "analyze_count": stats["analyze_count"],
-            "autoanalyze_count": stats["autoanalyze_count"],
-            "load_start": load_start,
-            "load_end": load(),
-            "together_ms": [round(v, 1) for v in together],
-            "serial_ms": [round(v, 1) for v in serial],
-        }
-    finally:
-        os.killpg(serve.pid, signal.SIGINT)
-        try:
-            serve.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-        log.close()
-        if not args.keep_homes:
-            shutil.rmtree(home, ignore_errors=True)
+    together: list[float] = []
+    lock = threading.Lock()
+    share = [queries[i :: args.clients] for i in range(args.clients)]
+
+    def client(i: int, go) -> None:
+        with common.BenchClient(base, token, timeout=900) as mine:
+            go()
+            for query in share[i]:
+                elapsed = mine.search(bucket, query, mode="hybrid").elapsed * 1000
+                with lock:
+                    together.append(elapsed)
+
+    first_at = time.time()
+    common.run_together(lambda i, go: client(i, go), args.clients, name="searcher")
+    serial = [setup.search(bucket, query, mode="hybrid").elapsed * 1000 for query in args.serial_queries]
+    stats = analyzed(dsn)
+    setup.close()
+    moments = {k: (round(stats[k] - written_at, 1) if stats[k] else None) for k in ("analyze", "autoanalyze")}
+    return {
+        "condition": name,
+        "ingest_s": round(ingest_s, 1),
+        "searches_started_after_writes_s": round(first_at - written_at, 2),
+        "together": summary(together),
+        "serial": summary(serial),
+        "max_ms": max(together + serial),
+        "over_200": sum(v > 200 for v in together + serial),
+        "last_analyze_after_writes_s": moments["analyze"],
+        "last_autoanalyze_after_writes_s": moments["autoanalyze"],
+        "analyze_count": stats["analyze_count"],
+        "autoanalyze_count": stats["autoanalyze_count"],
+        "load_start": load_start,
+        "load_end": load(),
+        "together_ms": [round(v, 1) for v in together],
+        "serial_ms": [round(v, 1) for v in serial],
+    }
 
 
 def _median(values: list) -> float | None:

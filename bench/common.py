@@ -156,6 +156,69 @@ class BenchClient:
 
 
 # --------------------------------------------------------------------------------------------
+# ./engram serve as a user runs it, on a fresh home (the benchmarks of the default serve)
+
+
+@dataclass
+class Served:
+    """A running ``./engram serve``: where it answers, a tenant token, and its environment."""
+
+    base_url: str
+    token: str
+    env: dict[str, str]
+    home: Path
+    process: subprocess.Popen
+
+
+@contextlib.contextmanager
+def engram_serve(
+    home: Path,
+    *,
+    port: int,
+    tenant: str,
+    bucket: str | None = None,
+    settings: dict[str, str] | None = None,
+    ready_timeout: float = 300,
+    stop_timeout: float = 60,
+    keep_home: bool = False,
+) -> Iterator[Served]:
+    """``./engram serve`` (web, worker and beat, as a user starts it) on the fresh ``home``, with its
+    embedded PostgreSQL and ``settings`` over the environment; a tenant named ``tenant`` (with a
+    bucket ``bucket``, if named). Stopped as Ctrl-C stops it (SIGINT to its process group, SIGKILL
+    after ``stop_timeout``), and ``home`` removed unless ``keep_home``."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ENGRAM_TOKEN_RATE": "100000/min", **(settings or {})}
+    env.update({"ENGRAM_HOME": str(home), "ENGRAM_PORT": str(port)})
+    env.pop("DATABASE_URL", None)  # the fresh home's embedded database, not an operator's
+    log = open(home / "serve.log", "ab")  # noqa: SIM115 - closed below
+    serve = subprocess.Popen([str(REPO_ROOT / "engram"), "serve"], cwd=REPO_ROOT, env=env, stdout=log, stderr=log,
+                             start_new_session=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_for(lambda: http_get(base + "/ready")[0] == 200, timeout=ready_timeout, proc=serve, interval=0.5)
+        except (RuntimeError, TimeoutError):
+            raise RuntimeError(f"serve did not start: {(home / 'serve.log').read_text()[-2000:]}") from None
+        command = [
+            str(REPO_ROOT / "engram"),
+            "manage",
+            "create_tenant",
+            tenant,
+            *(["--bucket", bucket] if bucket else []),
+        ]
+        made = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True)
+        token = next(w for w in made.stdout.split() if w.startswith("egm_"))
+        yield Served(base_url=base, token=token, env=env, home=home, process=serve)
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+        try:
+            serve.wait(timeout=stop_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, signal.SIGKILL)
+        log.close()
+        if not keep_home:
+            shutil.rmtree(home, ignore_errors=True)
+
+
 # A private server: the test suite's harness (tests/support/)
 # --------------------------------------------------------------------------------------------
 

@@ -23,11 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -98,91 +94,76 @@ class Searcher(threading.Thread):
 
 def run(args, rows: list[str], queries: list[str]) -> dict:
     home = Path(tempfile.mkdtemp(prefix="engram-steady-"))
-    env = {**os.environ, "ENGRAM_HOME": str(home), "ENGRAM_PORT": str(args.port), "HF_HUB_OFFLINE": "1"}
-    env["ENGRAM_TOKEN_RATE"] = "100000/min"
-    env.update(dict(item.split("=", 1) for item in args.set))
-    log = open(home / "serve.log", "ab")  # noqa: SIM115 - closed below
-    serve = subprocess.Popen([str(ROOT / "engram"), "serve"], cwd=ROOT, env=env, stdout=log, stderr=log,
-                             start_new_session=True)  # fmt: skip
-    base = f"http://127.0.0.1:{args.port}"
-    writer = searcher_client = None
-    try:
+    settings = dict(item.split("=", 1) for item in args.set)
+    with common.engram_serve(home, port=args.port, tenant="Steady", bucket="main", settings=settings,
+                             keep_home=args.keep_home) as served:  # fmt: skip
+        writer = common.BenchClient(served.base_url, served.token, timeout=600)
+        searcher_client = common.BenchClient(served.base_url, served.token, timeout=600)
         try:
-            common.wait_for(lambda: common.http_get(base + "/ready")[0] == 200, timeout=300, proc=serve, interval=0.5)
-        except (RuntimeError, TimeoutError):
-            raise RuntimeError(f"serve did not start: {(home / 'serve.log').read_text()[-2000:]}") from None
-        made = subprocess.run([str(ROOT / "engram"), "manage", "create_tenant", "Steady", "--bucket", "main"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, check=True)  # fmt: skip
-        token = next(w for w in made.stdout.split() if w.startswith("egm_"))
-        writer = common.BenchClient(base, token, timeout=600)
-        searcher_client = common.BenchClient(base, token, timeout=600)
-        bucket = next(writer.engram.list_buckets()).id
-        dsn = inproc.run_task("dsn", {}, env)
-        # A few memories first, so that the first searches have something to rank.
-        writer.ingest(bucket, [{"content": text} for text in rows[: args.batch]])
-        rows = rows[args.batch :]
+            return _measure(args, rows, queries, served, writer, searcher_client)
+        finally:
+            writer.close()
+            searcher_client.close()
 
-        searcher = Searcher(searcher_client, bucket, queries, args.search_every)
-        samples: list[dict] = []
-        started = time.perf_counter()
-        next_sample = started
-        interval = args.batch / args.rate
-        written = 0
-        write_ms: list[float] = []
-        searcher.start()
-        while time.perf_counter() - started < args.seconds and written + args.batch <= len(rows):
-            due = started + (written // args.batch) * interval
-            now = time.perf_counter()
-            if now < due:
-                wake = min(due, next_sample) if next_sample > now else due
-                time.sleep(wake - now)  # sleep-ok: the writer's clock
-                continue
-            if now >= next_sample:
-                samples.append({"t": round(now - started, 1), "phase": "writing", **backlog(dsn, home, bucket)})
-                next_sample += args.sample
-            t = time.perf_counter()
-            writer.ingest(bucket, [{"content": text} for text in rows[written : written + args.batch]])
-            write_ms.append((time.perf_counter() - t) * 1000)
-            written += args.batch
-        write_seconds = time.perf_counter() - started
-        searcher.phase = "draining"
-        drained_after = None
-        while time.perf_counter() - started < write_seconds + args.drain_timeout:
-            state = backlog(dsn, home, bucket)
-            samples.append({"t": round(time.perf_counter() - started, 1), "phase": "draining", **state})
-            if _pending(state) == 0 and state["queued_messages"] == 0:
-                drained_after = time.perf_counter() - started - write_seconds
-                break
-            time.sleep(args.sample)  # sleep-ok: sampling interval
-        searcher.phase = "idle"
-        idle_until = time.perf_counter() + args.idle_seconds
-        while time.perf_counter() < idle_until:
-            time.sleep(1)  # sleep-ok: the searcher thread runs meanwhile
-        searcher.stop.set()
-        searcher.join(timeout=60)
-        return {
-            "rate_asked": args.rate,
-            "rate_reached": written / write_seconds,
-            "written": written + args.batch,
-            "write_seconds": write_seconds,
-            "write_p95_ms": common.percentile(write_ms, 95) if write_ms else None,
-            "drained_after_s": drained_after,
-            "samples": samples,
-            "search_ms": searcher.latencies,
-            "search_errors": searcher.errors,
-        }
-    finally:
-        for c in (writer, searcher_client):
-            if c is not None:
-                c.close()
-        os.killpg(serve.pid, signal.SIGINT)
-        try:
-            serve.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-        log.close()
-        if not args.keep_home:
-            shutil.rmtree(home, ignore_errors=True)
+
+def _measure(args, rows: list[str], queries: list[str], served: common.Served, writer, searcher_client) -> dict:
+    """The writes, the searches and the backlog samples, on the running server."""
+    home, env = served.home, served.env
+    bucket = next(writer.engram.list_buckets()).id
+    dsn = inproc.run_task("dsn", {}, env)
+    # A few memories first, so that the first searches have something to rank.
+    writer.ingest(bucket, [{"content": text} for text in rows[: args.batch]])
+    rows = rows[args.batch :]
+
+    searcher = Searcher(searcher_client, bucket, queries, args.search_every)
+    samples: list[dict] = []
+    started = time.perf_counter()
+    next_sample = started
+    interval = args.batch / args.rate
+    written = 0
+    write_ms: list[float] = []
+    searcher.start()
+    while time.perf_counter() - started < args.seconds and written + args.batch <= len(rows):
+        due = started + (written // args.batch) * interval
+        now = time.perf_counter()
+        if now < due:
+            wake = min(due, next_sample) if next_sample > now else due
+            time.sleep(wake - now)  # sleep-ok: the writer's clock
+            continue
+        if now >= next_sample:
+            samples.append({"t": round(now - started, 1), "phase": "writing", **backlog(dsn, home, bucket)})
+            next_sample += args.sample
+        t = time.perf_counter()
+        writer.ingest(bucket, [{"content": text} for text in rows[written : written + args.batch]])
+        write_ms.append((time.perf_counter() - t) * 1000)
+        written += args.batch
+    write_seconds = time.perf_counter() - started
+    searcher.phase = "draining"
+    drained_after = None
+    while time.perf_counter() - started < write_seconds + args.drain_timeout:
+        state = backlog(dsn, home, bucket)
+        samples.append({"t": round(time.perf_counter() - started, 1), "phase": "draining", **state})
+        if _pending(state) == 0 and state["queued_messages"] == 0:
+            drained_after = time.perf_counter() - started - write_seconds
+            break
+        time.sleep(args.sample)  # sleep-ok: sampling interval
+    searcher.phase = "idle"
+    idle_until = time.perf_counter() + args.idle_seconds
+    while time.perf_counter() < idle_until:
+        time.sleep(1)  # sleep-ok: the searcher thread runs meanwhile
+    searcher.stop.set()
+    searcher.join(timeout=60)
+    return {
+        "rate_asked": args.rate,
+        "rate_reached": written / write_seconds,
+        "written": written + args.batch,
+        "write_seconds": write_seconds,
+        "write_p95_ms": common.percentile(write_ms, 95) if write_ms else None,
+        "drained_after_s": drained_after,
+        "samples": samples,
+        "search_ms": searcher.latencies,
+        "search_errors": searcher.errors,
+    }
 
 
 def report(result: dict, args) -> tuple[str, str]:
