@@ -53,7 +53,8 @@ class Event:
     xid: int
     tenant_id: object
     bucket_id: object
-    memory_id: object
+    memory_id: object  # None for a block's event
+    block_id: object  # None for a memory's event
     kind: str
     payload: dict
     at: datetime
@@ -93,8 +94,8 @@ def _event(row) -> Event:
 def _principal_filter(principal: ApiToken | None) -> tuple[str, list]:
     """Extra conditions on the events ``principal`` may read. A token limited to a bucket has
     been checked by the bucket lookup; a token held to agents reads the events of those agents'
-    memories (and of shared ones when it may read them), by the agent the memory had when the
-    event was written; every other token reads the whole bucket."""
+    memories and blocks (and of shared ones when it may read them), by the agent the memory or
+    block had when the event was written; every other token reads the whole bucket."""
     agents = getattr(principal, "agents", None)
     if agents is None:
         return "", []
@@ -106,7 +107,7 @@ def _rows(where: str, params: list, limit: int) -> list[Event]:
     with connection.cursor() as cur:
         cur.execute(
             f"""
-            SELECT e.id, e.xid, e.tenant_id, e.bucket_id, e.memory_id, e.kind, e.payload, e.at
+            SELECT e.id, e.xid, e.tenant_id, e.bucket_id, e.memory_id, e.block_id, e.kind, e.payload, e.at
             FROM memory_events e WHERE {where} AND {_SETTLED}
             ORDER BY e.xid, e.id LIMIT %s
             """,
@@ -166,7 +167,8 @@ def events_get(*, event_ids: list[int]) -> dict[int, Event]:
         return {}
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT id, xid, tenant_id, bucket_id, memory_id, kind, payload, at FROM memory_events WHERE id = ANY(%s)",
+            "SELECT id, xid, tenant_id, bucket_id, memory_id, block_id, kind, payload, at FROM memory_events "
+            "WHERE id = ANY(%s)",
             [list(event_ids)],
         )
         return {row[0]: _event(row) for row in cur.fetchall()}

@@ -740,10 +740,19 @@ class EventKind(models.TextChoices):
     RESTORED = "restored", "restored"
     EXPIRED = "expired", "expired"
     ERASED = "erased", "erased"
+    # A memory block's changes (memories/services/blocks.py): block_id instead of memory_id.
+    BLOCK_CREATED = "block_created", "block_created"
+    BLOCK_UPDATED = "block_updated", "block_updated"
+    BLOCK_DELETED = "block_deleted", "block_deleted"
+
+
+# The kinds of a block's events (the others are a memory's).
+BLOCK_EVENT_KINDS = (EventKind.BLOCK_CREATED, EventKind.BLOCK_UPDATED, EventKind.BLOCK_DELETED)
 
 
 class MemoryEvent(models.Model):
-    """One change of a memory in a bucket's change feed (docs/API.md, "Change feed"): written by
+    """One change of a memory (``memory_id``) or of a memory block (``block_id``; the kinds of
+    :data:`BLOCK_EVENT_KINDS`) in a bucket's change feed (docs/API.md, "Change feed"): written by
     the write gateway in the change's own transaction (memories/services/feed_writer.py), so there is no
     event without its change and no change without its event.
 
@@ -760,8 +769,12 @@ class MemoryEvent(models.Model):
     bucket = models.ForeignKey(
         Bucket, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
-    memory_id = models.UUIDField()
-    # The memory's agent when the event was written: what a reader limited to some agents sees.
+    # The memory changed; null for a block's event.
+    memory_id = models.UUIDField(null=True, blank=True)
+    # The block changed; null for a memory's event.
+    block_id = models.UUIDField(null=True, blank=True)
+    # The memory's (or block's) agent when the event was written: what a reader limited to some
+    # agents sees.
     agent_id = models.TextField(null=True, blank=True)
     kind = models.CharField(max_length=20, choices=EventKind.choices)
     # Small: the changed field names, the content for created/updated/restored (never after an
@@ -781,12 +794,14 @@ class MemoryEvent(models.Model):
             models.Index(fields=["tenant", "xid", "id"], name="idx_events_tenant_feed"),
             # An erasure scrubs a memory's events; the expiry scan asks whether one was recorded.
             models.Index(fields=["memory_id"], name="idx_events_memory"),
+            # An erasure scrubs the events of the agent's blocks (WHERE block_id = ANY(...)).
+            models.Index(fields=["block_id"], name="idx_events_block", condition=Q(block_id__isnull=False)),
             # The retention trim: WHERE at < now() - window.
             models.Index(fields=["at"], name="idx_events_at"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.memory_id} at {self.at}"
+        return f"{self.kind} {self.memory_id or self.block_id} at {self.at}"
 
 
 class MemoryEventTrim(models.Model):

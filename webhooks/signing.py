@@ -78,6 +78,7 @@ def body_of(event, subscription_id) -> bytes:
         "tenant_id": event.tenant_id,
         "bucket_id": event.bucket_id,
         "memory_id": event.memory_id,
+        "block_id": event.block_id,
         "at": event.at,
         "data": event.payload,
         "subscription_id": subscription_id,

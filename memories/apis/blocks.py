@@ -32,6 +32,9 @@ MAX_REASON_CHARS = 2_000
 
 
 class BlockOut(serializers.Serializer):
+    id = serializers.UUIDField(
+        help_text="the block's id (a change-feed event's block_id); a block deleted and created again has a new one"
+    )
     bucket_id = serializers.UUIDField()
     label = serializers.CharField()
     agent_id = serializers.CharField(

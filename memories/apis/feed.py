@@ -17,7 +17,8 @@ class EventOut(serializers.Serializer):
     id = serializers.IntegerField(help_text="the event's id: unique, an idempotency key for receivers")
     cursor = serializers.CharField(help_text="the feed's position after this event (pass it as `after`)")
     kind = serializers.ChoiceField(choices=EventKind.choices)
-    memory_id = serializers.UUIDField()
+    memory_id = serializers.UUIDField(allow_null=True, help_text="the memory changed (null for a block's event)")
+    block_id = serializers.UUIDField(allow_null=True, help_text="the block changed (null for a memory's event)")
     bucket_id = serializers.UUIDField()
     at = serializers.DateTimeField(help_text="when the change was made (the start of its transaction)")
     data = serializers.JSONField(
@@ -25,7 +26,10 @@ class EventOut(serializers.Serializer):
         help_text=(
             "created/restored: content; updated: fields (names) and content; superseded: superseded_at, "
             "superseded_by; deleted: reason (deleted | merged, with into); expired: expires_at; erased: nothing. "
-            "Events of an erased memory carry erased: true and no content."
+            "Events of an erased memory carry erased: true and no content. block_created/block_updated: label, "
+            "agent_id, version, content, token_count, max_tokens, reason, actor (kind, id, label), and for an "
+            "update fields; block_deleted: label, agent_id, version, reason, actor (erased: true and no agent_id "
+            "or reason for an agent's erasure)."
         ),
     )
 
@@ -53,8 +57,9 @@ class BucketEventsApi(APIView):
         responses={200: FeedPageOut, **errors(400, 404, 410)},
         description=(
             "The bucket's change feed, oldest first: memories created, updated, superseded, deleted, restored, "
-            "expired and erased. Resume with `after` = the last next_cursor: every event comes exactly once, in "
-            "the same order, also under concurrent writes. Events are kept ENGRAM_EVENTS_RETENTION_DAYS; a cursor "
+            "expired and erased, and memory blocks created, updated and deleted. Resume with `after` = the last "
+            "next_cursor: every event comes exactly once, in the same order, also under concurrent writes. Events "
+            "are kept ENGRAM_EVENTS_RETENTION_DAYS; a cursor "
             'behind what was deleted answers 410 cursor_expired. docs/API.md, "Change feed".'
         ),
     )

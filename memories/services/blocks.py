@@ -6,8 +6,9 @@ what it was based on (:class:`Expected`: a version's entity tag, any version, or
 all), and the change is a compare-and-set in one statement (``UPDATE … WHERE id AND version``,
 or an ``INSERT`` the unique constraint refuses a second time), so of two writers based on the
 same version exactly one wins and the other is refused (412) without anything being lost or
-half-written. Every change records its version in ``block_edit_log`` and an audit event, in its
-transaction.
+half-written. Every change records its version in ``block_edit_log``, an audit event and an
+event of the change feed (``block_created``, ``block_updated``, ``block_deleted``:
+memories/services/feed_writer.py), in its transaction.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from memories.models import (
     BLOCK_MAX_TOKENS_LIMIT,
     BlockChange,
     BlockEdit,
+    EventKind,
     MemoryBlock,
 )
+from memories.services.feed_writer import events_erase_blocks, events_record_block
 from tenants.models import Bucket, Tenant
 
 _LABEL = re.compile(BLOCK_LABEL_PATTERN)
@@ -129,7 +132,9 @@ def _current(bucket: Bucket, agent_id: str | None, label: str) -> MemoryBlock | 
     return MemoryBlock.objects.for_bucket(bucket).owned_by(agent_id).filter(label=label).first()
 
 
-def _record(*, tenant, block: MemoryBlock, change: str, reason: str, actor: Actor | None, action: str) -> None:
+def _record(
+    *, tenant, block: MemoryBlock, change: str, reason: str, actor: Actor | None, action: str, fields=None
+) -> None:
     actor = actor or Actor.system("engram")
     BlockEdit.objects.create(
         block_id=block.pk, tenant_id=block.tenant_id, bucket_id=block.bucket_id, version=block.version,
@@ -140,6 +145,8 @@ def _record(*, tenant, block: MemoryBlock, change: str, reason: str, actor: Acto
         actor=actor, action=action, tenant=tenant, object_type="block", object_ids=[block.pk],
         details={"label": block.label, "version": block.version, "tokens": block.token_count, "reason": reason},
     )  # fmt: skip
+    kind = EventKind.BLOCK_CREATED if change == BlockChange.CREATED else EventKind.BLOCK_UPDATED
+    events_record_block(kind=kind, block=block, actor=actor, reason=reason, fields=fields)
 
 
 def _create(
@@ -195,11 +202,14 @@ def _update(
             )
             row = cur.fetchone()
         if row is not None:
+            changed = [name for name, new in (("content", content), ("max_tokens", max_tokens))
+                       if getattr(block, name) != new]  # fmt: skip
             block.content, block.token_count, block.max_tokens = content, tokens, max_tokens
             block.version, block.updated_at = row
             _record(
-                tenant=tenant, block=block, change=BlockChange.EDITED, reason=reason, actor=actor, action="block.update"
-            )
+                tenant=tenant, block=block, change=BlockChange.EDITED, reason=reason, actor=actor,
+                action="block.update", fields=changed,
+            )  # fmt: skip
             return block
         # Someone else's version committed first (or the block was deleted). Of any version, the
         # change is made again on the newer one, with the row locked this time so the next
@@ -344,19 +354,24 @@ def block_delete(
     if row is None:
         raise _stale(MemoryBlock.objects.filter(tenant_id=block.tenant_id, pk=block.pk).first())
     block.version = row[0]
+    actor = actor or Actor.system("engram")
     audit_record(
-        actor=actor or Actor.system("engram"), action="block.delete", tenant=bucket.tenant,
+        actor=actor, action="block.delete", tenant=bucket.tenant,
         object_type="block", object_ids=[block.pk],
         details={"label": block.label, "version": block.version, "reason": reason},
     )  # fmt: skip
+    events_record_block(kind=EventKind.BLOCK_DELETED, block=block, actor=actor, reason=reason)
 
 
-def blocks_move_bucket(*, source: Bucket, target: Bucket) -> dict[str, int]:
+def blocks_move_bucket(*, source: Bucket, target: Bucket, actor: Actor | None = None) -> dict[str, int]:
     """Part of a bucket merge: the source's blocks move to the target with their history. A
     block whose label (and owner) the target already has keeps its text under the label
     ``<label>-from-<8 hex of the source id>`` (cut to fit), so no one's text is lost; the
-    target's block keeps its label. Returns {"blocks_moved", "blocks_renamed"}."""
+    target's block keeps its label. Each moved block has a ``block_updated`` event in the
+    target's feed (``fields``: bucket_id, and label if renamed; ``from_bucket_id``).
+    Returns {"blocks_moved", "blocks_renamed"}."""
     suffix = f"-from-{source.pk.hex[:8]}"
+    labels = dict(MemoryBlock.objects.for_bucket(source).values_list("pk", "label"))
     with connection.cursor() as cur:
         # Colliding labels first: renamed in the source, then everything moves in one statement.
         cur.execute(
@@ -378,6 +393,13 @@ def blocks_move_bucket(*, source: Bucket, target: Bucket) -> dict[str, int]:
             "UPDATE block_edit_log SET bucket_id = %s WHERE tenant_id = %s AND bucket_id = %s",
             [target.pk, source.tenant_id, source.pk],
         )
+    actor = actor or Actor.system("engram")
+    for block in MemoryBlock.objects.for_bucket(target).filter(pk__in=list(labels)).order_by("agent_id", "label"):
+        fields = ["bucket_id"] + (["label"] if block.label != labels[block.pk] else [])
+        events_record_block(
+            kind=EventKind.BLOCK_UPDATED, block=block, actor=actor, reason="bucket merge", fields=fields,
+            extra={"from_bucket_id": str(source.pk)},
+        )  # fmt: skip
     return {"blocks_moved": moved, "blocks_renamed": renamed}
 
 
@@ -397,6 +419,8 @@ def blocks_erase(*, tenant: Tenant, agent_id: str, bucket: Bucket | None = None)
     if bucket is not None:
         blocks = blocks.filter(bucket_id=bucket.pk)
     ids = list(blocks.values_list("pk", flat=True))
+    # The change feed: the blocks' earlier events lose their text, and each gets its block_deleted.
+    events_erase_blocks(tenant_id=tenant.pk, block_ids=ids)
     history = BlockEdit.objects.for_tenant(tenant).filter(block_id__in=ids)
     texts = [text for pair in history.values_list("content", "reason") for text in pair if text]
     versions = history.delete()[0]

@@ -234,7 +234,7 @@ def bucket_merge(*, source: Bucket, target: Bucket, remove_source: bool, actor) 
         memories_absorb(mapping=mapping, actor=actor)
         oldest = Memory.objects.for_bucket(source).aggregate(oldest=Min("created_at"))["oldest"]
         moved = memories_move_bucket(source=source, target=target)
-        blocks = blocks_move_bucket(source=source, target=target)
+        blocks = blocks_move_bucket(source=source, target=target, actor=actor)
         # What the source learned from its ratings does not hold for the target (whose ratings
         # now include them: its next learning run sees them and learns again).
         learned_forget(tenant_id=source.tenant_id, bucket_ids=[source.pk])

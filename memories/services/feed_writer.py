@@ -12,6 +12,18 @@ What each kind records in ``payload`` (kept small: a reader fetches the memory f
 - ``expired``: ``expires_at`` (recorded by the periodic job, not at the moment it passes);
 - ``erased``: nothing; the erasure also removes the content (and the agent id) from every
   earlier event of the memory and marks them ``erased: true``.
+
+A memory block's events name the block (``block_id``; ``memory_id`` is null) and are held to the
+block's agent as a memory's are to the memory's (:func:`events_record_block`):
+
+- ``block_created``, ``block_updated``: ``label``, ``agent_id`` (null: the bucket's shared
+  block), ``version``, ``content``, ``token_count``, ``max_tokens``, ``reason``, ``actor``
+  (``kind``, ``id``, ``label``: who made the change); an update also ``fields`` (what changed:
+  ``content``, ``max_tokens``; a bucket merge ``bucket_id`` with ``from_bucket_id``, and
+  ``label`` when the block was renamed to fit beside the target's);
+- ``block_deleted``: ``label``, ``agent_id``, ``version`` (the last), ``reason``, ``actor``; an
+  agent's erasure records it with ``erased: true`` and neither agent nor reason, and takes the
+  content, the reason and the agent id out of the block's earlier events (:func:`events_erase_blocks`).
 """
 
 from __future__ import annotations
@@ -26,7 +38,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.utils import timezone
 
-from memories.models import EventKind, VersionKind
+from audit.services import Actor
+from memories.models import BLOCK_EVENT_KINDS, EventKind, MemoryBlock, VersionKind
 
 # Memory columns a kind copies into its payload from the row as the change left it.
 _ROW_COLUMNS = {
@@ -158,6 +171,69 @@ def events_erase(
             FROM unnest(%s::uuid[], %s::uuid[], %s::text[]) AS e(id, bucket_id, agent_id)
             """,
             [tenant_id, ids, [bucket for _memory, bucket, _agent in erased], agents],
+        )
+    return scrubbed
+
+
+def events_record_block(
+    *,
+    kind: EventKind | str,
+    block: MemoryBlock,
+    actor: Actor,
+    reason: str = "",
+    fields: Sequence[str] | None = None,
+    extra: Mapping | None = None,
+) -> None:
+    """Record one event of ``block``'s change (a kind of :data:`BLOCK_EVENT_KINDS`), as the
+    change left it, in the caller's transaction; the payloads are listed in the module's docstring."""
+    kind = EventKind(str(kind))
+    if kind not in BLOCK_EVENT_KINDS:
+        raise ValueError(f"not a block event: {kind}")
+    payload: dict = {"label": block.label, "agent_id": block.agent_id, "version": block.version}
+    if kind != EventKind.BLOCK_DELETED:
+        payload |= {"content": block.content, "token_count": block.token_count, "max_tokens": block.max_tokens}
+    if fields is not None:
+        payload["fields"] = sorted(fields)
+    payload |= {"reason": reason, "actor": {"kind": str(actor.kind), "id": actor.id, "label": actor.label}}
+    payload |= dict(extra or {})
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO memory_events (tenant_id, bucket_id, block_id, agent_id, kind, payload)
+            VALUES (%s, %s, %s, %s, %s, %s::jsonb)
+            """,
+            [block.tenant_id, block.bucket_id, block.pk, block.agent_id, kind.value, _json(payload)],
+        )
+
+
+def events_erase_blocks(*, tenant_id: uuid.UUID, block_ids: Sequence[uuid.UUID]) -> int:
+    """For an agent's erasure, before its blocks are deleted: take the content, the reason and the
+    agent id out of every earlier event of the blocks (marked ``erased: true``; held to
+    :data:`ERASED_AGENT`, as an erased agent's memories' events are), and record one
+    ``block_deleted`` event each (``erased: true``). Returns how many earlier events were scrubbed."""
+    if not block_ids:
+        return 0
+    with connection.cursor() as cur:
+        # idx_events_block finds each block's events.
+        cur.execute(
+            """
+            UPDATE memory_events
+            SET payload = (payload - 'content' - 'reason' - 'agent_id') || '{"erased": true}'::jsonb,
+                agent_id = CASE WHEN agent_id IS NOT NULL THEN %s ELSE agent_id END
+            WHERE block_id = ANY(%s) AND tenant_id = %s
+            """,
+            [ERASED_AGENT, list(block_ids), tenant_id],
+        )
+        scrubbed = cur.rowcount
+        cur.execute(
+            """
+            INSERT INTO memory_events (tenant_id, bucket_id, block_id, agent_id, kind, payload)
+            SELECT b.tenant_id, b.bucket_id, b.id, %s, %s,
+                   jsonb_build_object('label', b.label, 'version', b.version, 'erased', true)
+            FROM memory_blocks b WHERE b.id = ANY(%s) AND b.tenant_id = %s
+            ORDER BY b.bucket_id, b.label
+            """,
+            [ERASED_AGENT, EventKind.BLOCK_DELETED.value, list(block_ids), tenant_id],
         )
     return scrubbed
 

@@ -149,6 +149,44 @@ def test_a_subscription_gets_only_the_kinds_it_asked_for_and_only_its_tenants(
     assert [(g["kind"], g["memory_id"]) for g in got] == [("deleted", memory_id)]
 
 
+def test_block_changes_are_delivered_to_subscriptions_of_their_kinds_and_only_the_tenants(
+    api, admin_api, bucket, other_tenant
+):
+    outsider = make_client(other_tenant, scopes=("read", "write", "admin"))
+    with Receiver() as blocks_hook, Receiver() as deletes_hook, Receiver() as memories_hook, Receiver() as theirs:
+        _subscribe(admin_api, blocks_hook.url, events=["block_created", "block_updated", "block_deleted"])
+        _subscribe(admin_api, deletes_hook.url, events=["block_deleted"])
+        _subscribe(admin_api, memories_hook.url, events=["created", "updated", "deleted"])
+        _subscribe(outsider, theirs.url)  # every kind, of the other tenant
+        url = f"/api/v1/buckets/{bucket.pk}/blocks/persona?agent_id=alfa"
+        created = api.put(url, {"content": "Calm and brief.", "reason": "first"}, format="json")
+        edited = api.patch(url, {"append": "Kind."}, format="json", headers={"If-Match": created["ETag"]})
+        assert api.delete(url, headers={"If-Match": edited["ETag"]}).status_code == 204
+        memory_id = write(bucket, "A memory beside the block.", api=api)[0]
+        services.webhooks_run()
+
+    got = [json.loads(body) for _headers, body in blocks_hook.requests]
+    block_id = created.json()["id"]
+    assert [(g["kind"], g["block_id"], g["memory_id"]) for g in got] == [
+        ("block_created", block_id, None), ("block_updated", block_id, None), ("block_deleted", block_id, None)
+    ]  # fmt: skip
+    assert got[0]["data"]["label"] == "persona" and got[0]["data"]["agent_id"] == "alfa"
+    assert got[0]["data"]["reason"] == "first" and got[0]["data"]["actor"]["id"] == str(api.token.pk)
+    assert got[1]["data"]["version"] == 2 and got[1]["data"]["fields"] == ["content"]
+    assert [json.loads(body)["kind"] for _h, body in deletes_hook.requests] == ["block_deleted"]
+    assert [(json.loads(body)["kind"], json.loads(body)["memory_id"]) for _h, body in memories_hook.requests] == [
+        ("created", memory_id)
+    ]
+    assert theirs.requests == []
+
+
+def test_a_subscription_to_an_unknown_block_kind_is_refused(admin_api):
+    response = admin_api.post("/api/v1/webhooks", {"url": "http://127.0.0.1:9/x", "events": ["block_renamed"]},
+                              format="json")  # fmt: skip
+    assert response.status_code == 400
+    assert not WebhookSubscription.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)  # "before" must be a committed transaction of its own
 def test_a_subscription_starts_with_events_written_after_it(api, admin_api, bucket):
     write(bucket, "Written before the subscription.", api=api)[0]

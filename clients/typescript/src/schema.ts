@@ -267,7 +267,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The bucket's change feed, oldest first: memories created, updated, superseded, deleted, restored, expired and erased. Resume with `after` = the last next_cursor: every event comes exactly once, in the same order, also under concurrent writes. Events are kept ENGRAM_EVENTS_RETENTION_DAYS; a cursor behind what was deleted answers 410 cursor_expired. docs/API.md, "Change feed". */
+        /** @description The bucket's change feed, oldest first: memories created, updated, superseded, deleted, restored, expired and erased, and memory blocks created, updated and deleted. Resume with `after` = the last next_cursor: every event comes exactly once, in the same order, also under concurrent writes. Events are kept ENGRAM_EVENTS_RETENTION_DAYS; a cursor behind what was deleted answers 410 cursor_expired. docs/API.md, "Change feed". */
         get: operations["buckets_events"];
         put?: never;
         post?: never;
@@ -789,6 +789,11 @@ export interface components {
             previous: string | null;
         };
         BlockOut: {
+            /**
+             * Format: uuid
+             * @description the block's id (a change-feed event's block_id); a block deleted and created again has a new one
+             */
+            id: string;
             /** Format: uuid */
             bucket_id: string;
             label: string;
@@ -1368,17 +1373,28 @@ export interface components {
          *     * `restored` - restored
          *     * `expired` - expired
          *     * `erased` - erased
+         *     * `block_created` - block_created
+         *     * `block_updated` - block_updated
+         *     * `block_deleted` - block_deleted
          * @enum {string}
          */
-        EventKindEnum: "created" | "updated" | "superseded" | "deleted" | "restored" | "expired" | "erased";
+        EventKindEnum: "created" | "updated" | "superseded" | "deleted" | "restored" | "expired" | "erased" | "block_created" | "block_updated" | "block_deleted";
         EventOut: {
             /** @description the event's id: unique, an idempotency key for receivers */
             id: number;
             /** @description the feed's position after this event (pass it as `after`) */
             cursor: string;
             kind: components["schemas"]["EventKindEnum"];
-            /** Format: uuid */
-            memory_id: string;
+            /**
+             * Format: uuid
+             * @description the memory changed (null for a block's event)
+             */
+            memory_id: string | null;
+            /**
+             * Format: uuid
+             * @description the block changed (null for a memory's event)
+             */
+            block_id: string | null;
             /** Format: uuid */
             bucket_id: string;
             /**
@@ -1386,7 +1402,7 @@ export interface components {
              * @description when the change was made (the start of its transaction)
              */
             at: string;
-            /** @description created/restored: content; updated: fields (names) and content; superseded: superseded_at, superseded_by; deleted: reason (deleted | merged, with into); expired: expires_at; erased: nothing. Events of an erased memory carry erased: true and no content. */
+            /** @description created/restored: content; updated: fields (names) and content; superseded: superseded_at, superseded_by; deleted: reason (deleted | merged, with into); expired: expires_at; erased: nothing. Events of an erased memory carry erased: true and no content. block_created/block_updated: label, agent_id, version, content, token_count, max_tokens, reason, actor (kind, id, label), and for an update fields; block_deleted: label, agent_id, version, reason, actor (erased: true and no agent_id or reason for an agent's erasure). */
             data: unknown;
         };
         /**
