@@ -949,9 +949,10 @@ class BlockEdit(models.Model):
 class LearnedRanking(models.Model):
     """What the ranking learned from one bucket's feedback (issue 48): the fusion weights and the
     few knobs :mod:`memories.services.ranking_learning` tunes, and what it measured. One row per
-    bucket, replaced by each learning run that sees new ratings, deleted by a reset (the console,
-    ``manage.py learn_ranking --reset``), a bucket merge (the source's), an erasure that takes
-    ratings from the bucket, and with the bucket or tenant (ON DELETE CASCADE, migration 0019).
+    bucket, replaced by each learning run that sees new ratings, emptied by a reset (the console,
+    the API's ``DELETE …/learned-ranking``, ``manage.py learn_ranking --reset``: ``reset_at``),
+    deleted by a bucket merge (the source's), an erasure that takes ratings from the bucket, and
+    with the bucket or tenant (ON DELETE CASCADE, migration 0019).
 
     ``settings`` holds ranking overrides (:func:`memories.ranking.merge`'s shape) and is read by
     the search only when ``adopted``: the learned settings beat the defaults on the bucket's
@@ -983,6 +984,9 @@ class LearnedRanking(models.Model):
     # The newest rating read: a run skips a bucket whose ratings have not changed since.
     newest_rating_id = models.BigIntegerField(default=0)
     learned_at = models.DateTimeField(db_default=TransactionNow())
+    # Set by a reset: the row then holds no measurements, only the bucket's rating count and newest
+    # rating at the reset, so the nightly run leaves the bucket on the defaults until they change.
+    reset_at = models.DateTimeField(null=True, blank=True)
 
     objects = BucketScopedQuerySet.as_manager()
 

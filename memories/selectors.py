@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
+from django.conf import settings
 from django.db.models import F, QuerySet
 
 from engram_site.exceptions import NotFound
@@ -16,9 +18,11 @@ from memories.models import (
     BlockEdit,
     DeletedMemory,
     EnrichmentFailure,
+    LearnedRanking,
     Memory,
     MemoryBlock,
     MemoryVersion,
+    SearchFeedback,
 )
 from tenants.models import AgentRestriction, ApiToken, Bucket, Tenant
 from tenants.selectors import parse_uuid, token_scoped
@@ -136,3 +140,33 @@ def block_list(*, bucket: Bucket, agents: AgentRestriction | None, agent_id: str
 def block_history(*, block: MemoryBlock) -> QuerySet[BlockEdit]:
     """The block's versions, newest first (block_edit_log_block_version)."""
     return BlockEdit.objects.filter(tenant_id=block.tenant_id, block_id=block.pk).order_by("-version")
+
+
+@dataclass(frozen=True)
+class LearnedRankingState:
+    """What a bucket's ranking learned from its feedback, as the API answers it: ``row`` (None:
+    never learned, or gone with a merge or an erasure), the bucket's ratings now, and the minimum
+    a bucket needs before the nightly run learns it."""
+
+    bucket: Bucket
+    row: LearnedRanking | None
+    ratings_now: int
+    min_ratings: int
+
+    @property
+    def status(self) -> str:
+        if self.row is None:
+            return "none"
+        if self.row.reset_at is not None:
+            return "reset"
+        return "in_use" if self.row.adopted else "defaults_kept"
+
+
+def learned_ranking_get(*, bucket: Bucket) -> LearnedRankingState:
+    """The bucket's learned ranking (learned_rankings_bucket: WHERE tenant_id AND bucket_id) and
+    its rating count (the ratings' bucket index)."""
+    row = LearnedRanking.objects.for_bucket(bucket).first()
+    ratings = SearchFeedback.objects.for_bucket(bucket).count()
+    return LearnedRankingState(
+        bucket=bucket, row=row, ratings_now=ratings, min_ratings=settings.ENGRAM_LEARN_MIN_RATINGS
+    )

@@ -1,6 +1,18 @@
 from django.urls import path
 
-from memories.apis import blocks, buckets, erasure, failures, feed, feedback, lifecycle, memories, search, transfer
+from memories.apis import (
+    blocks,
+    buckets,
+    erasure,
+    failures,
+    feed,
+    feedback,
+    learned,
+    lifecycle,
+    memories,
+    search,
+    transfer,
+)
 
 urlpatterns = [
     path("buckets", buckets.BucketListApi.as_view(), name="bucket-list"),
@@ -18,6 +30,7 @@ urlpatterns = [
         name="bucket-enrichment-failures",
     ),
     path("buckets/<str:bucket_id>/events", feed.BucketEventsApi.as_view(), name="bucket-events"),
+    path("buckets/<str:bucket_id>/learned-ranking", learned.LearnedRankingApi.as_view(), name="bucket-learned-ranking"),
     path("buckets/<str:bucket_id>/export", transfer.BucketExportApi.as_view(), name="bucket-export"),
     path("buckets/<str:bucket_id>/import", transfer.BucketImportApi.as_view(), name="bucket-import"),
     path("memories/<str:memory_id>", memories.MemoryDetailApi.as_view(), name="memory-detail"),

@@ -464,8 +464,9 @@ class DeletedMemoryAdmin(_WithHistory, TenantScopedAdmin):
 class LearnedRankingAdmin(TenantScopedAdmin):
     """What each bucket's ranking learned from its feedback (memories.services.ranking_learning):
     the settings, the scores that adopted or refused them, how many ratings, when. Read-only; the
-    reset action deletes a bucket's row (its searches use the defaults again) after a confirmation,
-    through the same service as ``manage.py learn_ranking --reset``."""
+    reset action empties a bucket's row (its searches use the defaults again, until its ratings
+    change) after a confirmation, through the same service as the API's reset and
+    ``manage.py learn_ranking --reset``."""
 
     list_display = ["bucket", "tenant", "outcome", "settings_display", "scores", "ratings", "questions", "learned_at"]
     list_filter = ["adopted", "tenant"]
@@ -473,6 +474,7 @@ class LearnedRankingAdmin(TenantScopedAdmin):
     readonly_fields = [
         "tenant", "bucket", "adopted", "settings_display", "ratings", "train_queries", "held_queries",
         "train_before", "train_after", "held_before", "held_after", "candidates", "searches", "learned_at",
+        "reset_at",
     ]  # fmt: skip
     fields = readonly_fields
     actions = ["reset"]
@@ -492,6 +494,8 @@ class LearnedRankingAdmin(TenantScopedAdmin):
 
     @admin.display(description="outcome", boolean=False, ordering="adopted")
     def outcome(self, obj):
+        if obj.reset_at is not None:
+            return "reset: defaults until new ratings"
         return "learned settings in use" if obj.adopted else "defaults kept"
 
     @admin.display(description="settings")
@@ -503,6 +507,8 @@ class LearnedRankingAdmin(TenantScopedAdmin):
 
     @admin.display(description="held-back score (defaults → learned); training")
     def scores(self, obj):
+        if obj.reset_at is not None:
+            return "—"
         return f"{obj.held_before:.3f} → {obj.held_after:.3f}; training {obj.train_before:.3f} → {obj.train_after:.3f}"
 
     @admin.display(description="questions (training / held back)")
@@ -523,7 +529,7 @@ class LearnedRankingAdmin(TenantScopedAdmin):
                     "The nightly job learns them again once their ratings change."
                 ),
                 button=f"Yes, reset {len(rows)} bucket(s)",
-                describe=lambda r: f"{r.bucket.name} — {r.tenant.name} ({'learned' if r.adopted else 'defaults kept'})",
+                describe=lambda r: f"{r.bucket.name} — {r.tenant.name} ({self.outcome(r)})",
             )
         deleted = ranking_learning.ranking_learned_reset(
             buckets=[row.bucket for row in rows], actor=Actor.operator(request.user, request)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from django.conf import settings as django_settings
 from django.db import connection, transaction
 from django.db.models import Count, Max
+from django.db.models.functions import Now
 
 from audit.services import Actor, audit_record
 from engram_site import activity
@@ -346,20 +347,36 @@ def ranking_learn_all(
 
 
 def ranking_learned_reset(*, buckets: list[Bucket], actor: Actor | None = None) -> int:
-    """Delete what these buckets learned (their searches use the defaults again; the next run
-    that sees new ratings learns again). Audited as ``ranking.learned_reset``; how many rows."""
-    deleted = 0
+    """Forget what these buckets learned: their searches use the defaults again at once, and the
+    nightly run leaves them alone until their ratings change (another rating, one fewer). The
+    row keeps no measurement, only ``reset_at`` and the bucket's rating count and newest rating at
+    the reset (what :func:`buckets_to_learn` compares); an operator's run of the bucket
+    (``learn_ranking --bucket``) learns it again at once. Audited as ``ranking.learned_reset``;
+    returns how many buckets had something to reset (a bucket never learned, or reset since its
+    last run, has not: nothing is written)."""
+    reset = 0
     with transaction.atomic():
         for bucket in buckets:
-            count = LearnedRanking.objects.for_bucket(bucket).delete()[0]
-            deleted += count
+            # FOR UPDATE: a learning run finishing meanwhile writes its row before or after, never between.
+            row = LearnedRanking.objects.for_bucket(bucket).select_for_update().first()
+            if row is None or row.reset_at is not None:
+                continue
+            rated = SearchFeedback.objects.for_bucket(bucket).aggregate(ratings=Count("id"), newest=Max("id"))
+            LearnedRanking.objects.for_bucket(bucket).update(
+                adopted=False, settings={}, ratings=rated["ratings"], newest_rating_id=rated["newest"] or 0,
+                train_queries=0, held_queries=0, train_before=0.0, train_after=0.0, held_before=0.0, held_after=0.0,
+                candidates=0, searches=0, learned_at=Now(), reset_at=Now(),
+            )  # fmt: skip
+            reset += 1
             _forget([bucket.pk])
-            if count and actor is not None:
+            if actor is not None:
                 audit_record(
                     actor=actor, action="ranking.learned_reset", tenant=bucket.tenant, object_type="bucket",
-                    object_ids=[bucket.pk], details={"name": bucket.name},
+                    object_ids=[bucket.pk],
+                    details={"name": bucket.name, "adopted": row.adopted, "settings": row.settings,
+                             "ratings": row.ratings},
                 )  # fmt: skip
-    return deleted
+    return reset
 
 
 def learned_forget(*, tenant_id, bucket_ids) -> int:

@@ -322,6 +322,21 @@ def test_a_block_is_created_edited_on_its_version_searched_with_and_its_history_
             engram.get_block(live.spare, label)
 
 
+@pytest.mark.slow
+def test_a_buckets_learned_ranking_is_read_and_reset(live):
+    with client(live) as engram, client(live, live.tokens.read_only) as reader:
+        learned = engram.get_learned_ranking(live.spare)
+        assert learned.status == "none" and learned.settings == {} and learned.min_ratings == 30
+        assert learned.bucket_id == live.spare
+        reset = engram.reset_learned_ranking(live.spare)  # nothing learned: left as it is
+        assert reset.status == "none" and reset.reset_at is None
+        assert reader.get_learned_ranking(live.spare).status == "none"
+        with pytest.raises(PermissionDenied):
+            reader.reset_learned_ranking(live.spare)
+        with pytest.raises(NotFound):
+            engram.get_learned_ranking(live.elsewhere)
+
+
 # --- errors --------------------------------------------------------------------------------------
 
 

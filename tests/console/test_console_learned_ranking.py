@@ -38,13 +38,15 @@ def test_the_list_shows_settings_scores_ratings_and_when(operator, learned, buck
     assert "learned settings in use" in page and "48" in page and "18 / 6" in page
 
 
-def test_reset_asks_first_then_deletes_and_audits(operator, learned, tenant):
+def test_reset_asks_first_then_forgets_and_audits(operator, learned, tenant):
     data = {"action": "reset", "_selected_action": [learned.pk], "index": 0}
     confirm = operator.post(URL, data)
     assert b"Yes, reset 1 bucket" in confirm.content
     assert LearnedRanking.objects.filter(pk=learned.pk).exists()  # nothing until confirmed
     operator.post(URL, {**data, "confirm": "yes"})
-    assert not LearnedRanking.objects.filter(pk=learned.pk).exists()
+    row = LearnedRanking.objects.get(pk=learned.pk)
+    assert row.reset_at is not None and not row.adopted and row.settings == {}
+    assert "reset: defaults until new ratings" in operator.get(URL).content.decode()
     event = AuditEvent.objects.get(tenant=tenant, action="ranking.learned_reset")
     assert event.actor_label == "acme-operator"
 

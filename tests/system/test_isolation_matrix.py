@@ -264,6 +264,7 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     "bucket-events": {
         "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"after": "0.0", "limit": 5})]
     },
+    "bucket-learned-ranking": {"GET": [Call({"bucket_id": "bucket"})], "DELETE": [Call({"bucket_id": "bucket"})]},
     # Blocks are named by label in the bucket: A's bucket with the label of A's block.
     "bucket-blocks": {"GET": [Call({"bucket_id": "bucket"})]},
     "block-detail": {
@@ -1234,6 +1235,11 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
     "bucket-enrichment-failures": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS)]},
     "bucket-conflicts": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
     "bucket-events": {"GET": [AgentCall({"bucket_id": "bucket"}, refused=READS, shows=True)]},
+    # Learned from every agent's ratings and used by every agent's searches: a bucket's, as a PATCH.
+    "bucket-learned-ranking": {
+        "GET": [AgentCall({"bucket_id": "bucket"}, refused=403, own=(403,))],
+        "DELETE": [AgentCall({"bucket_id": "bucket"}, refused=403, own=(403,))],
+    },
     "bucket-conflict-resolve": {
         "POST": [
             AgentCall({"bucket_id": "bucket", "conflict_id": "conflict"}, lambda agent, ids: {"action": "keep_both"})

@@ -25,6 +25,7 @@ from engram_client.models import (
     Feedback,
     History,
     ImportResult,
+    LearnedRanking,
     Memory,
     MergeResult,
     Profile,
@@ -163,6 +164,20 @@ class AsyncEngram:
         fields = core.body(target_bucket_id=target_bucket_id, remove_source=remove_source, dry_run=dry_run)
         return await self._run(Call("POST", core.path("buckets", bucket_id, "merge"), json=fields,
                               parse=MergeResult.from_api))  # fmt: skip
+
+    async def get_learned_ranking(self, bucket_id: Id) -> LearnedRanking:
+        """What the bucket's ranking learned from its ratings: the settings in use, when, on how
+        many ratings, and their held-back score against the defaults' (docs/RETRIEVAL.md)."""
+        return await self._run(
+            Call("GET", core.path("buckets", bucket_id, "learned-ranking"), parse=LearnedRanking.from_api)
+        )
+
+    async def reset_learned_ranking(self, bucket_id: Id) -> LearnedRanking:
+        """Forget what the bucket's ranking learned (scope ``write``): its searches use the
+        defaults until its ratings change. Audited; answers the state after."""
+        return await self._run(
+            Call("DELETE", core.path("buckets", bucket_id, "learned-ranking"), parse=LearnedRanking.from_api)
+        )
 
     # --- memories ----------------------------------------------------------------------------
 

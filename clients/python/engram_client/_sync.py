@@ -26,6 +26,7 @@ from engram_client.models import (
     Feedback,
     History,
     ImportResult,
+    LearnedRanking,
     Memory,
     MergeResult,
     Profile,
@@ -164,6 +165,18 @@ class Engram:
         fields = core.body(target_bucket_id=target_bucket_id, remove_source=remove_source, dry_run=dry_run)
         return self._run(Call("POST", core.path("buckets", bucket_id, "merge"), json=fields,
                               parse=MergeResult.from_api))  # fmt: skip
+
+    def get_learned_ranking(self, bucket_id: Id) -> LearnedRanking:
+        """What the bucket's ranking learned from its ratings: the settings in use, when, on how
+        many ratings, and their held-back score against the defaults' (docs/RETRIEVAL.md)."""
+        return self._run(Call("GET", core.path("buckets", bucket_id, "learned-ranking"), parse=LearnedRanking.from_api))
+
+    def reset_learned_ranking(self, bucket_id: Id) -> LearnedRanking:
+        """Forget what the bucket's ranking learned (scope ``write``): its searches use the
+        defaults until its ratings change. Audited; answers the state after."""
+        return self._run(
+            Call("DELETE", core.path("buckets", bucket_id, "learned-ranking"), parse=LearnedRanking.from_api)
+        )
 
     # --- memories ----------------------------------------------------------------------------
 

@@ -119,6 +119,26 @@ class MergeResult(Model):
     source_removed: bool | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class LearnedRanking(Model):
+    """What a bucket's ranking learned from its feedback (``get_learned_ranking``): ``status`` is
+    ``none``, ``in_use`` (``settings`` are used by its searches), ``defaults_kept`` or ``reset``;
+    ``held_back_score`` and ``training_score`` are ``{"defaults", "learned"}``."""
+
+    bucket_id: str
+    status: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    learned_at: datetime | None = None
+    reset_at: datetime | None = None
+    ratings: int | None = None
+    ratings_now: int | None = None
+    min_ratings: int | None = None
+    questions: dict[str, int] | None = None
+    held_back_score: dict[str, float] | None = None
+    training_score: dict[str, float] | None = None
+    searches: int | None = None
+
+
 # --- memories -----------------------------------------------------------------------------------
 
 
@@ -191,6 +211,7 @@ class Block(Model):
     in ``if_match``."""
 
     label: str
+    id: str | None = None  # a change-feed event's block_id
     bucket_id: str | None = None
     agent_id: str | None = None  # None: the bucket's shared block
     content: str | None = None

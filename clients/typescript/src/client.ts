@@ -41,6 +41,7 @@ export type ErasureResult = Schemas["ErasureOut"];
 export type Feedback = Schemas["FeedbackOut"];
 export type Block = Schemas["BlockOut"];
 export type BlockVersion = Schemas["BlockVersionOut"];
+export type LearnedRanking = Schemas["LearnedRankingOut"];
 /** What a change of a block is based on: its `etag` (or the `Block` read), or `"*"` for any version. */
 export type IfMatch = string | { etag: string };
 
@@ -206,6 +207,24 @@ export class Engram {
       }),
       "POST /buckets/{id}/merge",
     );
+  }
+
+  /**
+   * What the bucket's ranking learned from its ratings: the settings in use, when, on how many
+   * ratings, and their held-back score against the defaults' (docs/RETRIEVAL.md).
+   */
+  getLearnedRanking(bucketId: string): Promise<LearnedRanking> {
+    return this.read(
+      () => this.api.GET("/api/v1/buckets/{bucket_id}/learned-ranking", { params: { path: { bucket_id: bucketId } } }),
+      "GET /buckets/{id}/learned-ranking",
+    );
+  }
+
+  /** Forget what the bucket's ranking learned (scope `write`): the defaults until its ratings change. Audited. */
+  resetLearnedRanking(bucketId: string): Promise<LearnedRanking> {
+    return this.run({ idempotent: true },
+      () => this.api.DELETE("/api/v1/buckets/{bucket_id}/learned-ranking", { params: { path: { bucket_id: bucketId } } }),
+      "DELETE /buckets/{id}/learned-ranking");
   }
 
   // --- memories ---------------------------------------------------------------------------------

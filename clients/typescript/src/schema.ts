@@ -311,6 +311,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/buckets/{bucket_id}/learned-ranking": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description What the bucket's ranking learned from its feedback (the nightly learn_ranking job): the status, the settings in use, when, on how many ratings and questions, and the held-back score of the learned settings against the defaults'. A token held to agents gets 403 agent_forbidden (it is learned from every agent's ratings). docs/RETRIEVAL.md, "Learned weights". */
+        get: operations["buckets_learned_ranking"];
+        put?: never;
+        post?: never;
+        /** @description Reset what the bucket's ranking learned: its searches use the defaults (with the tenant's settings) at once, and the nightly job learns it again only once its ratings change. Audited as ranking.learned_reset (as the console's reset). Idempotent: a bucket with nothing learned, or reset already, is left as it is. Scope write; a token held to agents gets 403 agent_forbidden. The answer is the state after, as GET. */
+        delete: operations["buckets_learned_ranking_reset"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/buckets/{bucket_id}/memories": {
         parameters: {
             query?: never;
@@ -1481,6 +1499,71 @@ export interface components {
          * @enum {string}
          */
         KeepEnum: "a" | "b";
+        LearnedQuestionsOut: {
+            training: number;
+            held_back: number;
+        };
+        LearnedRankingOut: {
+            /** Format: uuid */
+            bucket_id: string;
+            /**
+             * @description none: nothing learned (too few ratings yet, or none since a merge or an erasure took them); in_use: the learned settings beat the defaults on the held-back ratings: the bucket's searches use them; defaults_kept: measured, but nothing beat the defaults on the held-back ratings: the defaults stay; reset: an operator or a token reset it: the defaults are used until the bucket's ratings change
+             *
+             *     * `none` - none
+             *     * `in_use` - in_use
+             *     * `defaults_kept` - defaults_kept
+             *     * `reset` - reset
+             */
+            status: components["schemas"]["LearnedRankingOutStatusEnum"];
+            /** @description the ranking settings the bucket's searches use over the defaults (ranking overrides' shape); {} unless status is in_use */
+            settings: {
+                [key: string]: unknown;
+            };
+            /**
+             * Format: date-time
+             * @description when it was measured; null if not (or reset)
+             */
+            learned_at: string | null;
+            /**
+             * Format: date-time
+             * @description when it was reset; null unless status is reset
+             */
+            reset_at: string | null;
+            /** @description the bucket's ratings when it was learned (or reset); null if never */
+            ratings: number | null;
+            /** @description the bucket's ratings now */
+            ratings_now: number;
+            /** @description ratings a bucket needs to be learned (ENGRAM_LEARN_MIN_RATINGS) */
+            min_ratings: number;
+            /** @description the rated questions that trained and were held back */
+            questions: components["schemas"]["LearnedQuestionsOut"] | null;
+            /** @description on the held-back questions, the defaults' and the learned settings'; null if none */
+            held_back_score: components["schemas"]["LearnedScoreOut"] | null;
+            /** @description the same on the training questions */
+            training_score: components["schemas"]["LearnedScoreOut"] | null;
+            /** @description searches the run made to measure */
+            searches: number | null;
+        };
+        /**
+         * @description * `none` - none
+         *     * `in_use` - in_use
+         *     * `defaults_kept` - defaults_kept
+         *     * `reset` - reset
+         * @enum {string}
+         */
+        LearnedRankingOutStatusEnum: "none" | "in_use" | "defaults_kept" | "reset";
+        LearnedScoreOut: {
+            /**
+             * Format: double
+             * @description the default settings' score, 0..1
+             */
+            defaults: number;
+            /**
+             * Format: double
+             * @description the best settings found, 0..1 (the defaults' when nothing beat them)
+             */
+            learned: number;
+        };
         LeftOutBlockOut: {
             /** Format: uuid */
             bucket_id: string;
@@ -4654,6 +4737,174 @@ export interface operations {
             };
             /** @description The body is not JSON (Content-Type must be application/json). */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    buckets_learned_ranking: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                bucket_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LearnedRankingOut"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Rate limited; retry after Retry-After seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The database is unavailable; retry after Retry-After seconds. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    buckets_learned_ranking_reset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                bucket_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LearnedRankingOut"];
+                };
+            };
+            /** @description Missing, unknown, revoked or expired token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The token lacks the scope, or is restricted to another bucket; or (`agent_forbidden`) it is held to agents and may not write as that agent or change a shared memory. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found, or owned by another tenant (indistinguishable). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A name or content collision; or (`retry`) a concurrent change rolled the request back: send it again. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The URL (path and query string) is longer than 4,096 bytes (`uri_too_long`). */
+            414: {
                 headers: {
                     [name: string]: unknown;
                 };

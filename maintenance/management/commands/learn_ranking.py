@@ -16,7 +16,8 @@ class Command(JobCommand):
     help = (
         "Learn the fusion weights of the buckets with enough ratings whose ratings changed since they were "
         "last learned (--bucket: those buckets, changed or not); adopted only where they beat the defaults "
-        "on held-back ratings. --reset deletes what the --bucket buckets learned."
+        "on held-back ratings. --reset forgets what the --bucket buckets learned (defaults until their ratings "
+        "change)."
     )
     job_name = "learn_ranking"
     lock = True
@@ -25,7 +26,7 @@ class Command(JobCommand):
         super().add_arguments(parser)
         parser.add_argument("--bucket", action="append", default=[], metavar="ID", help="a bucket id (repeatable)")
         parser.add_argument("--min-ratings", type=int, help="default ENGRAM_LEARN_MIN_RATINGS")
-        parser.add_argument("--reset", action="store_true", help="delete what the --bucket buckets learned")
+        parser.add_argument("--reset", action="store_true", help="forget what the --bucket buckets learned")
 
     def _buckets(self, ids: list[str]) -> list[Bucket]:
         found = {str(b.pk): b for b in Bucket.objects.filter(pk__in=ids).select_related("tenant")}
