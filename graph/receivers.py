@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from django.dispatch import receiver
 
-from graph.tasks import enqueue_extraction
+from graph.tasks import enqueue_extraction, request_extraction
 from memories import signals
 
 
 @receiver(signals.memories_created)
 def extract_new_memories(sender, *, bucket_id, memory_ids, **kwargs):
-    enqueue_extraction(memory_ids)
+    request_extraction(bucket_id)
 
 
 @receiver(signals.memory_changed)

@@ -1,6 +1,8 @@
 """Celery tasks of the graph app: thin wrappers around graph.services.extraction.
 
-Extraction is queued after a write commits (a hint); the ``graph.extract_pending``
+Extraction is asked for after a write commits (a hint, one run per bucket at a time however
+many writes ask: ``graph.extract_bucket``; an edit's memory is extracted by itself,
+``graph.extract_memories``); the ``graph.extract_pending``
 sweep (beat, every two minutes) extracts whatever a lost hint left behind, since
 ``graph_processed`` records what the extractor has seen.
 """
@@ -11,14 +13,14 @@ import logging
 
 from celery import shared_task
 
-from engram_site.jobs import runner
+from engram_site.jobs import coalesce, runner
 from engram_site.jobs.presets import HINT, SCHEDULED
 from engram_site.scoping import scopes_disabled
 from graph.services import extraction
 from graph.services.reports import GraphReport
 from memories import hooks
 from memories.selectors import memories_tenant_ids
-from memories.tasks import enqueue_keys
+from memories.tasks import enqueue_keys, request_keys
 from tenants.models import Bucket
 from tenants.selectors import bucket_tenant_ids
 
@@ -77,6 +79,42 @@ def rebuild_bucket(bucket_id: str) -> dict:
             recorder.fail("; ".join(report.errors[:5]))
 
     return runner.run_job("graph_rebuild", run, lock=False).as_dict()
+
+
+# Memories a run of the graph stage extracts per step (one transaction per activity.TURN of them).
+GRAPH_PER_STEP = 100
+
+
+def _extract_step(bucket: Bucket) -> tuple[dict, bool]:
+    report = extraction.graph_extract_pending(limit=GRAPH_PER_STEP, bucket=bucket)
+    if report.skipped:
+        return {"skipped": report.skipped}, False
+    if report.memories:
+        # Their key documents waited for the graph (graph/keys.py): built now, with its facts.
+        request_keys(bucket.pk)
+    return _as_counts(report), report.selected == GRAPH_PER_STEP
+
+
+@shared_task(name="graph.extract_bucket", tenant_scope=bucket_tenant_ids, **HINT)
+def extract_bucket(bucket_id: str) -> dict:
+    """The bucket's memories the graph has not seen yet (idempotent; graph_processed is the work
+    list), a bounded batch per step (engram_site/jobs/coalesce.py)."""
+    bucket = Bucket.objects.filter(pk=bucket_id).select_related("tenant").first()
+    if bucket is None:
+        return {"skipped": "no such bucket"}
+    return coalesce.run(
+        "graph", bucket_id, step=lambda: _extract_step(bucket), publish=lambda: _publish_bucket(bucket_id)
+    )
+
+
+def _publish_bucket(bucket_id) -> bool:
+    return hooks.publish(lambda: extract_bucket.si(str(bucket_id)), what="graph extraction", count=1)
+
+
+def request_extraction(bucket_id) -> None:
+    """Ask for a run of the graph stage on this bucket (new memories were written). Never
+    raises; the graph.extract_pending sweep finds what a lost hint leaves."""
+    coalesce.request("graph", bucket_id, lambda: _publish_bucket(bucket_id))
 
 
 def retry_work(memory_ids: list[str]) -> list:

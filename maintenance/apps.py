@@ -13,6 +13,6 @@ class MaintenanceConfig(AppConfig):
         from memories import hooks, participants
         from memories.models import EnrichmentStage
 
-        hooks.register_follow_up(receivers.follow_up_work)
+        hooks.register_follow_up(receivers.follow_up)
         hooks.register_retry(EnrichmentStage.CLASSIFICATION, receivers.retry_classification)
         participants.register(MaintenanceParticipant())

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from engram_site.db import TransactionNow
 from engram_site.querysets import BucketScopedQuerySet
+from engram_site.scoping import scoped_manager
 from memories.models import Memory
 from tenants.models import Bucket, Tenant
 
@@ -225,3 +226,28 @@ class ConflictCandidate(ReviewPair):
     def agent_scope(cls, agents) -> Q:
         """The pairs an agent-limited token sees: both memories readable by it."""
         return agents.q("memory_a__agent_id") & agents.q("memory_b__agent_id")
+
+
+class PendingComparison(models.Model):
+    """A new memory waiting for the per-write checks: near-duplicates, contradictions, links.
+
+    Written with the write's follow-up request (maintenance/receivers.py), taken a batch at a
+    time by the bucket's ``compare`` stage (maintenance.tasks.compare_bucket), which deletes the
+    rows it has done. Classification needs no such list (a NULL label is its own), nor do the
+    hourly scans (their cursors), but a memory written with an older ``created_at`` than a
+    scan's cursor is only found by these checks: the list keeps it until they have run, whatever
+    happened to the message that asked for them. Deleted with its memory (ON DELETE CASCADE).
+    """
+
+    memory = models.OneToOneField(
+        Memory, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    created_at = models.DateTimeField(db_default=TransactionNow())
+
+    objects = scoped_manager(tenant="memory__tenant_id")
+
+    class Meta:
+        db_table = "maintenance_pending_comparisons"
+
+    def __str__(self) -> str:
+        return str(self.memory_id)

@@ -1,5 +1,5 @@
-"""The work maintenance queues on new memories after their enrichment (registered with
-memories.hooks in MaintenanceConfig.ready), and the planner-statistics check after large writes
+"""The work maintenance asks for on new memories (registered with memories.hooks in
+MaintenanceConfig.ready), and the planner-statistics check after large writes
 (a receiver of memories_created). What it does to its own rows when buckets and memories change
 is in maintenance/participants.py."""
 
@@ -14,21 +14,23 @@ from django.db import connection
 from django.dispatch import receiver
 
 from maintenance import tasks
-from maintenance.services import statistics
+from maintenance.services import comparisons, statistics
 from memories import signals
 
 logger = logging.getLogger(__name__)
 
 
-def follow_up_work(memory_ids: list[str]) -> list[Signature]:
-    """What new memories need once they have their embedding: classification, the
-    near-duplicate scan, the contradiction check, links (queued by memories.hooks after enrichment)."""
-    return [
-        tasks.classify_memories.si(memory_ids),
-        tasks.find_duplicates.si(memory_ids),
-        tasks.find_conflicts.si(memory_ids),
-        tasks.link_new_memories.si(memory_ids),
-    ]
+def follow_up(*, bucket_id, memory_ids: list) -> None:
+    """What new memories of a bucket need once they have their embedding (registered with
+    memories.hooks): a run of the bucket's classification, and of its near-duplicate,
+    contradiction and link checks, with the memories put on the list of those waiting for them
+    (maintenance.services.comparisons). Per bucket, not per write (engram_site/jobs/coalesce.py)."""
+    tasks.request_classification(bucket_id)
+    try:
+        comparisons.comparisons_note(memory_ids=memory_ids)
+    except Exception:  # the write is committed; these checks are hints (the hourly scans remain)
+        logger.exception("noting %d memories for their checks failed", len(memory_ids))
+    tasks.request_comparisons(bucket_id)
 
 
 def retry_classification(memory_ids: list[str]) -> list[Signature]:

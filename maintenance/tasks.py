@@ -12,12 +12,13 @@ from datetime import timedelta
 from celery import shared_task
 from django.conf import settings
 
-from engram_site.jobs import runner
+from engram_site.jobs import coalesce, runner
 from engram_site.jobs.presets import HINT, SCHEDULED
 from engram_site.locks import LockHeld
 from engram_site.scoping import scopes_disabled
 from maintenance.services import (
     classification,
+    comparisons,
     conflicts,
     duplicates,
     embedding_switch,
@@ -26,6 +27,7 @@ from maintenance.services import (
     links,
     reindex,
 )
+from memories import hooks
 from memories.selectors import memories_tenant_ids
 from memories.services import ranking_learning
 from memories.services.access import apply_pending
@@ -56,6 +58,66 @@ def link_new_memories(memory_ids: list[str]) -> dict:
     return links.links_find_for(memory_ids=memory_ids)
 
 
+# --- follow-up work per bucket (engram_site/jobs/coalesce.py): one run per stage and bucket
+
+# Memories a step of the classification stage labels (the classifier takes them 64 at a time).
+CLASSIFY_PER_STEP = 256
+# Memories a step of the compare stage checks (three nearest-neighbour queries each).
+COMPARE_PER_STEP = 100
+
+
+def _bucket(bucket_id: str) -> Bucket | None:
+    return Bucket.objects.filter(pk=bucket_id).select_related("tenant").first()
+
+
+def _classify_step(bucket: Bucket) -> tuple[dict, bool]:
+    counts = classification.memories_classify(bucket=bucket, limit=CLASSIFY_PER_STEP)
+    return counts, counts["scanned"] == CLASSIFY_PER_STEP
+
+
+@shared_task(name="maintenance.classify_bucket", tenant_scope=bucket_tenant_ids, **HINT)
+def classify_bucket(bucket_id: str) -> dict:
+    """Label the bucket's memories that have an embedding and no label (idempotent: a NULL label
+    is the work list), a bounded batch per step. Needs nothing but the embedding."""
+    bucket = _bucket(bucket_id)
+    if bucket is None:
+        return {"skipped": "no such bucket"}
+    return coalesce.run(
+        "classify", bucket_id, step=lambda: _classify_step(bucket), publish=lambda: _publish_classify(bucket_id)
+    )
+
+
+@shared_task(name="maintenance.compare_bucket", tenant_scope=bucket_tenant_ids, **HINT)
+def compare_bucket(bucket_id: str) -> dict:
+    """The near-duplicate, contradiction and link checks of the bucket's new memories
+    (maintenance.services.comparisons: the list of those waiting is the work list)."""
+    bucket = _bucket(bucket_id)
+    if bucket is None:
+        return {"skipped": "no such bucket"}
+    return coalesce.run(
+        "compare",
+        bucket_id,
+        step=lambda: comparisons.comparisons_step(bucket=bucket, limit=COMPARE_PER_STEP),
+        publish=lambda: _publish_compare(bucket_id),
+    )
+
+
+def _publish_classify(bucket_id) -> bool:
+    return hooks.publish(lambda: classify_bucket.si(str(bucket_id)), what="classification", count=1)
+
+
+def _publish_compare(bucket_id) -> bool:
+    return hooks.publish(lambda: compare_bucket.si(str(bucket_id)), what="comparisons", count=1)
+
+
+def request_classification(bucket_id) -> None:
+    coalesce.request("classify", bucket_id, lambda: _publish_classify(bucket_id))
+
+
+def request_comparisons(bucket_id) -> None:
+    coalesce.request("compare", bucket_id, lambda: _publish_compare(bucket_id))
+
+
 # --- scheduled jobs (maintenance/schedules.py), recorded as JobRuns -------------------------------
 
 
@@ -63,7 +125,11 @@ def link_new_memories(memory_ids: list[str]) -> dict:
 @scopes_disabled()  # cross-tenant: fills the missing columns of every bucket
 def enrichment_sweep() -> dict:
     # Every minute: runs that found nothing to do are not kept.
-    return runner.run_job("enrichment_sweep", enrichment.enrichment_sweep, keep_idle=False).as_dict()
+    result = runner.run_job("enrichment_sweep", enrichment.enrichment_sweep, keep_idle=False).as_dict()
+    # Memories left on the list of the per-write checks (their message was lost): a new run.
+    for bucket_id in comparisons.comparisons_waiting_buckets():
+        request_comparisons(bucket_id)
+    return result
 
 
 @shared_task(name="maintenance.embed_missing", **SCHEDULED)

@@ -6,9 +6,10 @@ columns, scan cursors), and the periodic sweeps redo anything a lost hint would 
 :func:`publish` never raises, and when the broker is down it stops trying for a while instead
 of making every write wait for a connection timeout. Every app's hints go through it.
 
-The memories app's own task is queued beside it, in memories/tasks.py (``enqueue_enrichment``,
-``enqueue_retry``), from memories/receivers.py after a write's signal. This module imports no
-task, so every app's tasks module can use it.
+The memories app's own tasks are asked for beside it, in memories/tasks.py (``enqueue_enrichment``,
+``enqueue_retry``), from memories/receivers.py after a write's signal: per bucket and stage, not per
+write (engram_site/jobs/coalesce.py). This module imports no task, so every app's tasks module can
+use it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from celery import Signature, chain
+from celery import Signature
+from django.db import connection
 
 logger = logging.getLogger(__name__)
 
@@ -38,22 +40,29 @@ def _ids(memory_ids: Iterable) -> list[str]:
     return [str(i) for i in memory_ids]
 
 
-# Work that needs a memory's embedding (classification, near-duplicates, links), queued
-# after enrichment in the same chain. The apps that do it register a factory of task
-# signatures in their AppConfig.ready (maintenance/receivers.py): memories sits below them
-# and does not import them.
-_follow_ups: list[Callable[[list[str]], list[Signature]]] = []
+# Work that needs a memory's embedding (classification, near-duplicates, contradictions, links).
+# The apps that do it register a function in their AppConfig.ready (maintenance/receivers.py):
+# memories sits below them and does not import them. It is called with a bucket and the new
+# memories of it that have their embedding, and asks for its stages' runs on the bucket
+# (engram_site/jobs/coalesce.py): it must be quick and never raise.
+_follow_ups: list[Callable[..., None]] = []
 
 
-def register_follow_up(factory: Callable[[list[str]], list[Signature]]) -> None:
-    """Queue ``factory(memory_ids)``'s signatures after every enrichment (idempotent per factory)."""
-    if factory not in _follow_ups:
-        _follow_ups.append(factory)
+def register_follow_up(requester: Callable[..., None]) -> None:
+    """Call ``requester(bucket_id=..., memory_ids=...)`` for new memories once they have their
+    embedding (idempotent per function)."""
+    if requester not in _follow_ups:
+        _follow_ups.append(requester)
 
 
-def follow_up_work(ids: list[str]) -> list[Signature]:
-    """The registered follow-up signatures for these memories, in registration order."""
-    return [sig for factory in _follow_ups for sig in factory(ids)]
+def follow_up(*, bucket_id, memory_ids: list) -> None:
+    """Ask for the follow-up work of these memories of ``bucket_id`` (every registered app's).
+    Never raises."""
+    for requester in _follow_ups:
+        try:
+            requester(bucket_id=bucket_id, memory_ids=list(memory_ids))
+        except Exception:
+            logger.exception("asking for follow-up work of %d memories failed", len(memory_ids))
 
 
 def publish(signature_factory, *, what: str, count: int) -> bool:
@@ -76,12 +85,20 @@ def publish(signature_factory, *, what: str, count: int) -> bool:
 
 
 def after_enrichment(*, memory_ids: Iterable[uuid.UUID]) -> None:
-    """Queue the follow-up work for rows the enrichment sweep has just embedded
-    (their write-time hint may have been lost). Never raises."""
+    """Ask for the follow-up work of rows the enrichment has just embedded (the write stored
+    them without, or its hint was lost), bucket by bucket. Never raises."""
     try:
         ids = _ids(memory_ids)
-        if ids:
-            publish(lambda: chain(*follow_up_work(ids)), what="follow-up work", count=len(ids))
+        if not ids:
+            return
+        with connection.cursor() as cur:
+            # Cross-tenant (the sweep's rows): the ids were just read from the table.
+            cur.execute(
+                "SELECT bucket_id, array_agg(id) FROM memories WHERE id = ANY(%s::uuid[]) GROUP BY bucket_id", [ids]
+            )
+            groups = cur.fetchall()
+        for bucket_id, bucket_ids in groups:
+            follow_up(bucket_id=bucket_id, memory_ids=bucket_ids)
     except Exception:
         logger.exception("after_enrichment failed for some memories")
 

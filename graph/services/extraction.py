@@ -387,14 +387,16 @@ def graph_rebuild_tenant(*, tenant: Tenant) -> GraphReport:
     return total
 
 
-def graph_extract_pending(*, limit: int = 1000) -> GraphReport:
-    """Extract memories the graph has not seen yet (the sweep behind the async path)."""
+def graph_extract_pending(*, limit: int = 1000, bucket: Bucket | None = None) -> GraphReport:
+    """Extract memories the graph has not seen yet, oldest first, at most ``limit`` (of ``bucket``,
+    or of every bucket: the sweep behind the async path)."""
+    in_bucket = "AND m.tenant_id = %s AND m.bucket_id = %s" if bucket is not None else ""
     with connection.cursor() as cur:
         cur.execute(
-            """
+            f"""
             SELECT m.id FROM memories m
             LEFT JOIN graph_processed p ON p.memory_id = m.id
-            WHERE (p.memory_id IS NULL OR p.extractor_version < %s)
+            WHERE (p.memory_id IS NULL OR p.extractor_version < %s) {in_bucket}
               -- A memory the extractor failed on waits for its retry time
               -- (enrichment_failures_memory_stage serves the anti-join).
               AND NOT EXISTS (
@@ -403,9 +405,16 @@ def graph_extract_pending(*, limit: int = 1000) -> GraphReport:
               )
             ORDER BY m.created_at LIMIT %s
             """,
-            [EXTRACTOR_VERSION, EnrichmentStage.GRAPH.value, limit],
+            [
+                EXTRACTOR_VERSION,
+                *([bucket.tenant_id, bucket.pk] if bucket is not None else []),
+                EnrichmentStage.GRAPH.value,
+                limit,
+            ],
         )
         ids = [row[0] for row in cur.fetchall()]
     if not ids:
         return GraphReport()
-    return graph_extract_memories(memory_ids=ids)
+    report = graph_extract_memories(memory_ids=ids)
+    report.selected = len(ids)
+    return report

@@ -18,3 +18,5 @@ class GraphReport:
     errors: list[str] = field(default_factory=list)
     # Memories the extractor failed on, recorded in enrichment_failures (stage "graph").
     failures_recorded: int = 0
+    # Memories a pending pass picked (graph_extract_pending): as many as it asked for means more may wait.
+    selected: int = 0

@@ -45,6 +45,7 @@ def memories_classify(
     force: bool = False,
     batch_size: int = 64,
     classifier=None,
+    limit: int | None = None,
 ) -> dict:
     """Set ``classified_scope`` and ``classified_topic`` where they are missing.
 
@@ -52,7 +53,8 @@ def memories_classify(
     with its prototypes; rows without one are picked up once the enrichment
     sweep has filled it). Labels a client set are kept: a NULL column is filled,
     a set one is not overwritten (``force`` relabels what a classifier labelled).
-    The classifier's name goes into ``metadata.classified_by``.
+    The classifier's name goes into ``metadata.classified_by``. ``limit``: stop after that
+    many rows (a step of the bucket's classification stage; ``scanned`` says how many were seen).
     """
     recorder = recorder or _null_recorder()
     classifier = classifier or get_classifier()
@@ -68,13 +70,15 @@ def memories_classify(
     else:
         # The sweep leaves a row the classifier failed on until its retry time.
         queryset = queryset.filter(~deferred(EnrichmentStage.CLASSIFICATION))
-    recorder.set_total(queryset.count())
-    counts = {"classified": 0, "general": 0, "specific": 0, "failures_recorded": 0}
+    if limit is None:
+        recorder.set_total(queryset.count())
+    counts = {"classified": 0, "general": 0, "specific": 0, "failures_recorded": 0, "scanned": 0}
     last_id = None
-    while True:
+    while limit is None or counts["scanned"] < limit:
         activity.pause()
         page = queryset if last_id is None else queryset.filter(pk__gt=last_id)
-        rows = list(page.values_list("id", "content", "embedding", "embedding_model")[:batch_size])
+        size = batch_size if limit is None else min(batch_size, limit - counts["scanned"])
+        rows = list(page.values_list("id", "content", "embedding", "embedding_model")[:size])
         if not rows:
             break
         last_id = rows[-1][0]
@@ -98,6 +102,7 @@ def memories_classify(
         counts["failures_recorded"] += len(found.errors)
         for item in done:
             counts[item.result.scope] += 1
+        counts["scanned"] += len(rows)
         recorder.advance(len(rows))
     failures = getattr(classifier, "failures", 0)
     if failures:

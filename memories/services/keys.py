@@ -3,12 +3,12 @@
 A memory's key (memories.keys) needs what the apps above know of it — the graph's entities and
 relations, the distiller's statements — so it is built after them, not in the write:
 
-- the enrichment task builds the keys of new memories once it has filled their columns
-  (memories.tasks.build_keys, chained after it), leaving those a source is still waiting
-  on (the graph has not extracted them yet);
+- the bucket's key run (memories.tasks.build_keys_bucket, asked for by every write) builds the
+  keys of its memories that are missing, leaving those a source is still waiting on (the graph
+  has not extracted them yet);
 - the graph, once it has extracted memories, marks their keys stale (:func:`keys_mark_stale`)
-  and queues their build, so a key is made with the graph's facts, and made again when
-  they change (an edit, a rebuild);
+  and asks for the key run (or, for an edited memory, queues its build), so a key is made with
+  the graph's facts, and made again when they change (an edit, a rebuild);
 - the key pass of the every-minute enrichment sweep and ``manage.py build_keys`` (the backfill
   for memories written before keys existed) build every key missing or out of date: no key
   row, marked stale, built by an older recipe (``KEY_VERSION``), of an older text (the

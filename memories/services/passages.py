@@ -4,8 +4,8 @@ A memory whose ``token_count`` exceeds the model's window (memories.passages) is
 passages, each embedded by the bucket's model, so the ``vector`` signal sees all of it, not its
 first ~1,000 characters:
 
-- the enrichment task chain builds the passages of new memories right after their columns are
-  filled (memories.tasks.build_passages): the write itself never waits for them, nor fails when
+- the bucket's enrichment run builds the passages of new memories right after their columns are
+  filled (memories.tasks.enrich_bucket): the write itself never waits for them, nor fails when
   the model does;
 - the passage pass of the every-minute enrichment sweep and ``manage.py build_passages`` (the
   backfill for memories written before passages existed, or after the splitter changed) build

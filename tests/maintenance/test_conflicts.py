@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from audit.models import AuditEvent
-from maintenance import conflict_detector, receivers
+from maintenance import conflict_detector
 from maintenance.models import ConflictCandidate, ConflictStatus, DuplicateCandidate
 from maintenance.services import conflicts
 from memories.models import DeletedMemory, Memory, MemoryVersion, VersionKind
@@ -135,10 +135,9 @@ def test_the_check_runs_in_the_worker_after_enrichment_not_in_the_write(
         write(bucket, VEGETARIAN, STEAK)
     assert not ConflictCandidate.objects.exists()  # the write itself found nothing
     settings.ENGRAM_EMBEDDINGS_ENABLED = True
-    for callback in callbacks:  # the commit: enrichment and its follow-up chain run (eagerly, here)
+    for callback in callbacks:  # the commit: enrichment, then the bucket's checks (eagerly, here)
         callback()
     assert ConflictCandidate.objects.for_bucket(bucket).get().code == "diet"
-    assert "maintenance.find_conflicts" in [s.task for s in receivers.follow_up_work(["x"])]
 
 
 def test_a_diet_pair_is_found_by_full_text_even_without_a_near_neighbour(bucket):

@@ -255,7 +255,7 @@ def test_the_hook_swallows_unexpected_errors(monkeypatch, caplog):
     def explode(*args, **kwargs):
         raise RuntimeError("surprise")
 
-    monkeypatch.setattr(canvas._chain, "apply_async", explode)
+    monkeypatch.setattr(canvas.Signature, "apply_async", explode)
     hooks.reset_backoff()
     enqueue_enrichment(bucket_id="b", memory_ids=["00000000-0000-0000-0000-000000000001"])
     hooks.after_enrichment(memory_ids=["00000000-0000-0000-0000-000000000001"])

@@ -124,7 +124,7 @@ def test_a_write_enqueues_enrichment_that_a_worker_completes(broker, bucket, tmp
         ids = write_as_web(broker, bucket, contents, settings)
         assert pending(ids) == len(ids)  # the writer had no model
         wait_for(lambda: pending(ids) == 0, timeout=60, proc=worker, what="enrichment")
-        # The rest of the chain: classification, the near-duplicate check, links.
+        # The follow-up runs of the bucket: classification, the near-duplicate check, links.
         wait_for(
             lambda: (
                 not Memory.objects.filter(pk__in=ids, classified_scope__isnull=True).exists()
@@ -134,15 +134,15 @@ def test_a_write_enqueues_enrichment_that_a_worker_completes(broker, bucket, tmp
             proc=worker,
             what="follow-up work",
         )
-        # The graph app queued its own extraction after the same commit.
+        # The graph app asked for its own run after the same commit.
         wait_for(
             lambda: Edge.objects.for_bucket(bucket).filter(predicate="sibling_of").exists(),
             timeout=30,
             proc=worker,
             what="graph extraction",
         )
-    assert "Task memories.enrich_memories[" in worker.output()
-    assert "Task graph.extract_memories[" in worker.output()
+    assert "Task memories.enrich_bucket[" in worker.output()
+    assert "Task graph.extract_bucket[" in worker.output()
     [pair] = DuplicateCandidate.objects.for_bucket(bucket)
     assert {str(pair.memory_a_id), str(pair.memory_b_id)} == {ids[0], ids[1]}
 
@@ -191,4 +191,4 @@ def test_with_the_broker_down_writes_succeed_and_the_sweep_catches_up(broker, bu
             what="classification after the sweep",
         )
     assert "Task maintenance.enrichment_sweep[" in worker.output()
-    assert "Task memories.enrich_memories[" not in worker.output()  # no hint ever reached the broker
+    assert "Task memories.enrich_bucket[" not in worker.output()  # no hint ever reached the broker

@@ -34,7 +34,7 @@ from engram_site.scoping import (
     tenant_owned_models,
 )
 from graph.models import Correction, Edge, Entity, Mention, Processed
-from maintenance.models import ConflictCandidate, DuplicateCandidate, ScanCursor
+from maintenance.models import ConflictCandidate, DuplicateCandidate, PendingComparison, ScanCursor
 from memories.models import (
     Memory,
     MemoryAccess,
@@ -215,6 +215,7 @@ def _build_rows(tenant: Tenant, mark: str) -> None:
         valid_from=now, source_memory_id=ids[0],
     )  # fmt: skip
     Processed.objects.create(memory_id=ids[0], extractor_version=1, processed_at=now)
+    PendingComparison.objects.get_or_create(memory_id=ids[0])  # the write may have put it on the list
     Correction.objects.create(tenant=tenant, bucket=bucket, kind="rename", actor_kind="system")
     a, b = sorted(ids[:2])
     DuplicateCandidate.objects.create(tenant=tenant, bucket=bucket, memory_a_id=a, memory_b_id=b, similarity=0.9)
