@@ -52,16 +52,26 @@ def key_facts(memories: list[Memory]) -> dict[uuid.UUID, KeyFacts]:
     ids = [m.pk for m in memories]
     distilled = set(SourceChunkMemory.objects.filter(memory_id__in=ids).values_list("memory_id", flat=True))
     distiller = RulesDistiller()
+    units: dict[uuid.UUID, Unit] = {}
+    for memory in memories:
+        if memory.pk in distilled:
+            continue
+        speaker = transcript_speaker(memory.content) if memory.attributed_to is None else None
+        text = memory.content[len(speaker) + 1 :].strip() if speaker else memory.content
+        units[memory.pk] = Unit(
+            kind="conversation", text=text[:MAX_DISTILLED_CHARS], role=memory.attributed_to, speaker=speaker
+        )
+    try:
+        distiller.prepare(list(units.values()))  # the batch's sentences, parsed together
+    except Exception:  # each memory is then parsed on its own
+        logger.exception("splitting %d memories into sentences failed", len(units))
     facts: dict[uuid.UUID, KeyFacts] = {}
     for memory in memories:
         if memory.pk in distilled:
             facts[memory.pk] = KeyFacts(statements=[memory.content])
             continue
-        speaker = transcript_speaker(memory.content) if memory.attributed_to is None else None
-        text = memory.content[len(speaker) + 1 :].strip() if speaker else memory.content
-        unit = Unit(kind="conversation", text=text[:MAX_DISTILLED_CHARS], role=memory.attributed_to, speaker=speaker)
         try:
-            statements = said_once([s.text for s in distiller.distill(unit).statements])
+            statements = said_once([s.text for s in distiller.distill(units[memory.pk]).statements])
         except Exception:  # the memory's own text stands in (memories.keys.document)
             logger.exception("distilling memory %s for its key failed", memory.pk)
             continue

@@ -6,7 +6,7 @@ import re
 
 from sources.distill.first_person import resolve_first_person
 from sources.distill.markdown import blocks
-from sources.distill.sentences import pipeline, sentences
+from sources.distill.sentences import pipeline, sentences, sentences_many
 from sources.distill.statements import (
     bounded,
     informative_question,
@@ -29,6 +29,25 @@ SHORT_ITEM_CHARS = 300
 
 class RulesDistiller:
     name = RULES_VERSION
+
+    def __init__(self) -> None:
+        # Sentences of block texts split ahead of time (:meth:`prepare`), by text.
+        self._split: dict[str, list[str]] = {}
+
+    def prepare(self, units: list[Unit]) -> None:
+        """Split the blocks of ``units`` into sentences in one batch, ahead of :meth:`distill`
+        on each of them (many short units: the key documents of a batch of memories)."""
+        texts = list(
+            dict.fromkeys(
+                block.text
+                for unit in units
+                for block in blocks(unit.text)
+                if block.kind != "row" and not (block.kind == "item" and len(block.text) <= SHORT_ITEM_CHARS)
+            )
+        )
+        texts = [text for text in texts if text not in self._split]
+        if texts:
+            self._split.update(zip(texts, sentences_many(texts), strict=True))
 
     def distill(self, unit: Unit) -> DistillResult:
         result = DistillResult(by=self.name)
@@ -58,7 +77,8 @@ class RulesDistiller:
         """The block's sentences worth keeping, fragments joined to a neighbour."""
         kept: list[str] = []
         carry = ""  # a leading fragment waiting for the next sentence
-        for raw in [text] if whole else sentences(text):
+        split = self._split.get(text)
+        for raw in [text] if whole else split if split is not None else sentences(text):
             if is_filler(raw) or (is_question(raw) and not informative_question(raw)):
                 result.dropped += 1
                 continue

@@ -126,6 +126,36 @@ not = "a statement"
     ]
 
 
+def test_units_prepared_together_give_the_statements_each_gives_alone(monkeypatch):
+    """The key documents of a batch of memories split their sentences in one nlp.pipe call, with the
+    parser alone: the same statements as a full parse of each."""
+    units = [
+        Unit(kind="conversation", text=text, role="user", speaker=speaker)
+        for text, speaker in [
+            ("We went to Porto. Great trip. The food was amazing.", None),
+            ("I work nights and I'm training for a marathon", None),
+            ("I'm a nurse and I work nights. My dog Biscuit is 5.", "Maya"),
+            ("Allergies:\n\n- **peanuts** (anaphylaxis)\n- shellfish, see the chart", None),
+            ("ok so the rent went up to $1,450 in 2024. crazy", None),
+        ]
+    ]
+    alone = [[s.text for s in RulesDistiller().distill(unit).statements] for unit in units]
+    parsed = []
+    pipeline = nlp.get_pipeline()
+    original = pipeline.pipe
+
+    def pipe(texts, **kwargs):
+        texts = list(texts)
+        parsed.append(len(texts))
+        return original(texts, **kwargs)
+
+    monkeypatch.setattr(pipeline, "pipe", pipe)
+    prepared = RulesDistiller()
+    prepared.prepare(units)
+    assert [[s.text for s in prepared.distill(unit).statements] for unit in units] == alone
+    assert parsed == [4]  # one batch; the list's short items are statements without a parse
+
+
 def test_the_regex_splitter_is_used_when_spacy_is_unavailable(monkeypatch):
     def unavailable():
         raise nlp.PipelineUnavailable("spaCy is not installed")
