@@ -17,7 +17,9 @@ from collections.abc import Iterable
 
 from django.db import connection
 
+from maintenance import nearest
 from maintenance.services import conflicts, duplicates, links
+from memories.retrieval import EXACT_SCAN_BELOW
 from tenants.models import Bucket
 
 # A memory waiting this long is handed to a new run by the sweep (its message was lost).
@@ -56,9 +58,12 @@ def comparisons_step(*, bucket: Bucket, limit: int) -> tuple[dict, bool]:
         ids: list[uuid.UUID] = [row[0] for row in cur.fetchall()]
     if not ids:
         return {"scanned": 0}, False
-    found = duplicates.near_duplicates_find_for(memory_ids=ids)
-    contradictions = conflicts.conflicts_find_for(memory_ids=ids)
-    linked = links.links_find_for(memory_ids=ids)
+    # Whether to scan the bucket or walk its index: decided once for the batch (it was a count of
+    # the bucket's rows before every nearest-neighbour query, three per memory).
+    exact = nearest.embedded_count(tenant_id=bucket.tenant_id, bucket_id=bucket.pk) < EXACT_SCAN_BELOW
+    found = duplicates.near_duplicates_find_for(memory_ids=ids, exact=exact)
+    contradictions = conflicts.conflicts_find_for(memory_ids=ids, exact=exact)
+    linked = links.links_find_for(memory_ids=ids, exact=exact)
     with connection.cursor() as cur:
         cur.execute("DELETE FROM maintenance_pending_comparisons WHERE memory_id = ANY(%s::uuid[])", [ids])
     counts = {

@@ -118,15 +118,16 @@ def conflicts_scan(*, recorder: JobRecorder, bucket: Bucket | None = None, full:
     return dict(recorder.counts)
 
 
-def conflicts_find_for(*, memory_ids: Iterable) -> dict:
-    """The per-write hint (queued after enrichment): look for conflicts of these (new) memories."""
+def conflicts_find_for(*, memory_ids: Iterable, exact: bool | None = None) -> dict:
+    """The per-write hint: look for conflicts of these (new) memories (``exact``: as
+    :func:`maintenance.nearest.nearest`'s)."""
     counts = {"scanned": 0, "conflicts": 0}
     rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
     for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):
         activity.pause()
         near = nearest.nearest(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=CONFLICT_K,
-            min_similarity=CONFLICT_MIN_SIMILARITY,
+            min_similarity=CONFLICT_MIN_SIMILARITY, exact=exact,
         )  # fmt: skip
         counts["conflicts"] += _store_conflicts(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, found=near

@@ -67,16 +67,20 @@ def near_duplicates_scan(
     return dict(recorder.counts)
 
 
-def near_duplicates_find_for(*, memory_ids: Iterable, threshold: float | None = None) -> dict:
-    """The per-write hint: compare these (new) memories with their buckets."""
+def near_duplicates_find_for(
+    *, memory_ids: Iterable, threshold: float | None = None, exact: bool | None = None
+) -> dict:
+    """The per-write hint: compare these (new) memories with their buckets (``exact``: scan the
+    bucket rather than its index; decided per memory by the bucket's size when not given)."""
     minimum = _threshold(threshold)
     counts = {"scanned": 0, "candidates": 0}
     rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
     for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):
         activity.pause()
         near = nearest.nearest(
-            tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=NEAR_DUPLICATE_K, min_similarity=minimum
-        )
+            tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=NEAR_DUPLICATE_K, min_similarity=minimum,
+            exact=exact,
+        )  # fmt: skip
         counts["candidates"] += _store_candidates(
             tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, found=near
         )

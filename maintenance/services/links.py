@@ -131,12 +131,13 @@ def links_pass(*, recorder: JobRecorder, bucket: Bucket | None = None, full: boo
     return dict(recorder.counts)
 
 
-def links_find_for(*, memory_ids: Iterable) -> dict:
-    """The per-write hint: refines / cites links of these (new) memories."""
+def links_find_for(*, memory_ids: Iterable, exact: bool | None = None) -> dict:
+    """The per-write hint: refines / cites links of these (new) memories (``exact``: as
+    :func:`maintenance.nearest.nearest`'s)."""
     totals = {"scanned": 0, "cites": 0, "refines": 0}
     for memory in Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False).values(*_LINK_FIELDS):
         activity.pause()
-        for kind, n in _link_one(memory, exact=None).items():
+        for kind, n in _link_one(memory, exact=exact).items():
             totals[kind] += n
         totals["scanned"] += 1
     return totals
