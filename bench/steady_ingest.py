@@ -9,7 +9,9 @@ made up for by a burst) for ``--seconds``; a second client searches once a secon
 (``--search-every``) with the pool of ``queries-100k.jsonl``. Every ``--sample`` seconds the
 backlog is read in SQL: messages waiting in the embedded broker's queue and, of the bucket's
 memories, those without an embedding, not classified, not yet seen by the graph extractor,
-and without a current key document. After the last write the searches go on until the
+and without a current key document, and those still waiting for the near-duplicate,
+contradiction and link checks (the checks' list, on servers that have one); and the machine's
+load average, since the machine may be shared. After the last write the searches go on until the
 backlog has drained (or ``--drain-timeout``), then the same searches run once more on the
 idle server.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -52,18 +55,31 @@ def backlog(dsn: dict, home: Path, bucket: str) -> dict:
             [bucket],
         )
         total, unembedded, unclassified, unextracted, unkeyed = cur.fetchone()
+        # The near-duplicate, contradiction and link checks' list (maintenance 0011; older servers
+        # queued those checks per write, with no list to count).
+        cur.execute("SELECT to_regclass('maintenance_pending_comparisons') IS NOT NULL")
+        unchecked = None
+        if cur.fetchone()[0]:
+            cur.execute(
+                "SELECT count(*) FROM maintenance_pending_comparisons p JOIN memories m ON m.id = p.memory_id "
+                "WHERE m.bucket_id = %s",
+                [bucket],
+            )
+            unchecked = cur.fetchone()[0]
     return {
+        "load": os.getloadavg()[0],  # the machine's, not only this server's
         "memories": total,
         "queued_messages": waiting,
         "unembedded": unembedded,
         "unclassified": unclassified,
         "not_in_graph": unextracted,
         "without_key": unkeyed,
+        "unchecked": unchecked,
     }
 
 
 def _pending(b: dict) -> int:
-    return b["unembedded"] + b["unclassified"] + b["not_in_graph"] + b["without_key"]
+    return b["unembedded"] + b["unclassified"] + b["not_in_graph"] + b["without_key"] + (b.get("unchecked") or 0)
 
 
 class Searcher(threading.Thread):
@@ -185,7 +201,8 @@ def report(result: dict, args) -> tuple[str, str]:
         rows.append((phase, n, p50, p95, ratio))
     backlog_rows = [
         (s["t"], s["phase"], s["memories"], s["queued_messages"], s["unembedded"], s["unclassified"],
-         s["not_in_graph"], s["without_key"])
+         s["not_in_graph"], s["without_key"], "—" if s.get("unchecked") is None else s["unchecked"],
+         f"{s['load']:.1f}" if "load" in s else "—")
         for s in result["samples"]
     ]  # fmt: skip
     last_writing = [s for s in result["samples"] if s["phase"] == "writing"]
@@ -225,6 +242,8 @@ def report(result: dict, args) -> tuple[str, str]:
                     "unclassified",
                     "not in graph",
                     "no key",
+                    "unchecked",
+                    "load",
                 ),
                 backlog_rows,
             ),
