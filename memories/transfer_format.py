@@ -28,7 +28,7 @@ from engram_site.fields import (
 from engram_site.parsers import JSONParser, json_depth_exceeds
 from engram_site.providers import embedding
 from memories.links import RESERVED_PREFIX
-from memories.models import BLOCK_LABEL_MAX, BLOCK_MAX_CHARS, BLOCK_MAX_TOKENS_LIMIT, Scope, VersionKind
+from memories.models import BLOCK_LABEL_MAX, BLOCK_MAX_CHARS, BLOCK_MAX_TOKENS_LIMIT, FeedbackSignal, Scope, VersionKind
 from memories.serializers import (
     MAX_CONTENT_CHARS,
     MAX_ID_CHARS,
@@ -39,7 +39,15 @@ from memories.serializers import (
 )
 from memories.services import CONTEXT_PREDECESSORS, MemoryInput
 from memories.services.blocks import block_label_check, block_tokens
-from memories.services.transfer import MAX_LINE_VERSIONS, BlockLine, ImportLine, RejectedLine, decode_vector
+from memories.services.feedback import MAX_QUERY_CHARS
+from memories.services.transfer import (
+    MAX_LINE_VERSIONS,
+    BlockLine,
+    FeedbackLine,
+    ImportLine,
+    RejectedLine,
+    decode_vector,
+)
 from tenants.selectors import parse_uuid
 
 # The longest line an import reads; a longer one is rejected without being held in memory.
@@ -202,6 +210,36 @@ class BlockWrapperIn(StrictSerializer):
     block = BlockLineIn()
 
 
+class FeedbackLineIn(StrictSerializer):
+    """The object of a ``{"feedback": {...}}`` line: a rating as an export writes it, checked as
+    POST /api/v1/memories/{id}/feedback checks one; ``memory_id`` is the ``id`` of the rated
+    memory's line in the same file."""
+
+    id = StrictIntegerField(min_value=1, required=False, help_text="the rating's id where it was exported")
+    memory_id = StrictCharField(max_length=36, help_text="the id of the rated memory's line in this file")
+    signal = serializers.ChoiceField(choices=FeedbackSignal.choices)
+    query = StrictCharField(max_length=MAX_QUERY_CHARS)
+    agent_id = StrictCharField(max_length=MAX_ID_CHARS, required=False, allow_null=True, default=None)
+    run_id = StrictCharField(max_length=MAX_ID_CHARS, required=False, allow_null=True, default=None)
+    created_at = StoredDateTimeField(required=False, allow_null=True, default=None)
+
+
+class FeedbackWrapperIn(StrictSerializer):
+    feedback = FeedbackLineIn()
+
+
+def _feedback_line(number: int, data: dict) -> FeedbackLine | RejectedLine:
+    try:
+        values = dict(FeedbackWrapperIn().run_validation(data))["feedback"]
+    except exceptions.ValidationError as exc:
+        return _rejected(number, exc)
+    return FeedbackLine(
+        number=number, memory_ref=values["memory_id"], signal=values["signal"], query=values["query"],
+        agent_id=values.get("agent_id"), run_id=values.get("run_id"), created_at=values.get("created_at"),
+        source_id=values.get("id"),
+    )  # fmt: skip
+
+
 def _rejected(number: int, exc: exceptions.APIException) -> RejectedLine:
     detail = exc.detail
     if isinstance(exc, exceptions.ValidationError):
@@ -219,7 +257,9 @@ def _block_line(number: int, data: dict) -> BlockLine | RejectedLine:
                      content=values["content"], max_tokens=values["max_tokens"])  # fmt: skip
 
 
-def parse_line(number: int, raw: bytes, validator: ImportLineIn | None = None) -> ImportLine | BlockLine | RejectedLine:
+def parse_line(
+    number: int, raw: bytes, validator: ImportLineIn | None = None
+) -> ImportLine | BlockLine | FeedbackLine | RejectedLine:
     """Line ``number`` (1-based), valid or with the reason it is not. ``validator``: an
     :class:`ImportLineIn` to reuse (a serializer copies its fields for every instance, which
     costs more than validating a line)."""
@@ -232,18 +272,22 @@ def parse_line(number: int, raw: bytes, validator: ImportLineIn | None = None) -
         return RejectedLine(number, "A line must be a JSON object.")
     if "block" in data:  # a memory block's line ({"block": {...}}, nothing beside it)
         return _block_line(number, data)
+    if "feedback" in data:  # a rating's line ({"feedback": {...}}, nothing beside it)
+        return _feedback_line(number, data)
     try:
         # What is_valid() runs, without the state it keeps on the instance.
         values = dict((validator or ImportLineIn()).run_validation(data))
     except exceptions.ValidationError as exc:
         return _rejected(number, exc)
-    values.pop("id", None)
+    source_id = values.pop("id", None)
     derived = values.pop("engram", None)
     versions = values.pop("versions", None) or []
-    return ImportLine(number=number, item=MemoryInput(**values), derived=derived, versions=versions)
+    return ImportLine(
+        number=number, item=MemoryInput(**values), derived=derived, versions=versions, source_id=source_id
+    )
 
 
-def import_lines(stream: BinaryIO) -> Iterator[ImportLine | BlockLine | RejectedLine]:
+def import_lines(stream: BinaryIO) -> Iterator[ImportLine | BlockLine | FeedbackLine | RejectedLine]:
     """The lines of ``stream`` (JSON Lines, UTF-8) from where it stands, blank lines skipped."""
     validator = ImportLineIn()
     number = 0

@@ -29,6 +29,7 @@ from memories.quotas import quota_check_memories
 from memories.services.transfer import (
     MEDIA_TYPE,
     BlockLine,
+    FeedbackLine,
     ImportLine,
     RejectedLine,
     memories_export,
@@ -43,13 +44,17 @@ from tenants.selectors import bucket_get
 SPOOL_IN_MEMORY_BYTES = 1024 * 1024
 
 
-def held_to(lines: Iterator[ImportLine | BlockLine | RejectedLine], agents: AgentRestriction | None):
-    """``lines`` with each valid line's agent id as a write by a token held to ``agents`` takes
-    it (defaulted to its one agent), or the line rejected when that agent is not the token's."""
+def held_to(lines: Iterator[ImportLine | BlockLine | FeedbackLine | RejectedLine], agents: AgentRestriction | None):
+    """``lines`` with each valid memory or rating line's agent id as a write (a rating) by a token
+    held to ``agents`` takes it (defaulted to its one agent), or the line rejected when that agent
+    is not the token's."""
     for line in lines:
-        if agents is not None and isinstance(line, ImportLine):
+        if agents is not None and isinstance(line, (ImportLine, FeedbackLine)):
             try:
-                line.item.agent_id = write_agent(agents, line.item.agent_id)
+                if isinstance(line, ImportLine):
+                    line.item.agent_id = write_agent(agents, line.item.agent_id)
+                else:
+                    line.agent_id = write_agent(agents, line.agent_id)
             except DomainError as exc:
                 line = RejectedLine(line.number, exc.message, {"agent_id": [exc.message]})
         yield line
@@ -118,6 +123,11 @@ class BucketExportApi(APIView):
             required=False, default=False,
             help_text='after the memories, one {"block": {...}} line per memory block the token may read',
         )  # fmt: skip
+        feedback = serializers.BooleanField(
+            required=False, default=False,
+            help_text='after those, one {"feedback": {...}} line per rating the token may read (memory_id: the id '
+            "of the rated memory's line)",
+        )  # fmt: skip
 
     @extend_schema(
         operation_id="buckets_export",
@@ -157,6 +167,11 @@ class ImportOut(serializers.Serializer):
     pending_enrichment = serializers.IntegerField(help_text="rows of the bucket waiting for the enrichment sweep")
     blocks_imported = serializers.IntegerField(help_text="memory blocks created or set to their line's text")
     blocks_unchanged = serializers.IntegerField(help_text="memory blocks that already held their line's text")
+    feedback_imported = serializers.IntegerField(help_text="ratings stored")
+    feedback_unchanged = serializers.IntegerField(help_text="ratings the memory already had (an import sent again)")
+    feedback_skipped = serializers.IntegerField(
+        help_text="ratings of a memory line deduplicated into a memory the token may not read (another agent's)"
+    )
 
 
 class BucketImportApi(APIView):

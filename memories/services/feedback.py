@@ -77,6 +77,65 @@ def feedback_record(
     return feedback
 
 
+def feedback_import(
+    *,
+    memory: Memory,
+    signal: FeedbackSignal | str,
+    query: str,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    created_at=None,
+    source_id: int | None = None,
+    vectors: dict | None = None,
+    actor: Actor | None = None,
+) -> bool:
+    """An import's rating (memories.services.transfer): stored as :func:`feedback_record` stores
+    one, at ``created_at`` (when it was given, so that it fades as it did there; now if not said),
+    unless the memory already has the same rating (signal, query, agent, run, and time when
+    given): then nothing is written and False is returned, so an import sent twice does not count
+    a rating twice. The memory's history gets its ``rated`` version; when the history was
+    imported with the memory, the version it already holds of this rating (``source_id``: the
+    rating's id where it was exported) is pointed at the new rating instead, so an erasure of
+    the rater finds it. ``vectors``: query -> vector, kept across an import's ratings."""
+    signal = FeedbackSignal(str(signal))
+    same = SearchFeedback.objects.filter(
+        tenant_id=memory.tenant_id, bucket_id=memory.bucket_id, memory_id=memory.pk, signal=signal, query=query,
+        agent_id=agent_id, run_id=run_id, **({"created_at": created_at} if created_at is not None else {}),
+    )  # fmt: skip
+    # idx_search_feedback_memory finds the memory's ratings.
+    if same.exists():
+        return False
+    model = memory.bucket.embedding_model
+    vectors = {} if vectors is None else vectors
+    if query not in vectors:
+        vectors[query] = _query_vector(query, model)
+    vector = vectors[query]
+    with transaction.atomic():
+        feedback = SearchFeedback.objects.create(
+            memory_id=memory.pk, tenant_id=memory.tenant_id, bucket_id=memory.bucket_id, signal=signal, query=query,
+            query_embedding=vector, embedding_model=model if vector is not None else None, agent_id=agent_id,
+            run_id=run_id, **({"created_at": created_at} if created_at is not None else {}),
+        )  # fmt: skip
+        imported = MemoryVersion.objects.none()
+        if source_id is not None:
+            imported = MemoryVersion.objects.filter(
+                tenant_id=memory.tenant_id, memory_id=memory.pk, kind=VersionKind.RATED, details__feedback_id=source_id
+            )
+        moved = 0
+        for version in imported:
+            version.details = {**version.details, "feedback_id": feedback.pk}
+            version.save(update_fields=["details"])
+            moved += 1
+        if not moved:
+            version_record(
+                memory=memory, kind=VersionKind.RATED, previous={},
+                details={"feedback_id": feedback.pk, "signal": str(signal), "query": query, "agent_id": agent_id,
+                         "run_id": run_id, "imported": True},
+                actor=actor,
+            )  # fmt: skip
+    return True
+
+
 def feedback_vectors_fill(*, batch_size: int = 200) -> int:
     """Give the ratings stored while the model was down their query's vector, by their bucket's
     model; how many it filled. Batched, one transaction each; resumable (the NULL vector is the

@@ -4,6 +4,8 @@ One line per memory: the fields a client writes, the memory's ``id`` in the expo
 and under ``"engram"`` what Engram derived and retrieval needs to answer the same after an
 import — the sequence context and place, the classification and, on request, the vectors (with
 the name of the model that made them). ``"versions"``, on request, holds the memory's history.
+On request too, the bucket's memory blocks (``{"block": {...}}`` lines) and its ratings
+(``{"feedback": {...}}`` lines, naming their memory by the ``id`` of its line) follow the memories.
 
 The export reads the bucket in keyset order (``created_at``, ``id``) a batch at a time, inside
 one read-only snapshot, so a bucket of any size streams in constant memory and comes out as it
@@ -30,9 +32,10 @@ from django.db.models.functions import RowNumber
 from audit.services import Actor
 from engram_site.exceptions import DomainError
 from memories.links import RESERVED_PREFIX
-from memories.models import EMBEDDING_DIMENSIONS, Memory, MemoryBlock, MemoryVersion
+from memories.models import EMBEDDING_DIMENSIONS, Memory, MemoryBlock, MemoryVersion, SearchFeedback
 from memories.services.blocks import Expected, PreconditionFailed, block_put
 from memories.services.enrichment import pending_enrichment_count
+from memories.services.feedback import feedback_import
 from memories.services.ingest.context import run_sequence_id
 from memories.services.ingest.insert import memories_ingest
 from memories.services.ingest.rows import Carried, MemoryInput
@@ -51,6 +54,8 @@ CLIENT_FIELDS = (
     "metadata", "importance", "expires_at",
 )  # fmt: skip
 VERSION_FIELDS = ("kind", "previous", "details", "actor_kind", "actor_id", "actor_label", "created_at")
+# A rating's fields in its line, after its ``id`` and ``memory_id`` (both of the exporting bucket).
+FEEDBACK_FIELDS = ("signal", "query", "agent_id", "run_id", "created_at")
 # The newest versions of a memory a line carries: an export writes at most these, an import
 # refuses a line with more (history rows count towards no quota), and a history answer shows
 # as many (memories/apis/lifecycle.py).
@@ -186,6 +191,7 @@ def memories_export(
     versions: bool = False,
     embeddings: bool = False,
     blocks: bool = False,
+    feedback: bool = False,
     batch_size: int = EXPORT_BATCH,
     agents: AgentRestriction | None = None,
 ) -> Iterator[bytes]:
@@ -194,9 +200,10 @@ def memories_export(
     Expired memories are included (with their ``expires_at``). ``versions`` adds each
     memory's history, ``embeddings`` its vectors, ``blocks`` the bucket's memory blocks after
     the memories, one ``{"block": {...}}`` line each (their current text; a block's history
-    stays where it is). A generator: nothing is read until the first chunk is asked for, and no
-    more than a batch is held at once. ``agents``: only the memories (and blocks) a token held
-    to agents may read.
+    stays where it is), ``feedback`` the bucket's ratings after those, one ``{"feedback": {...}}``
+    line each (``memory_id``: the ``id`` of the rated memory's line). A generator: nothing is
+    read until the first chunk is asked for, and no more than a batch is held at once.
+    ``agents``: only the memories (blocks, ratings) a token held to agents may read.
     """
     columns = ["id", *CLIENT_FIELDS, "context_text", "sequence_id", "sequence_index", "classified_scope",
                "classified_topic"]  # fmt: skip
@@ -215,6 +222,28 @@ def memories_export(
                      for block in _blocks_of(bucket, agents)]  # fmt: skip
             if lines:
                 yield ("\n".join(lines) + "\n").encode()
+        if feedback:
+            yield from _feedback_chunks(bucket, agents, batch_size)
+
+
+def _feedback_chunks(bucket: Bucket, agents: AgentRestriction | None, batch_size: int) -> Iterator[bytes]:
+    """The bucket's ratings a token may read, oldest first, one ``{"feedback": {...}}`` line each,
+    a batch at a time by id (idx_search_feedback_bucket narrows to the bucket; the id orders).
+    A token held to agents reads the ratings its agents gave (and those no agent gave, with
+    ``include_shared``) of the memories it reads (those its export holds)."""
+    ratings = SearchFeedback.objects.for_bucket(bucket).visible_to(agents)
+    if agents is not None:
+        ratings = ratings.filter(agents.q("memory__agent_id"))
+    ratings = ratings.values("id", "memory_id", *FEEDBACK_FIELDS)
+    after = 0
+    while batch := list(ratings.filter(id__gt=after).order_by("id")[:batch_size]):
+        lines = []
+        for row in batch:
+            line = {"id": row["id"], "memory_id": str(row["memory_id"])}
+            line |= {name: row[name] for name in FEEDBACK_FIELDS} | {"created_at": _time(row["created_at"])}
+            lines.append(json.dumps({"feedback": line}, ensure_ascii=False, separators=(",", ":")))
+        yield ("\n".join(lines) + "\n").encode()
+        after = batch[-1]["id"]
 
 
 def _blocks_of(bucket: Bucket, agents: AgentRestriction | None) -> Iterable[MemoryBlock]:
@@ -250,6 +279,23 @@ class ImportLine:
     item: MemoryInput
     derived: dict | None = None
     versions: list[dict] = field(default_factory=list)
+    source_id: str | None = None  # the memory's id where it was exported: what ratings name it by
+
+
+@dataclass
+class FeedbackLine:
+    """A valid ``{"feedback": {...}}`` line: a rating of the memory whose line had the ``id``
+    ``memory_ref``; ``source_id``, the rating's id where it was exported (to find the ``rated``
+    version an imported history holds of it)."""
+
+    number: int
+    memory_ref: str
+    signal: str
+    query: str
+    agent_id: str | None = None
+    run_id: str | None = None
+    created_at: datetime | None = None
+    source_id: int | None = None
 
 
 @dataclass
@@ -287,6 +333,13 @@ class ImportReport:
     pending_enrichment: int = 0
     blocks_imported: int = 0
     blocks_unchanged: int = 0
+    feedback_imported: int = 0
+    feedback_unchanged: int = 0
+    feedback_skipped: int = 0
+    # The exported id of each memory line written or deduplicated -> the memory's id here, and
+    # the memories whose line's history was written (their ``rated`` versions came with it).
+    memory_ids: dict = field(default_factory=dict, repr=False)
+    with_history: set = field(default_factory=set, repr=False)
 
     def reject(self, line: RejectedLine) -> None:
         self.rejected_count += 1
@@ -304,6 +357,9 @@ class ImportReport:
             "pending_enrichment": self.pending_enrichment,
             "blocks_imported": self.blocks_imported,
             "blocks_unchanged": self.blocks_unchanged,
+            "feedback_imported": self.feedback_imported,
+            "feedback_unchanged": self.feedback_unchanged,
+            "feedback_skipped": self.feedback_skipped,
         }
 
 
@@ -356,10 +412,14 @@ def _import_batch(bucket: Bucket, batch: list[ImportLine], report: ImportReport,
         )
         history = []
         for line, extra, result in zip(batch, carried, results, strict=True):
+            if line.source_id is not None:
+                report.memory_ids[line.source_id] = result.id
             if result.deduplicated:
                 report.deduplicated += 1
                 continue
             report.imported += 1
+            if line.versions:
+                report.with_history.add(result.id)
             if extra is not None and extra.embedding is not None:
                 report.embeddings_reused += 1
             history += [
@@ -394,6 +454,45 @@ def _import_block(bucket: Bucket, line: BlockLine, report: ImportReport, actor: 
     report.blocks_imported += 1
 
 
+def _import_feedback(
+    bucket: Bucket, lines: list[FeedbackLine], report: ImportReport, actor: Actor | None,
+    agents: AgentRestriction | None,
+) -> None:  # fmt: skip
+    """Store each rating for the memory its line names (by the ``id`` of that memory's line in this
+    file), unless the same rating is there already (an import sent twice). A line naming no memory
+    line of the file is rejected; one whose memory line was deduplicated into a memory the token
+    may not read (another agent's same text) is skipped: the token could not rate it."""
+    memories = (
+        Memory.objects.for_bucket(bucket).only("id", "tenant_id", "bucket_id", "agent_id")
+        .in_bulk(list(set(report.memory_ids.values())))
+    )  # fmt: skip
+    for memory in memories.values():
+        memory.bucket = bucket  # its model embeds the queries
+    vectors: dict[str, list[float] | None] = {}
+    for line in lines:
+        memory = memories.get(report.memory_ids.get(line.memory_ref))
+        if memory is None:
+            report.reject(_unknown_memory(line))
+            continue
+        if agents is not None and not agents.can_read(memory.agent_id):
+            report.feedback_skipped += 1
+            continue
+        created = feedback_import(
+            memory=memory, signal=line.signal, query=line.query, agent_id=line.agent_id, run_id=line.run_id,
+            created_at=line.created_at, source_id=line.source_id if memory.pk in report.with_history else None,
+            vectors=vectors, actor=actor,
+        )  # fmt: skip
+        if created:
+            report.feedback_imported += 1
+        else:
+            report.feedback_unchanged += 1
+
+
+def _unknown_memory(line: FeedbackLine) -> RejectedLine:
+    message = f"The rated memory {line.memory_ref!r} is not the id of a valid memory line of this file."
+    return RejectedLine(line.number, message, {"memory_id": [message]})
+
+
 def _refuse(report: ImportReport) -> None:
     if report.rejected_count:
         first = report.rejected[0]
@@ -406,7 +505,7 @@ def _refuse(report: ImportReport) -> None:
 def memories_import(
     *,
     bucket: Bucket,
-    read: Callable[[], Iterable[ImportLine | BlockLine | RejectedLine]],
+    read: Callable[[], Iterable[ImportLine | BlockLine | FeedbackLine | RejectedLine]],
     skip_invalid: bool = False,
     actor: Actor | None = None,
     batch_size: int = IMPORT_BATCH,
@@ -429,15 +528,26 @@ def memories_import(
     """
     if not skip_invalid:
         check = ImportReport()
+        memory_refs: set[str] = set()
+        ratings: list[FeedbackLine] = []
         for parsed in read():
             if isinstance(parsed, BlockLine):
                 parsed = _block_refusal(parsed, agents) or parsed
             if isinstance(parsed, RejectedLine):
                 check.reject(parsed)
+            elif isinstance(parsed, ImportLine) and parsed.source_id is not None:
+                memory_refs.add(parsed.source_id)
+            elif isinstance(parsed, FeedbackLine):
+                ratings.append(parsed)
+        for rating in ratings:
+            if rating.memory_ref not in memory_refs:
+                check.reject(_unknown_memory(rating))
+        check.rejected.sort(key=lambda rejected: rejected.number)
         _refuse(check)
     report = ImportReport()
     batch: list[ImportLine] = []
     blocks: list[BlockLine] = []
+    feedback: list[FeedbackLine] = []
     for parsed in read():
         report.lines += 1
         if isinstance(parsed, BlockLine):
@@ -448,6 +558,9 @@ def memories_import(
         if isinstance(parsed, BlockLine):
             blocks.append(parsed)
             continue
+        if isinstance(parsed, FeedbackLine):
+            feedback.append(parsed)
+            continue
         batch.append(parsed)
         if len(batch) >= batch_size:
             _import_batch(bucket, batch, report, actor)
@@ -456,6 +569,8 @@ def memories_import(
         _import_batch(bucket, batch, report, actor)
     for line in blocks:
         _import_block(bucket, line, report, actor)
+    # After every memory line: a rating names its memory by the id of that memory's line.
+    _import_feedback(bucket, feedback, report, actor, agents)
     if report.rejected_count == report.lines:
         _refuse(report)  # not one valid line: not memories at all (and nothing was written)
     report.pending_enrichment = pending_enrichment_count(bucket=bucket, agents=agents)

@@ -195,6 +195,7 @@ def test_round_trip_of_2500_memories_keeps_every_field(round_trip):
     assert report == {
         "lines": MEMORIES, "imported": MEMORIES, "deduplicated": 0, "embeddings_reused": MEMORIES,
         "rejected_count": 0, "rejected": [], "pending_enrichment": 0, "blocks_imported": 0, "blocks_unchanged": 0,
+        "feedback_imported": 0, "feedback_unchanged": 0, "feedback_skipped": 0,
     }  # fmt: skip
     source, target = _rows(round_trip.source), _rows(round_trip.target)
     assert len(source) == len(target) == MEMORIES
@@ -274,6 +275,7 @@ def test_plain_content_lines_are_stored_without_vectors_and_enriched_later(api, 
     assert response.json() == {
         "lines": 2, "imported": 2, "deduplicated": 0, "embeddings_reused": 0, "rejected_count": 0, "rejected": [],
         "pending_enrichment": 2, "blocks_imported": 0, "blocks_unchanged": 0,
+        "feedback_imported": 0, "feedback_unchanged": 0, "feedback_skipped": 0,
     }  # fmt: skip
     rows = Memory.objects.for_bucket(bucket)
     assert all(m.embedding is None and m.text_lemmatized for m in rows)  # keyword search finds them at once

@@ -52,6 +52,7 @@ from memories.services import MemoryInput, memories_ingest, memory_delete
 from memories.services.blocks import Expected, block_put
 from memories.services.buckets import bucket_create
 from memories.services.enrichment_failures import failures_record
+from memories.services.feedback import feedback_record
 from sources.services.submit import source_submit_document
 from tenants import services
 from tenants.models import OperatorMembership, Scope
@@ -128,6 +129,7 @@ def world(tenant, other_tenant) -> World:
     block, _ = block_put(
         bucket=a1, agent_id=None, label="persona", content=f"{A_MARK} Marta's persona", expected=Expected()
     )
+    feedback_record(memory=Memory.objects.get(pk=m1), signal="useful", query=f"{A_MARK} who keeps the lighthouse?")
     objects = {
         "block": block, "tenant": tenant, "bucket": a1, "bucket2": a2, "memory": _memory(m1), "memory2": _memory(m2),
         "deleted": DeletedMemory.objects.get(pk=m3), "entity": entity, "edge": edge, "source": source,
@@ -289,7 +291,10 @@ API_ROUTES: dict[str, dict[str, list[Call]] | str] = {
     },
     "webhook-retry": {"POST": [Call({"delivery_id": "delivery"})]},
     "bucket-export": {
-        "GET": [Call({"bucket_id": "bucket"}), Call({"bucket_id": "bucket"}, lambda ids: {"versions": "true"})]
+        "GET": [
+            Call({"bucket_id": "bucket"}),
+            Call({"bucket_id": "bucket"}, lambda ids: {"versions": "true", "blocks": "true", "feedback": "true"}),
+        ]
     },
     "bucket-import": {"POST": [Call({"bucket_id": "bucket"}, lambda ids: {"content": "planted"})]},
     "bucket-search": {
@@ -1071,6 +1076,7 @@ def agent_world(tenant) -> AgentWorld:
             bucket=bucket, title=f"{mark} notes", text=f"{mark} Marta likes tea.", agent_id=agent
         ).source
         block_put(bucket=bucket, agent_id=agent, label="persona", content=f"{mark} persona", expected=Expected())
+        feedback_record(memory=Memory.objects.get(pk=m1), signal="useful", query=f"{mark} lighthouse?", agent_id=agent)
         objects |= {
             (agent, "memory"): _memory(m1), (agent, "deleted"): DeletedMemory.objects.get(pk=m3),
             (agent, "entity"): entity, (agent, "edge"): edge, (agent, "source"): source,
@@ -1175,8 +1181,15 @@ AGENT_ROUTES: dict[str, dict[str, list[AgentCall]]] = {
         ],  # fmt: skip
     },
     "bucket-export": {
-        "GET": [AgentCall({"bucket_id": "bucket"}, lambda agent, ids: {"versions": "true"}, refused=READS, shows=True)]
-    },
+        "GET": [
+            AgentCall(
+                {"bucket_id": "bucket"},
+                lambda agent, ids: {"versions": "true", "blocks": "true", "feedback": "true"},
+                refused=READS,
+                shows=True,
+            )
+        ]
+    },  # fmt: skip
     "bucket-import": {
         "POST": [
             AgentCall(

@@ -437,14 +437,21 @@ class AsyncEngram:
     # --- export and import -------------------------------------------------------------------
 
     async def export_bucket(
-        self, bucket_id: Id, *, versions: bool = False, embeddings: bool = False, blocks: bool = False
+        self,
+        bucket_id: Id,
+        *,
+        versions: bool = False,
+        embeddings: bool = False,
+        blocks: bool = False,
+        feedback: bool = False,
     ) -> AsyncIterator[dict]:
         """A bucket's memories as the export's JSON objects, one per line, oldest first, read
         as the server streams them (the connection stays open until the iteration ends).
-        ``blocks``: then one ``{"block": {...}}`` object per memory block (an import sets them)."""
+        ``blocks``: then one ``{"block": {...}}`` object per memory block (an import sets them);
+        ``feedback``: then one ``{"feedback": {...}}`` object per rating (an import restores them)."""
         call = Call("GET", core.path("buckets", bucket_id, "export"),
                     params=core.query(versions=versions or None, embeddings=embeddings or None,
-                                      blocks=blocks or None))  # fmt: skip
+                                      blocks=blocks or None, feedback=feedback or None))  # fmt: skip
         response = await self._send(call, stream=True)
         try:
             async for line in response.aiter_lines():

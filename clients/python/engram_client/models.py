@@ -313,6 +313,9 @@ class ImportResult(Model):
     pending_enrichment: int | None = None
     blocks_imported: int = 0
     blocks_unchanged: int = 0
+    feedback_imported: int = 0
+    feedback_unchanged: int = 0
+    feedback_skipped: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

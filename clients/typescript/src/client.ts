@@ -443,11 +443,18 @@ export class Engram {
 
   // --- export and import ------------------------------------------------------------------------
 
-  /** A bucket's memories as the export's JSON objects, one per line, oldest first, read as they stream. */
-  async *exportBucket(bucketId: string, options: { versions?: boolean; embeddings?: boolean; blocks?: boolean } = {}): AsyncGenerator<Record<string, unknown>> {
+  /**
+   * A bucket's memories as the export's JSON objects, one per line, oldest first, read as they stream;
+   * `blocks`: then a `{block}` object per memory block, `feedback`: then a `{feedback}` object per rating.
+   */
+  async *exportBucket(
+    bucketId: string,
+    options: { versions?: boolean; embeddings?: boolean; blocks?: boolean; feedback?: boolean } = {},
+  ): AsyncGenerator<Record<string, unknown>> {
+    const flags = { versions: options.versions, embeddings: options.embeddings, blocks: options.blocks, feedback: options.feedback };
     const stream = await this.read(
       () => this.api.GET("/api/v1/buckets/{bucket_id}/export", {
-        params: { path: { bucket_id: bucketId }, query: clean({ versions: options.versions || undefined, embeddings: options.embeddings || undefined, blocks: options.blocks || undefined }) },
+        params: { path: { bucket_id: bucketId }, query: clean(Object.fromEntries(Object.entries(flags).map(([k, v]) => [k, v || undefined]))) },
         parseAs: "stream",
       }) as Promise<Answer<ReadableStream<Uint8Array>>>,
       "GET /buckets/{id}/export",

@@ -1484,6 +1484,12 @@ export interface components {
             blocks_imported: number;
             /** @description memory blocks that already held their line's text */
             blocks_unchanged: number;
+            /** @description ratings stored */
+            feedback_imported: number;
+            /** @description ratings the memory already had (an import sent again) */
+            feedback_unchanged: number;
+            /** @description ratings of a memory line deduplicated into a memory the token may not read (another agent's) */
+            feedback_skipped: number;
         };
         IngestResponse: {
             results: components["schemas"]["IngestResult"][];
@@ -4551,6 +4557,8 @@ export interface operations {
                 blocks?: boolean;
                 /** @description include the vectors (an import for the same model reuses them) */
                 embeddings?: boolean;
+                /** @description after those, one {"feedback": {...}} line per rating the token may read (memory_id: the id of the rated memory's line) */
+                feedback?: boolean;
                 /** @description include each memory's history */
                 versions?: boolean;
             };

@@ -1,4 +1,4 @@
-"""./engram manage export_bucket BUCKET_ID [--out FILE] [--versions] [--embeddings]
+"""./engram manage export_bucket BUCKET_ID [--out FILE] [--versions] [--embeddings] [--blocks] [--feedback]
 
 A bucket's memories as JSON Lines, the format of GET /api/v1/buckets/{id}/export (docs/API.md).
 """
@@ -39,6 +39,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--blocks", action="store_true", help='after the memories, one {"block": ...} line per memory block'
         )
+        parser.add_argument(
+            "--feedback", action="store_true", help='after those, one {"feedback": ...} line per rating'
+        )
         parser.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
 
     def handle(self, *args, bucket_id, **options):
@@ -46,7 +49,7 @@ class Command(BaseCommand):
         with scope(tenant=bucket.tenant_id):
             self._export_to(bucket, **options)
 
-    def _export_to(self, bucket, *, out, versions, embeddings, blocks, no_progress, **options):
+    def _export_to(self, bucket, *, out, versions, embeddings, blocks, feedback, no_progress, **options):
         progress = ProgressBar(
             f"export {bucket.name}",
             total=selectors.memory_count(bucket=bucket),
@@ -57,21 +60,24 @@ class Command(BaseCommand):
             # Standard output: bytes where it takes them, else text (a StringIO under call_command).
             stream = self.stdout._out
             write = stream.buffer.write if hasattr(stream, "buffer") else lambda chunk: stream.write(chunk.decode())
-            self._export(bucket, versions, embeddings, blocks, write, progress)
+            self._export(bucket, versions, embeddings, blocks, feedback, write, progress)
             stream.flush()
             return
         # Written beside the file and renamed when complete: a failed export leaves no partial file.
         partial = Path(f"{out}.partial")
         try:
             with open(partial, "wb") as target:
-                self._export(bucket, versions, embeddings, blocks, target.write, progress)
+                self._export(bucket, versions, embeddings, blocks, feedback, target.write, progress)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
         os.replace(partial, out)
 
-    def _export(self, bucket, versions, embeddings, blocks, write, progress) -> None:
-        for chunk in memories_export(bucket=bucket, versions=versions, embeddings=embeddings, blocks=blocks):
+    def _export(self, bucket, versions, embeddings, blocks, feedback, write, progress) -> None:
+        chunks = memories_export(
+            bucket=bucket, versions=versions, embeddings=embeddings, blocks=blocks, feedback=feedback
+        )
+        for chunk in chunks:
             write(chunk)
             progress.update(progress.done + chunk.count(b"\n"))
         progress.close()
