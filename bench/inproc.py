@@ -362,12 +362,17 @@ def task_dsn(request: dict) -> dict:
 
 
 def task_search_profile(request: dict) -> dict:
-    """memories_search (what POST /search calls) on one bucket, each query ``repeat`` times, once
-    under cProfile and once without: per search, wall and CPU time of this process, the number
-    of SQL statements and their time, the database server's CPU; and the functions with the most
-    own time under the profiler.
+    """memories_search (what POST /search calls) on one bucket, each query ``repeat`` times: once
+    plainly — per search, wall and CPU time of this process, the number of SQL statements and
+    their time, the database server's CPU —, once under cProfile (the functions with the most own
+    time), and once in detail: each statement by the function that ran it (count, wall time, the
+    database backend's CPU), the query's embedding and the answer's serialisation (as the search
+    view renders it), and ``EXPLAIN (ANALYZE, BUFFERS)`` of each statement of the first
+    ``explain`` queries. The query-embedding cache is emptied before each pass, so every pass
+    embeds every query once, as a server does for new questions.
 
-    request: {"bucket_id", "queries": [...], "repeat": n, "ranking": {...} or None, "top": 30}
+    request: {"bucket_id", "queries": [...], "repeat": n, "ranking": {...} or None, "top": 30,
+              "explain": 3}
     """
     import cProfile
     import pstats
@@ -375,8 +380,13 @@ def task_search_profile(request: dict) -> dict:
     _setup_django()
     from django.conf import settings
     from django.db import connections
+    from rest_framework.renderers import JSONRenderer
 
+    from engram_site import stopwatch
+    from engram_site.db import binding_cursor
+    from engram_site.providers import embedding
     from engram_site.scoping import scopes_disabled, tenant_scope
+    from memories.apis.search import _hit_json
     from memories.retrieval.search import memories_search
     from tenants.models import Bucket
 
@@ -400,16 +410,19 @@ def task_search_profile(request: dict) -> dict:
 
     queries = request["queries"]
     repeat = request.get("repeat", 1)
+    ranking = request.get("ranking")
 
-    def run_all() -> None:
+    def run_all(each=None) -> None:
+        embedding._embed_query_cached.cache_clear()
         for _ in range(repeat):
             for query in queries:
-                memories_search(bucket=bucket, query=query, ranking_overrides=request.get("ranking"),
-                                record_access=False)  # fmt: skip
+                result = memories_search(bucket=bucket, query=query, ranking_overrides=ranking, record_access=False)
+                if each is not None:
+                    each(query, result)
 
     with tenant_scope(bucket.tenant_id), conn.execute_wrapper(sql_counter):
         for query in queries[:5]:  # warm: plans, caches, the first query embeddings
-            memories_search(bucket=bucket, query=query, record_access=False)
+            memories_search(bucket=bucket, query=query, ranking_overrides=ranking, record_access=False)
         with conn.cursor() as cur:
             cur.execute("SELECT pg_backend_pid()")
             backend_pid = cur.fetchone()[0]
@@ -432,6 +445,8 @@ def task_search_profile(request: dict) -> dict:
         profiler.enable()
         run_all()
         profiler.disable()
+    detail = _search_detail(request, bucket, conn, backend_pid, run_all, stopwatch, binding_cursor,
+                            embedding, _hit_json, JSONRenderer)  # fmt: skip
     stats = pstats.Stats(profiler)
     total = stats.total_tt
     rows = []
@@ -444,10 +459,156 @@ def task_search_profile(request: dict) -> dict:
         by_area[_area(r["file"])] += r["own_s"]
     return {
         "plain": plain,
+        "detail": detail,
         "profiled_total_s": total,
         "top": rows[: request.get("top", 30)],
         "by_area": dict(sorted(by_area.items(), key=lambda kv: -kv[1])),
     }
+
+
+# What names a statement beside the function that ran it: the first of these its text holds.
+_STATEMENT_TAGS = (
+    ("set_config('hnsw", "settings"),
+    ("EXPLAIN (FORMAT JSON)", "planner estimate"),
+    ("context_lemmatized IS NULL AND m.id = ANY", "context stand-ins"),
+    ("context_tsv", "context"),
+    ("k.tsv", "keys"),
+    ("lemmatized_tsv", "memory"),
+    ("AS MATERIALIZED (\n            SELECT m.id, m.context_embedding", "context, exact"),
+    ("AS MATERIALIZED (\n            SELECT m.id, m.embedding", "memory, exact"),
+    ("m.context_embedding <=>", "context, hnsw"),
+    ("m.embedding <=>", "memory"),
+)
+
+
+def _statement_label(sql: str) -> str:
+    """``module.function`` of the innermost Engram frame that ran the statement, and a tag."""
+    frame = sys._getframe(2)
+    name = fallback = "?"
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/site-packages/" not in path and "/bench/" not in path and "/lib/python" not in path:
+            here = f"{Path(path).stem}.{frame.f_code.co_name}"
+            if "/engram_site/" not in path:
+                name = here
+                break
+            if fallback == "?":
+                fallback = here
+        frame = frame.f_back
+    if name == "?":
+        name = fallback
+    for needle, tag in _STATEMENT_TAGS:
+        if needle in sql:
+            return f"{name} ({tag})"
+    return name
+
+
+def _plan_summary(plan: dict) -> str:
+    """The plan's nodes, outermost first, as one line (index names kept)."""
+    parts = []
+    node = plan
+    seen = 0
+    stack = [plan]
+    while stack and seen < 12:
+        node = stack.pop(0)
+        seen += 1
+        label = node["Node Type"]
+        if node.get("Index Name"):
+            label += f" {node['Index Name']}"
+        elif node.get("Relation Name"):
+            label += f" {node['Relation Name']}"
+        if node.get("Actual Loops", 1) > 1:
+            label += f" x{node['Actual Loops']}"
+        parts.append(label)
+        stack[0:0] = node.get("Plans", [])
+    return " > ".join(parts)
+
+
+def _backend_cpu(pid: int) -> float | None:
+    """CPU seconds of one PostgreSQL backend (cheap: one /proc file)."""
+    fields = common._proc_stat(pid)
+    return None if fields is None else common._ticks(fields) / os.sysconf("SC_CLK_TCK")
+
+
+def _search_detail(request, bucket, conn, backend_pid, run_all, stopwatch, binding_cursor, embedding, hit_json,
+                   renderer_class) -> dict:  # fmt: skip
+    """Per statement label: count, wall, backend CPU; embedding and serialisation per search;
+    EXPLAIN ANALYZE of the first ``explain`` queries' statements."""
+    from engram_site.scoping import tenant_scope
+
+    by_label: dict[str, dict] = defaultdict(lambda: {"count": 0, "wall_s": 0.0, "db_cpu_s": 0.0})
+    captured: list[tuple[str, str, Any]] = []
+    capture = {"on": False}
+
+    def labelled(execute, sql, params, many, context):
+        if capture.get("explaining"):
+            return execute(sql, params, many, context)
+        label = _statement_label(sql)
+        cpu = _backend_cpu(backend_pid)
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            entry = by_label[label]
+            entry["count"] += 1
+            entry["wall_s"] += time.perf_counter() - started
+            after = _backend_cpu(backend_pid)
+            if cpu is not None and after is not None:
+                entry["db_cpu_s"] += after - cpu
+            if capture["on"]:
+                captured.append((label, sql, params))
+
+    totals = {"embed_wall_s": 0.0, "embed_cpu_s": 0.0, "serialise_cpu_s": 0.0, "searches": 0, "hits": 0,
+              "cpu_s": 0.0, "wall_s": 0.0}  # fmt: skip
+    renderer = renderer_class()
+
+    def each(query, result):
+        started = time.thread_time()
+        body = {"mode_used": result.mode_used, "results": [hit_json(h, False) for h in result.hits],
+                "warnings": result.warnings, "total_tokens": 0}  # fmt: skip
+        renderer.render(body)
+        totals["serialise_cpu_s"] += time.thread_time() - started
+        totals["hits"] += len(result.hits)
+
+    with tenant_scope(bucket.tenant_id), conn.execute_wrapper(labelled):
+        watch_cm = stopwatch.running()
+        watch = watch_cm.__enter__()
+        try:
+            cpu_before, started = time.process_time(), time.perf_counter()
+            run_all(each)
+            totals["cpu_s"], totals["wall_s"] = time.process_time() - cpu_before, time.perf_counter() - started
+        finally:
+            watch_cm.__exit__(None, None, None)
+        embed = watch.laps.get("embed")
+        if embed is not None:
+            totals["embed_wall_s"], totals["embed_cpu_s"], totals["embed_calls"] = embed.wall, embed.cpu, embed.count
+        totals["searches"] = len(request["queries"]) * request.get("repeat", 1)
+        # EXPLAIN ANALYZE of each statement of a few searches (after a plain run of each, so
+        # the session settings are those the statements ran under).
+        plans: dict[str, list] = defaultdict(list)
+        from memories.retrieval.search import memories_search
+
+        for query in request["queries"][: request.get("explain", 3)]:
+            captured.clear()
+            capture["on"] = True
+            memories_search(bucket=bucket, query=query, ranking_overrides=request.get("ranking"), record_access=False)
+            capture["on"] = False
+            capture["explaining"] = True
+            for label, sql, params in list(captured):
+                if "set_config" in sql or sql.lstrip().startswith("EXPLAIN"):
+                    continue
+                with binding_cursor(conn) as cur:
+                    cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+                    plan = cur.fetchone()[0]
+                if isinstance(plan, str):
+                    plan = json.loads(plan)
+                top = plan[0]
+                shared = top["Plan"].get("Shared Hit Blocks", 0) + top["Plan"].get("Shared Read Blocks", 0)
+                plans[label].append({"planning_ms": top.get("Planning Time"), "execution_ms": top.get("Execution Time"),
+                                     "buffers": shared, "rows": top["Plan"].get("Actual Rows"),
+                                     "plan": _plan_summary(top["Plan"])})  # fmt: skip
+            capture["explaining"] = False
+    return {"statements": {k: dict(v) for k, v in by_label.items()}, "totals": totals, "plans": dict(plans)}
 
 
 def _area(filename: str) -> str:

@@ -88,8 +88,17 @@ class LoadInfo:
     seconds: float
     resumed: bool
     sequence: bool = True
+    copies: dict | None = None
 
     def describe(self) -> str:
+        if self.copies:
+            c = self.copies
+            return (
+                f"the bucket holds {self.memory_count} memories: the first {c['api_rows']} rows written through the "
+                f"API (sequence={str(self.sequence).lower()}), {c['copies']} SQL copies of them (new ids, hashes, "
+                f"sequences and runs; vectors moved by uniform noise of +-{c['noise']} per dimension; "
+                "`bench/loader.py` copy_to_size); nothing loaded now"
+            )
         if not self.sent_now:
             return f"bucket already held the first {self.rows} rows ({self.memory_count} memories); nothing loaded"
         rate = self.sent_now / self.seconds if self.seconds else 0.0
@@ -110,13 +119,134 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
         help="load as sequences (context embeddings, the API default) or as unrelated facts (~3x faster loads)",
     )
     p.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    p.add_argument(
+        "--api-rows",
+        type=int,
+        help="write only the first N rows through the API and fill the bucket up to --rows with SQL copies "
+        "of them (see copy_to_size); the copies are made once, then the script stops: rerun it to measure",
+    )
+
+
+def real_rows(args: argparse.Namespace) -> int:
+    """How many of the bucket's rows are corpus rows written through the API (the rest are copies)."""
+    return min(args.rows, args.api_rows) if getattr(args, "api_rows", None) else args.rows
 
 
 def load(target: common.Target, args: argparse.Namespace) -> LoadInfo:
-    """:func:`ensure_loaded` with the options of :func:`add_load_arguments` and ``--rows``."""
-    return ensure_loaded(
-        target, args.corpus, args.rows, clients=args.load_clients, sequence=args.load_sequence == "true"
-    )
+    """:func:`ensure_loaded` with the options of :func:`add_load_arguments` and ``--rows``; with
+    ``--api-rows`` below ``--rows``, that many through the API and the rest as copies
+    (:func:`copy_to_size`)."""
+    api_rows = real_rows(args)
+    sequence = args.load_sequence == "true"
+    if api_rows < args.rows:
+        copied = _copied(target)
+        if copied is not None:
+            if copied["rows"] != args.rows or copied["api_rows"] != api_rows:
+                raise SystemExit(
+                    f"this home's bucket holds {copied['api_rows']} API rows copied up to {copied['rows']}; "
+                    "use the same --rows and --api-rows (or another --home)"
+                )
+            with target.client() as client:
+                bucket_id = client.find_bucket(BUCKET)
+                count = client.engram.get_bucket(bucket_id).memory_count
+            info = LoadInfo(bucket_id, args.rows, count, 0, 0.0, False, sequence)
+            info.copies = copied
+            return info
+        info = ensure_loaded(target, args.corpus, api_rows, clients=args.load_clients, sequence=sequence)
+        copy_to_size(target, info.bucket_id, args.rows)
+        raise SystemExit(
+            f"the bucket now holds {args.rows} memories ({api_rows} written through the API, the rest SQL copies); "
+            "run the same command again to measure on a server started after the copies"
+        )
+    return ensure_loaded(target, args.corpus, args.rows, clients=args.load_clients, sequence=sequence)
+
+
+def _copied(target: common.Target) -> dict | None:
+    path = target.home / "bench-copies.json" if target.home else None
+    return json.loads(path.read_text()) if path and path.exists() else None
+
+
+# The noise added to each dimension of a copy's vectors (uniform in +-COPY_NOISE): the copies are
+# near their source, not on it, so that the HNSW graphs hold no exact duplicates.
+COPY_NOISE = 0.01
+
+
+def copy_to_size(target: common.Target, bucket_id: str, rows: int) -> dict:
+    """Fill the bucket up to ``rows`` memories with SQL copies of the rows it holds (those written
+    through the API): what ~40 minutes of embedding per 100k rows on this machine would give, in a
+    few minutes. Copy ``c`` of a row has a new id and text hash, its own sequence (a new
+    ``sequence_id`` per source sequence and copy, same places), its own run (``run_id`` + ``~c``),
+    and its vectors moved by uniform noise of +-COPY_NOISE per dimension; text, lemmas, context,
+    attribution, agent, dates and every other column are the source's. The indexes of ``memories``
+    (but its primary key and the unique hash index) are dropped first and built again after the
+    copies (bulk builds), then ``VACUUM ANALYZE``. Records what it did in
+    ``$ENGRAM_HOME/bench-copies.json``; the servers started afterwards see the new table (statistics
+    caches are per process)."""
+    import inproc
+    import psycopg
+
+    env = target.private.env() if target.private is not None else inproc.child_env(home=target.home)[0]
+    dsn = inproc.run_task("dsn", {}, env)
+    started = time.perf_counter()
+    with psycopg.connect(**dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM memories WHERE bucket_id = %s", [bucket_id])
+        source = cur.fetchone()[0]
+        if source >= rows:
+            return {"rows": source, "api_rows": source, "copies": 0}
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'memories' "
+            "AND is_generated = 'NEVER' ORDER BY ordinal_position"
+        )
+        columns = [r[0] for r in cur.fetchall()]
+        # Correlated with the row (s.id), so each row gets noise of its own.
+        noise = (
+            f"(SELECT array_agg(random() * {2 * COPY_NOISE} - {COPY_NOISE})::vector "
+            "FROM generate_series(1, 384) g WHERE s.id IS NOT NULL)"
+        )
+        picked = {
+            "id": "gen_random_uuid()",
+            "text_hash": "left(md5(s.text_hash || '~' || c), 32)",
+            "sequence_id": "md5(s.sequence_id::text || '~' || c)::uuid",
+            "run_id": "s.run_id || '~' || c",
+            "embedding": f"s.embedding + {noise}",
+            "context_embedding": f"s.context_embedding + {noise.replace('g WHERE', 'g2 WHERE')}",
+        }
+        select = ", ".join(picked.get(col, f"s.{col}") for col in columns)
+        cur.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memories' "
+            "AND indexname NOT IN ('memories_pkey', 'idx_memories_hash_unique')"
+        )
+        indexes = cur.fetchall()
+        common.log(f"dropping {len(indexes)} indexes of memories; copying {source} rows up to {rows}")
+        for name, _definition in indexes:
+            cur.execute(f'DROP INDEX "{name}"')
+        copies = -(-(rows - source) // source)
+        cur.execute(
+            f"INSERT INTO memories ({', '.join(columns)}) SELECT {select} FROM memories s "
+            "CROSS JOIN generate_series(1, %s) c WHERE s.bucket_id = %s ORDER BY c, s.created_at, s.id LIMIT %s",
+            [copies, bucket_id, rows - source],
+        )
+        copied_at = time.perf_counter()
+        common.log(f"copied {rows - source} rows in {copied_at - started:.0f}s; building {len(indexes)} indexes")
+        cur.execute("SET maintenance_work_mem = '2GB'")
+        cur.execute("SET max_parallel_maintenance_workers = 1")
+        for _name, definition in indexes:
+            cur.execute(definition)
+        cur.execute("VACUUM ANALYZE memories")
+        cur.execute("SELECT count(*) FROM memories WHERE bucket_id = %s", [bucket_id])
+        total = cur.fetchone()[0]
+    done = {
+        "rows": total,
+        "api_rows": source,
+        "copies": total - source,
+        "copy_seconds": round(copied_at - started),
+        "index_seconds": round(time.perf_counter() - copied_at),
+        "noise": COPY_NOISE,
+    }
+    common.log(f"indexes built in {done['index_seconds']}s; the bucket holds {total} memories")
+    if target.home:
+        (target.home / "bench-copies.json").write_text(json.dumps(done))
+    return done
 
 
 def ensure_loaded(

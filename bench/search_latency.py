@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or common.default_report_path("search-latency")
     conds = conditions(args)
     notes: list[str] = []
-    pool, query_info = loader.query_pool(args.corpus, args.rows)
+    pool, query_info = loader.query_pool(args.corpus, loader.real_rows(args))
     # Two sets for the warm-up (the probe reuses some: it is not timed), one per condition per pass.
     slots = loader.deal(pool, 2 + args.repeat * len(conds), args.queries)
     warm_queries, probe_queries, pass_slots = slots[0] + slots[1], slots[0][: args.probe], slots[2:]

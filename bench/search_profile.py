@@ -20,6 +20,8 @@ machine slows both (caches, frequency); the report says what ran beside it.
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 from pathlib import Path
 
 import common
@@ -35,12 +37,14 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=100, help="distinct queries from the corpus' query pool")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--explain", type=int, default=3, help="searches whose statements are EXPLAIN ANALYZEd")
+    p.add_argument("--ranking", type=json.loads, help="ranking overrides of every search (JSON)")
     p.add_argument("--note", default="", help="what else ran on the machine")
     p.add_argument("--series", default="")
     p.add_argument("--out", type=Path)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
-    pool, _ = loader.query_pool(args.corpus, args.rows)
+    pool, _ = loader.query_pool(args.corpus, loader.real_rows(args))
     queries = [q["query"] for q in pool][: args.queries]  # unfiltered searches of the pool's texts
     with common.server_from_args(args, tenant=loader.TENANT) as target:
         load = loader.load(target, args)
@@ -50,7 +54,7 @@ def main() -> None:
             env, _ = inproc.child_env(home=target.home)
         result = inproc.run_task(
             "search-profile", {"bucket_id": load.bucket_id, "queries": queries, "repeat": args.repeat,
-                               "top": args.top}, env)  # fmt: skip
+                               "top": args.top, "explain": args.explain, "ranking": args.ranking}, env)  # fmt: skip
     plain = result["plain"]
     n = plain["searches"]
     per = {
@@ -65,6 +69,39 @@ def main() -> None:
              for area, seconds in result["by_area"].items() if seconds / profiled >= 0.005]  # fmt: skip
     top = [(r["function"], r["calls"] // n if r["calls"] >= n else f"{r['calls'] / n:.2f}",
             f"{r['own_s'] * 1000 / n:.3f}", f"{r['cumulative_s'] * 1000 / n:.2f}") for r in result["top"]]  # fmt: skip
+    detail = result["detail"]
+    totals = detail["totals"]
+    searches = totals["searches"]
+    statement_rows = [
+        (label, f"{v['count'] / searches:.2f}", f"{v['wall_s'] * 1000 / searches:.2f}",
+         f"{v['db_cpu_s'] * 1000 / searches:.2f}")
+        for label, v in sorted(detail["statements"].items(), key=lambda kv: -kv[1]["wall_s"])
+    ]  # fmt: skip
+    all_wall = sum(v["wall_s"] for v in detail["statements"].values()) * 1000 / searches
+    all_cpu = sum(v["db_cpu_s"] for v in detail["statements"].values()) * 1000 / searches
+    statement_rows.append(("**all**", f"{sum(v['count'] for v in detail['statements'].values()) / searches:.2f}",
+                           f"{all_wall:.2f}", f"{all_cpu:.2f}"))  # fmt: skip
+    embed_cpu = totals["embed_cpu_s"] * 1000 / searches
+    serialise_cpu = totals["serialise_cpu_s"] * 1000 / searches
+    database_cpu = "—" if per["database CPU ms"] is None else f"{per['database CPU ms']:.2f}"
+    split = [
+        ("wall (plain pass)", f"{per['wall ms']:.2f}"),
+        ("process CPU (plain pass)", f"{per['process CPU ms']:.2f}"),
+        ("- of which the query embedding (CPU of the thread; detail pass)", f"{embed_cpu:.2f}"),
+        ("- of which serialising the answer (hits as the view renders them, JSON; detail pass)",
+         f"{serialise_cpu:.3f}"),
+        ("- of which Python around the statements and the ranking (the rest)",
+         f"{per['process CPU ms'] - embed_cpu - serialise_cpu:.2f}"),
+        ("query embedding, wall (detail pass)", f"{totals['embed_wall_s'] * 1000 / searches:.2f}"),
+        ("waiting on SQL statements (plain pass)", f"{per['SQL time ms']:.2f}"),
+        ("database CPU (whole server, plain pass)", database_cpu),
+        ("database backend CPU (sum over statements, detail pass)", f"{all_cpu:.2f}"),
+    ]  # fmt: skip
+    plan_rows = []
+    for label, found in detail["plans"].items():
+        plan_rows.append((label, len(found), f"{statistics.median(f['planning_ms'] or 0 for f in found):.2f}",
+                          f"{statistics.median(f['execution_ms'] or 0 for f in found):.2f}",
+                          f"{statistics.median(f['buffers'] for f in found):.0f}", found[0]["plan"][:160]))  # fmt: skip
     size = common.size_label(args.rows)
     headline = (
         f"{size} memories, one hybrid search in-process (signals in one thread): wall {per['wall ms']:.1f} ms, "
@@ -79,7 +116,8 @@ def main() -> None:
             "",
             common.machine_markdown(),
             f"- load on the machine: {args.note or '(not stated)'}",
-            f"- bucket: the first {args.rows:,} rows of the corpus; {n} searches ({len(queries)} distinct queries x "
+            f"- bucket: {load.describe()}",
+            f"- {n} searches ({len(queries)} distinct queries x "
             f"{args.repeat}), default ranking, `record_access` off, signals in the calling thread",
             "",
             "## Per search, without the profiler",
@@ -95,6 +133,24 @@ def main() -> None:
             "## Own time by area, under cProfile (inflated by the profiler)",
             "",
             common.markdown_table(("area", "ms per search", "share"), areas),
+            "",
+            "## Each statement, by the function that ran it (a third pass, without the profiler)",
+            "",
+            common.markdown_table(
+                ("statement", "per search", "wall ms per search", "database CPU ms per search"), statement_rows
+            ),  # fmt: skip
+            "",
+            "The database CPU is the backend's user+system time from /proc, read before and after each statement: "
+            "the kernel counts it in 10 ms ticks, so a single statement's figure is coarse, the sums over all "
+            "searches are not.",
+            "",
+            "## CPU and waiting, per search",
+            "",
+            common.markdown_table(("what", "ms per search"), split),
+            "",
+            f"## EXPLAIN (ANALYZE, BUFFERS) of each statement of {args.explain} searches (medians)",
+            "",
+            common.markdown_table(("statement", "runs", "planning ms", "execution ms", "buffers", "plan"), plan_rows),
             "",
             f"## The {args.top} functions with the most own time",
             "",
