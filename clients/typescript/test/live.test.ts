@@ -135,6 +135,21 @@ describe("against a live server", live, () => {
     assert.equal(imported.length, 3);
   });
 
+  test("ratings travel with an export, once, and a bucket's learned ranking is read and reset", async () => {
+    const source = await engram.createBucket(`ts-rated-${randomUUID().slice(0, 8)}`);
+    const [memory] = await engram.addMemories(source.id, ["Dana drinks oolong."]);
+    await engram.rate(memory.id, "useful", { query: "What does Dana drink?" });
+    const lines = await collect(engram.exportBucket(source.id, { feedback: true }));
+    assert.equal(lines.filter((l) => "feedback" in l).length, 1);
+    const target = await engram.createBucket(`ts-rated-copy-${randomUUID().slice(0, 8)}`);
+    assert.equal((await engram.importBucket(target.id, lines)).feedback_imported, 1);
+    assert.equal((await engram.importBucket(target.id, lines)).feedback_unchanged, 1);
+
+    const learned = await engram.getLearnedRanking(target.id);
+    assert.deepEqual([learned.status, learned.ratings_now], ["none", 1]);
+    assert.equal((await engram.resetLearnedRanking(target.id)).status, "none"); // nothing learned: left as it is
+  });
+
   test("the bucket, source, graph and admin operations answer as typed, or refuse without the scope", async () => {
     const bucket = await engram.createBucket(`ts-ops-${randomUUID().slice(0, 8)}`);
     const renamed = await engram.updateBucket(bucket.id, { description: "renamed by the TS client" });
