@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from memories.models import BlockEdit, MemoryBlock
+from memories.models import BlockEdit, MemoryBlock, MemoryEvent
 from memories.services.blocks import BlockPatch, Expected, block_patch, block_put
 from tests.factories import make_operator
 
@@ -45,6 +45,12 @@ def test_a_save_on_the_version_shown_is_kept_with_the_operator_and_reason(operat
     assert (block.content, block.version, block.max_tokens) == ("v2 from the console", 2, 100)
     edit = BlockEdit.objects.get(block_id=block.pk, version=2)
     assert (edit.actor_kind, edit.actor_label, edit.reason) == ("operator", "blocks-operator", "tidied")
+    # The change feed says the same: a block_updated event naming the operator and the reason.
+    event = MemoryEvent.objects.filter(block_id=block.pk, kind="block_updated").get()
+    assert event.payload["actor"]["kind"] == "operator" and event.payload["actor"]["label"] == "blocks-operator"
+    assert (event.payload["reason"], event.payload["version"], event.payload["fields"]) == (
+        "tidied", 2, ["content", "max_tokens"]
+    )  # fmt: skip
 
 
 def test_a_stale_form_saves_nothing_and_says_so(operator, bucket):
