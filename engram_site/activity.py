@@ -2,7 +2,9 @@
 on the same machine waits for a pause before it starts a task.
 
 The web side (:class:`RequestActivityMiddleware`) keeps, per process, a count of the requests in
-flight. When a process starts its first one it creates a file named after its pid in
+flight — but for memory writes, unless ENGRAM_WORKER_YIELD_TO_WRITES is on: the work they queue is
+what the worker must keep up with, and a steady stream of them held it at its limit's pace.
+When a process starts its first one it creates a file named after its pid in
 ``$ENGRAM_HOME/run/requests``; when its last one ends it removes the file. Creating and removing
 a file both change the directory's modification time, so the directory tells the worker two
 things with one ``stat``: whether any web process is serving now (a file is there) and how long
@@ -45,6 +47,7 @@ from typing import TypeVar
 from django.conf import settings
 from django.core.exceptions import MiddlewareNotUsed
 from django.db import connection
+from django.urls import Resolver404, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +122,31 @@ class RequestActivityMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
+        if _not_waited_for(request):
+            return self.get_response(request)
         _busy.begin()
         try:
             return self.get_response(request)
         finally:
             _busy.end()
+
+
+def _not_waited_for(request) -> bool:
+    """Whether the worker goes on beside this request: with ENGRAM_WORKER_YIELD_TO_WRITES off, a
+    request whose view lists its method in ``worker_runs_beside`` (the memory writes: the work
+    they queue is what the worker must keep up with, and a steady stream of them would otherwise
+    hold it at its limit's pace; the searches are what it gives way to)."""
+    if settings.ENGRAM_WORKER_YIELD_TO_WRITES:
+        return False
+    path = getattr(request, "path_info", None)
+    if path is None:
+        return False
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return False
+    view = getattr(match.func, "view_class", None) or getattr(match.func, "cls", None) or match.func
+    return getattr(request, "method", None) in getattr(view, "worker_runs_beside", ())
 
 
 def _alive(pid: int) -> bool:

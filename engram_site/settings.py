@@ -447,6 +447,11 @@ if not 0 < ENGRAM_WORKER_YIELD_SHARE <= 1:
     raise ImproperlyConfigured(
         f"ENGRAM_WORKER_YIELD_SHARE must be above 0 and at most 1, not {ENGRAM_WORKER_YIELD_SHARE}"
     )
+# Whether the worker also waits while memories are being written (1), or only for the other
+# requests — searches, lists, reads (0, the default): the writes are then served beside the
+# worker, which runs at its lowered priority. Waiting for them too held the follow-up work of a
+# steady ingest at the wait limit's pace (engram_site/activity.py, docs/CONFIGURATION.md).
+ENGRAM_WORKER_YIELD_TO_WRITES = env_bool("ENGRAM_WORKER_YIELD_TO_WRITES", False)
 # Rows per enrichment transaction (embeddings and lemmas filled in the background).
 ENGRAM_ENRICH_BATCH_SIZE = env_int("ENGRAM_ENRICH_BATCH_SIZE", 128)
 # Job runs older than this are deleted by the nightly cleanup.

@@ -100,6 +100,10 @@ MemoryWrite = PolymorphicProxySerializer(
 
 
 class BucketMemoriesApi(APIView):
+    # With ENGRAM_WORKER_YIELD_TO_WRITES off, the worker does not wait while memories are written
+    # (engram_site/activity.py): the work they queue is what it must keep up with.
+    worker_runs_beside = ("POST",)
+
     @extend_schema(
         operation_id="memories_create",
         request=MemoryWrite,

@@ -68,6 +68,29 @@ def test_a_request_in_flight_marks_its_process_and_the_mark_goes_when_it_ends(cl
     assert not activity.requests_active()
 
 
+def _request(method: str, path: str):
+    from django.test import RequestFactory
+
+    return RequestFactory().generic(method, path)
+
+
+@pytest.mark.parametrize("yield_to_writes", [False, True])
+def test_memory_writes_are_waited_for_only_when_configured_and_searches_always(settings, yield_to_writes):
+    """A steady stream of writes held the worker at its wait limit's pace, so the work they queued
+    fell behind for as long as they went on (bench/results/steady-ingest-*): by default the
+    worker waits for searches and reads, not for memory writes."""
+    settings.ENGRAM_WORKER_YIELD_TO_WRITES = yield_to_writes
+    seen = []
+    middleware = activity.RequestActivityMiddleware(lambda request: seen.append(activity.requests_active()))
+    bucket = "00000000-0000-0000-0000-000000000001"
+    activity.clear()
+    middleware(_request("POST", f"/api/v1/buckets/{bucket}/memories"))
+    assert not (activity.directory() / str(os.getpid())).exists()
+    middleware(_request("GET", f"/api/v1/buckets/{bucket}/memories"))  # a list is a read
+    middleware(_request("POST", f"/api/v1/buckets/{bucket}/search"))
+    assert seen == [yield_to_writes, True, True]
+
+
 def test_overlapping_requests_keep_the_mark_until_the_last_one_ends():
     release = threading.Event()
     inside = threading.Barrier(3)
