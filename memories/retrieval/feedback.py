@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from engram_site import tracing
+from engram_site.db import binding_cursor
 from engram_site.replica import read_connection
 from memories import ranking
 from memories.filters import MemoryFilters, in_buckets
@@ -99,7 +100,9 @@ def ratings_near(
         clause, agent_params = filters.agents.sql("f.agent_id")
         clauses.append(clause)
         extra += agent_params
-    vector = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
+    # Bound apart from the statement, in binary (binding_cursor), as the vector walks bind it:
+    # spelling 384 decimals into the SQL cost ~0.2 ms of Python per search, and their parsing.
+    vector = np.asarray(query_vector, dtype=np.float32)
     # idx_search_feedback_bucket: (tenant_id, bucket_id, created_at) > horizon. Each rating's
     # distance is computed once (the CTE), then the near ones are joined to their memories by
     # primary key for the search's filters.
@@ -115,7 +118,7 @@ def ratings_near(
         ORDER BY r.similarity DESC
         LIMIT {MAX_RATINGS}
     """
-    with read_connection().cursor() as cur:
+    with binding_cursor(read_connection()) as cur:
         cur.execute(sql, [vector, *extra, config.feedback_similarity, *params])
         found = cur.fetchall()
     useful: dict[uuid.UUID, float] = {}

@@ -11,6 +11,7 @@ from engram_site.replica import read_connection
 from memories import ranking, search_terms
 from memories.filters import MemoryFilters, bucket_list
 from memories.retrieval.concurrency import start
+from memories.retrieval.rows import uuid_array
 from memories.retrieval.stats import DOC_LENGTH, bucket_stats
 from tenants.models import Bucket
 
@@ -253,7 +254,7 @@ def _bm25(
         candidate_query, too_many = _tsquery(present), False
     where, params = filters.sql(buckets)
     if stand_ins is not None:
-        params = [*params, stand_ins]
+        params = [*params, uuid_array(stand_ins)]
     # Only when even the rarest term is too common to read in full (a query of common words
     # only) are the matches ordered, by ts_rank, before the cut.
     order = f"ORDER BY ts_rank({tsv}, %s::tsquery) DESC" if too_many else ""

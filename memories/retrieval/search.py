@@ -325,6 +325,8 @@ def _search(
         _which_passages(found if token_budget is not None else found[:limit], passage_matches, query,
                         embedding_model, explain)  # fmt: skip
     found = hits.apply_budget(found, limit, token_budget, excerpt)
+    for hit in found:
+        rows.decode_json(hit.row)
     if record_access and found:
         access.record([h.id for h in found])
     return SearchResult(mode_used=mode_used, hits=found, warnings=warnings, embedding_model=embedding_model)

@@ -846,7 +846,9 @@ def test_reading_only_the_rows_that_can_still_win_changes_no_answer(api, bucket,
     fetched = []
     real_fetch = rows.fetch_rows
     monkeypatch.setattr(
-        rows, "fetch_rows", lambda b, ids, important=None: fetched.append(len(ids)) or real_fetch(b, ids, important)
+        rows,
+        "fetch_rows",
+        lambda b, ids, important=None, **kw: fetched.append(len(ids)) or real_fetch(b, ids, important, **kw),
     )
     cut, rows_cut = answers(), sum(fetched)
     fetched.clear()
