@@ -22,6 +22,51 @@ from tenants.models import Bucket, Tenant
 from tests.factories import make_client
 from tests.support.browser import PASSWORD, Console, chromium
 
+_DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_setup"}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The long tests first, so that the short ones fill the end of a parallel run.
+
+    pytest-django has already put the tests in Django's order (plain database tests, then
+    transactional ones, whose flush empties the tables migrations fill, then those without a
+    database); pytest-xdist hands them out in that order. Kept: that order between database
+    tests. Changed: the modules that start processes (a ``slow`` test in them) go first within
+    their group, and those of them that never touch the test database (they start their own
+    PostgreSQL, or none) go before everything. Otherwise the longest tests of the suite (a
+    topology under load, a database restart) came last and one worker ran them alone.
+    Modules move whole, so a module-scoped fixture is still set up once per worker."""
+
+    def group(item) -> int:  # pytest-django's order (pytest_django.plugin.pytest_collection_modifyitems)
+        marker = item.get_closest_marker("django_db")
+        fixtures = set(getattr(item, "fixturenames", ()))
+        transactional = bool(marker and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")))
+        if transactional or fixtures & {"transactional_db", "live_server"}:
+            return 2
+        return 1 if marker or "db" in fixtures else 3
+
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    groups = {item: group(item) for item in items}
+    slow: set[tuple[str, int]] = set()  # (module, group) holding a slow test
+    on_database: set[tuple[str, int]] = set()  # (module, group) with a test that reaches the test database
+    for item in items:
+        key = (module(item), groups[item])
+        if item.get_closest_marker("slow"):
+            slow.add(key)
+        if groups[item] != 3 or set(getattr(item, "fixturenames", ())) & _DATABASE_FIXTURES:
+            on_database.add(key)
+
+    def rank(item) -> tuple[int, bool]:
+        key = (module(item), groups[item])
+        if key in slow and key not in on_database:
+            return (0, False)
+        return (groups[item], key not in slow)
+
+    items.sort(key=rank)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_broker(tmp_path_factory):
@@ -73,6 +118,37 @@ def _quick_password_hashing():
     use(["django.contrib.auth.hashers.MD5PasswordHasher"], enter=True)
     yield
     use(production, enter=False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _static_files_listed_once():
+    """Django's test client builds the middleware chain anew for every client it makes, and
+    WhiteNoise's middleware, which serves from the static finders outside production
+    (settings.WHITENOISE_USE_FINDERS), lists and stats every static file of every app when it
+    is built: about a fifth of the CPU time of a test that makes an API client or two. The
+    files do not change during a session, so the list is made once per configuration and
+    every later middleware gets the same entries (the same answers, headers included)."""
+    from django.conf import settings
+    from whitenoise.middleware import WhiteNoiseMiddleware
+
+    original = WhiteNoiseMiddleware.add_files_from_finders
+    listed: dict[tuple, dict] = {}
+
+    def add_files_from_finders(self):
+        key = (
+            self.static_prefix, self.max_age, self.allow_all_origins, self.charset, self.index_file,
+            self.add_headers_function, repr(getattr(settings, "WHITENOISE_MIMETYPES", None)),
+            tuple(settings.INSTALLED_APPS), repr(settings.STATICFILES_DIRS), tuple(settings.STATICFILES_FINDERS),
+        )  # fmt: skip
+        if key not in listed:
+            before = dict(self.files)
+            original(self)
+            listed[key] = {url: entry for url, entry in self.files.items() if before.get(url) is not entry}
+        self.files.update(listed[key])
+
+    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders
+    yield
+    WhiteNoiseMiddleware.add_files_from_finders = original
 
 
 @pytest.fixture(autouse=True)
