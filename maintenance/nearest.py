@@ -10,7 +10,10 @@ is read by a scalar subquery, so vectors never travel to Python and back.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -36,11 +39,46 @@ def embedded_count(*, tenant_id, bucket_id) -> int:
         return cur.fetchone()[0]
 
 
+# Inside :func:`shared`: the neighbours already fetched, by (memory, exact), and how many were.
+_shared: ContextVar[dict | None] = ContextVar("engram_nearest_shared", default=None)
+
+
+@contextlib.contextmanager
+def shared(k: int) -> Iterator[None]:
+    """Within the block, each memory's neighbours are fetched once, ``k`` of them with no
+    similarity floor, and every :func:`nearest` call on it asking for at most ``k`` is answered
+    from them (its own floor and count applied): the near-duplicate, contradiction and link checks
+    of a new memory ask for the same neighbours with different cut-offs (maintenance.services.
+    comparisons). A cut of the most similar ``k`` is the same list the query with the smaller
+    limit answers."""
+    token = _shared.set({"k": k})
+    try:
+        yield
+    finally:
+        _shared.reset(token)
+
+
 def nearest(
     *, tenant_id, bucket_id, memory_id, k: int, min_similarity: float = -1.0, exact: bool | None = None
 ) -> list[Similar]:
     """Up to ``k`` memories of the bucket closest to ``memory_id`` (itself excluded),
     most similar first, with cosine similarity >= ``min_similarity``."""
+    memo = _shared.get()
+    if memo is not None and k <= memo["k"]:
+        key = (memory_id, exact)
+        if key not in memo:
+            memo[key] = _nearest(
+                tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=memo["k"], exact=exact
+            )
+        return [n for n in memo[key] if n.similarity >= min_similarity][:k]
+    return _nearest(
+        tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=k, min_similarity=min_similarity, exact=exact
+    )
+
+
+def _nearest(
+    *, tenant_id, bucket_id, memory_id, k: int, min_similarity: float = -1.0, exact: bool | None = None
+) -> list[Similar]:
     if exact is None:
         exact = embedded_count(tenant_id=tenant_id, bucket_id=bucket_id) < EXACT_SCAN_BELOW
     probe = "(SELECT embedding FROM memories WHERE id = %s)"

@@ -15,13 +15,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from django.db import connection
+from django.db import connection, transaction
 
+from engram_site import activity
 from maintenance import nearest
 from maintenance.services import conflicts, duplicates, links
 from memories.retrieval import EXACT_SCAN_BELOW
 from tenants.models import Bucket
 
+# The neighbours fetched per memory for the three checks: as many as the most any of them asks for.
+SHARED_K = max(duplicates.NEAR_DUPLICATE_K, conflicts.CONFLICT_K, links.LINK_K)
 # A memory waiting this long is handed to a new run by the sweep (its message was lost).
 STALE_SECONDS = 300
 
@@ -61,18 +64,21 @@ def comparisons_step(*, bucket: Bucket, limit: int) -> tuple[dict, bool]:
     # Whether to scan the bucket or walk its index: decided once for the batch (it was a count of
     # the bucket's rows before every nearest-neighbour query, three per memory).
     exact = nearest.embedded_count(tenant_id=bucket.tenant_id, bucket_id=bucket.pk) < EXACT_SCAN_BELOW
-    found = duplicates.near_duplicates_find_for(memory_ids=ids, exact=exact)
-    contradictions = conflicts.conflicts_find_for(memory_ids=ids, exact=exact)
-    linked = links.links_find_for(memory_ids=ids, exact=exact)
-    with connection.cursor() as cur:
-        cur.execute("DELETE FROM maintenance_pending_comparisons WHERE memory_id = ANY(%s::uuid[])", [ids])
-    counts = {
-        "scanned": len(ids),
-        "candidates": found["candidates"],
-        "conflicts": contradictions["conflicts"],
-        "cites": linked["cites"],
-        "refines": linked["refines"],
-    }
+    counts = {"scanned": len(ids), "candidates": 0, "conflicts": 0, "cites": 0, "refines": 0}
+    # A turn of memories at a time (a pause point for the requests between turns), each in one
+    # transaction: the checks' own transactions become savepoints, not a commit each (three or
+    # more per memory). Each memory's neighbours are fetched once for the three checks.
+    for turn in activity.turns(ids):
+        with transaction.atomic(), nearest.shared(SHARED_K):
+            found = duplicates.near_duplicates_find_for(memory_ids=turn, exact=exact)
+            contradictions = conflicts.conflicts_find_for(memory_ids=turn, exact=exact)
+            linked = links.links_find_for(memory_ids=turn, exact=exact)
+            with connection.cursor() as cur:
+                cur.execute("DELETE FROM maintenance_pending_comparisons WHERE memory_id = ANY(%s::uuid[])", [turn])
+        counts["candidates"] += found["candidates"]
+        counts["conflicts"] += contradictions["conflicts"]
+        counts["cites"] += linked["cites"]
+        counts["refines"] += linked["refines"]
     return counts, len(ids) == limit
 
 

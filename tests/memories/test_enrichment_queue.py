@@ -177,3 +177,36 @@ def test_lost_messages_lose_nothing_the_sweeps_fill_the_rows(bucket, monkeypatch
     assert MemoryKey.objects.filter(memory_id__in=ids).count() == 2
     # The checks' list is handed to a new run of the bucket's stage.
     assert ("compare", bucket.pk) in ran
+
+
+def test_the_checks_share_each_memorys_neighbours_and_find_what_each_finds_alone(bucket, monkeypatch):
+    """The three checks of a batch ask for each memory's neighbours once (maintenance.nearest.shared):
+    the same neighbours, cut to each check's count and floor, as separate queries give."""
+    from maintenance import nearest
+
+    ids = write(
+        bucket,
+        "I prefer dark roast coffee in the morning.",
+        "In the morning I prefer dark roast coffee.",
+        "Our cat Miso sleeps on the radiator.",
+        "The boiler is serviced every March.",
+        "I am a vegetarian and never eat meat.",
+        "Dinner tonight was a steak with fries.",
+        sequence=False,
+    )
+    alone = {
+        (i, k, floor): nearest.nearest(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=i, k=k,
+                                       min_similarity=floor, exact=True)
+        for i in ids for k, floor in [(2, 0.5), (4, 0.1), (5, -1.0)]
+    }  # fmt: skip
+    queries = []
+    original = nearest._nearest
+    monkeypatch.setattr(nearest, "_nearest", lambda **kw: queries.append(kw["memory_id"]) or original(**kw))
+    with nearest.shared(5):
+        together = {
+            (i, k, floor): nearest.nearest(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_id=i, k=k,
+                                           min_similarity=floor, exact=True)
+            for (i, k, floor) in alone
+        }  # fmt: skip
+    assert together == alone
+    assert sorted(queries) == sorted(ids)  # one query per memory, not three
