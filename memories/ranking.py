@@ -68,9 +68,12 @@ class RankingConfig:
             # recall@10 on all three sets (ours 0.896 -> 0.901, LoCoMo 0.805 -> 0.808, long 0.838 ->
             # 0.846; the smallest worst regret of the weights tried, with bm25_b 0.3; with bm25_b 0.5
             # too: 0.907, 0.809, 0.851, docs/RETRIEVAL.md "The defaults together"). A bucket without
-            # keys runs neither.
-            "keyword_key": 0.5,
-            "vector_key": 0.5,
+            # keys runs neither. 1 each since round three (with user_boost, self_boost 1 and
+            # rule_boost): the smallest worst regret among the candidates that lost no set against
+            # the defaults (ours 0.924, LoCoMo 0.817, long 0.909 against 0.924, 0.815, 0.900 at 0.5),
+            # at a cost in MRR on ours (0.711 -> 0.704) and LoCoMo (0.639 -> 0.630).
+            "keyword_key": 1.0,
+            "vector_key": 1.0,
             # The graph list changed recall@10 by 0.000 on our set and 0.001 on LoCoMo (0.25
             # against 0) while it costs ~8-10 ms of a 100k-bucket search: off by default,
             # weighted in per tenant or request (graph mode runs it alone).
@@ -100,6 +103,10 @@ class RankingConfig:
     # them more than 0.008 (ours -0.005, LoCoMo -0.001, long +0.006 against 0.3); 0.75 cost ours 0.013.
     bm25_k1: float = 0.9
     bm25_b: float = 0.5
+    # Length normalisation of documents longer than the bucket's average (b for those shorter):
+    # a long assistant reply holds more of a question's words than the short message it answers.
+    # None: bm25_b for every length.
+    bm25_b_long: float | None = None
     # Query terms also match their other number form where the lemmatizer left a word as it is
     # (proper nouns and unknown words: "Fridays" finds "Friday", "standup" finds "standups"),
     # one term with the lexeme's IDF (retrieval.keyword.plural_variants). Off: on the three sets
@@ -163,6 +170,13 @@ class RankingConfig:
     diversity: float = 0.0
     diversity_pool: int = 40
     diversity_questions: str = "several"
+    # Sessions over one session (memories/retrieval/diversity.py spread_sessions): for the same
+    # questions as diversity, the best diversity_pool hits re-ordered so that a hit of a sequence
+    # (a run, a write batch: a conversation's session) already holding better hits keeps
+    # 1 - session_spread x min(1, n / 2) of its score, n the better hits of its sequence: the
+    # evidence of a question about several sessions is not crowded out by one session's turns.
+    # 0: off.
+    session_spread: float = 0.0
     # Pseudo-relevance feedback (memories/retrieval/expansion.py): a second vector query, the
     # question's unit vector plus prf_beta x the unit mean of the prf_sources best fused
     # candidates' vectors (Rocchio), walks the memories' vectors again; its list (``vector_prf``
@@ -189,7 +203,24 @@ class RankingConfig:
     # named "User" (memories/retrieval/query.py asks_about_self). 0: off.
     # 0.5 since 2026-11-28: our set 0.896 -> 0.912 of recall@10 (MRR 0.598 -> 0.673), the long
     # sessions 0.854 -> 0.871 (MRR 0.562 -> 0.593), LoCoMo (asked in the third person) unchanged.
-    self_boost: float = 0.5
+    # 1 with user_boost and rule_boost (round three, docs/RETRIEVAL.md): see below.
+    self_boost: float = 1.0
+    # Every other question (not in the first person singular, and not asking what the assistant
+    # said: "what did you suggest…") favours what the user said by this share: in a conversation
+    # with an assistant the user's own lines state the facts, plans and rules asked about later,
+    # the assistant's longer replies share more of a question's words. 0: off. 0.3 since round
+    # three (docs/RETRIEVAL.md): with self_boost 1 and rule_boost 1 the long working sessions rose
+    # 0.865 -> 0.90 of recall@10 (MRR 0.609 -> 0.69), ours 0.917 -> 0.92, LoCoMo (no "User"
+    # speaker) unchanged; 0.5 broke a first-five-minutes case (the customer's own line above the
+    # agent's answer to "what was done about the delivery").
+    user_boost: float = 0.3
+    # A request or a question of what may or should be done ("Can we take the bus up?", "Write a
+    # reminder SMS", "Should I apply?") favours the user's lines that lay down a rule or a
+    # preference ("never", "always", "don't", "must", "avoid"…): a standing instruction, stated
+    # long before, governs the answer. 0: off. 1 since round three: the long sessions'
+    # instruction questions 0.638 -> 0.787 of recall@10 (MRR 0.379 -> 0.532); the other two sets
+    # hold almost no requests.
+    rule_boost: float = 1.0
     # Memories written by trusted source actors (source_actor_id in trusted_actors).
     trust_boost: float = 0.0
     trusted_actors: tuple[str, ...] = ()
@@ -270,6 +301,7 @@ _NUMERIC_BOUNDS = {
     "vector_floor": (-1.0, 1.0),
     "bm25_k1": (0.0, 10.0),
     "bm25_b": (0.0, 1.0),
+    "bm25_b_long": (0.0, 1.0),
     "recency_half_life_days": (1.0, 36500.0),
     "recency_weight": (0.0, 1.0),
     "scope_match_boost": (0.0, 2.0),
@@ -283,6 +315,7 @@ _NUMERIC_BOUNDS = {
     "session_sources": (1, 20),
     "diversity": (0.0, 1.0),
     "diversity_pool": (10, 100),
+    "session_spread": (0.0, 1.0),
     "prf": (0.0, 2.0),
     "prf_keyword": (0.0, 2.0),
     "prf_terms": (1, 30),
@@ -290,6 +323,8 @@ _NUMERIC_BOUNDS = {
     "prf_beta": (0.0, 2.0),
     "current_boost": (0.0, 2.0),
     "self_boost": (0.0, 2.0),
+    "user_boost": (0.0, 2.0),
+    "rule_boost": (0.0, 2.0),
     "current_pool": (2, 100),
     "keyword_coverage_floor": (0.0, 1.0),
     "trust_boost": (0.0, 2.0),
@@ -358,6 +393,8 @@ def _coerce(name: str, value):
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise RankingConfigError("trusted_actors must be a list of strings")
         return tuple(value)
+    if name == "bm25_b_long" and value is None:
+        return None
     low, high = _NUMERIC_BOUNDS[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise RankingConfigError(f"{name} must be a number")

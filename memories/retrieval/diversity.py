@@ -86,6 +86,51 @@ def applies(query: str, config: ranking.RankingConfig) -> bool:
     return config.diversity_questions == "all" or asks_for_several(query)
 
 
+def spreads(query: str, config: ranking.RankingConfig) -> bool:
+    """Whether :func:`spread_sessions` runs for ``query``: ``session_spread`` on, and the
+    question one that diversity serves (``diversity_questions``)."""
+    if config.session_spread <= 0:
+        return False
+    return config.diversity_questions == "all" or asks_for_several(query)
+
+
+@tracing.traced("engram.search.spread")
+def spread_sessions(hits: list[Hit], config: ranking.RankingConfig) -> list[Hit]:
+    """``hits`` (best first) with the first ``diversity_pool`` re-ordered so that each hit of a
+    sequence that already holds ``n`` better picked hits keeps ``1 - session_spread x min(1, n /
+    2)`` of its score (``explain``: the ``session_spread`` boost); a hit without a sequence is
+    never discounted. Picked greedily, as :func:`diversify`; the rest follow, their scores at
+    most the last of the pool's."""
+    pool, rest = hits[: config.diversity_pool], hits[config.diversity_pool :]
+    if len(pool) < 2:
+        return hits
+    picked: list[Hit] = []
+    held: dict = {}  # sequence -> hits of it picked so far
+    open_ = list(pool)
+    while open_:
+        best, best_score = 0, -1.0
+        for i, hit in enumerate(open_):
+            sequence = hit.row.get("sequence_id")
+            n = held.get(sequence, 0) if sequence is not None else 0
+            adjusted = hit.score * (1.0 - config.session_spread * min(1.0, n / 2))
+            if adjusted > best_score:  # the first of equals: ties keep their order
+                best, best_score = i, adjusted
+        hit = open_.pop(best)
+        sequence = hit.row.get("sequence_id")
+        if sequence is not None:
+            held[sequence] = held.get(sequence, 0) + 1
+        if best_score != hit.score and hit.explain and hit.score > 0:
+            hit.explain["boosts"]["session_spread"] = round(best_score / hit.score, 4)
+        hit.score = best_score
+        picked.append(hit)
+    last = picked[-1].score
+    for hit in rest:
+        if hit.score > last:
+            _rescore(hit, last)
+        last = hit.score
+    return picked + rest
+
+
 def vectors(bucket: Bucket | list[Bucket], ids: list[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
     """The memories' own vectors, unit length, in one statement (rows without one are left out)."""
     if not ids:

@@ -13,7 +13,16 @@ from datetime import datetime
 
 from memories import ranking
 from memories.retrieval.hits import Hit
-from memories.retrieval.query import asks_about_self, asks_when, has_time_expression, named_people, preferred_scope
+from memories.retrieval.query import (
+    asks_about_assistant,
+    asks_about_self,
+    asks_for_action,
+    asks_when,
+    has_time_expression,
+    named_people,
+    preferred_scope,
+    states_rule,
+)
 from memories.text import transcript_speaker
 
 
@@ -27,18 +36,30 @@ class QueryCues:
     mentioned: re.Pattern | None  # any of ``people`` as a word
     # Asked in the first person singular ("what may I use…", "where do I live"): the user's own lines.
     first_person: bool = False
+    # Any other question not about what the assistant said: the user's lines, by user_boost.
+    user_lines: bool = False
+    # A request, or a question of what may or should be done: the user's lines that lay down a rule.
+    request: bool = False
     # Memory id -> what its ratings say for this query (memories.retrieval.feedback.FeedbackScore).
     feedback: dict = field(default_factory=dict)
 
 
 def query_cues(query: str, config: ranking.RankingConfig) -> QueryCues:
     people = [p.lower() for p in named_people(query)]
+    first_person = config.self_boost > 0 and asks_about_self(query)
     return QueryCues(
         wanted_scope=preferred_scope(query),
         people=people,
         when=config.date_cue_boost > 0 and asks_when(query),
         mentioned=_mention_pattern(people),
-        first_person=config.self_boost > 0 and asks_about_self(query),
+        first_person=first_person,
+        user_lines=(
+            config.user_boost > 0
+            and not first_person
+            and not asks_about_self(query)
+            and not asks_about_assistant(query)
+        ),
+        request=config.rule_boost > 0 and asks_for_action(query),
     )
 
 
@@ -53,6 +74,8 @@ def boost_bounds(config: ranking.RankingConfig, cues: QueryCues) -> tuple[float,
         * (1.0 + config.date_cue_boost if cues.when else 1.0)
         * (1.0 + config.trust_boost if config.trusted_actors else 1.0)
         * (1.0 + config.self_boost if cues.first_person else 1.0)
+        * (1.0 + config.user_boost if cues.user_lines else 1.0)
+        * (1.0 + config.rule_boost if cues.request else 1.0)
     )
     min_boost = (1.0 - config.recency_weight) * min(1.0, config.superseded_weight) * min(1.0, config.question_weight)
     if cues.feedback:
@@ -77,6 +100,10 @@ def row_boosts(
         boosts["date_cue"] = 1.0 + config.date_cue_boost
     if cues.first_person and _said_by_user(row):
         boosts["self"] = 1.0 + config.self_boost
+    elif cues.user_lines and _said_by_user(row):
+        boosts["self"] = 1.0 + config.user_boost
+    if cues.request and _said_by_user(row) and states_rule(row["content"]):
+        boosts["rule"] = 1.0 + config.rule_boost
     if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
         boosts["trust"] = 1.0 + config.trust_boost
     if config.question_weight != 1.0 and _is_question(row["content"]):

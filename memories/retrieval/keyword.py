@@ -259,6 +259,14 @@ def _bm25(
     # only) are the matches ordered, by ts_rank, before the cut.
     order = f"ORDER BY ts_rank({tsv}, %s::tsquery) DESC" if too_many else ""
     order_params = [candidate_query] if order else []
+    k1, b = config.bm25_k1, config.bm25_b
+    if config.bm25_b_long is None or config.bm25_b_long == b:
+        norm, norm_params = "(1 - %s + %s * c.dl / %s)", [b, b, avgdl]
+    else:
+        # Documents longer than the average are normalised with bm25_b_long, shorter ones with b
+        # (both meet at the average length, where the factor is 1).
+        norm = "(1 + (CASE WHEN c.dl > %s THEN %s ELSE %s END) * (c.dl / %s - 1))"
+        norm_params = [avgdl, config.bm25_b_long, b, avgdl]
     sql = f"""
         WITH q(lexeme, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
         cand AS (
@@ -269,7 +277,7 @@ def _bm25(
             {order}
             LIMIT %s
         )
-        SELECT c.id, sum(q.idf * u.tf * (%s + 1) / (u.tf + %s * (1 - %s + %s * c.dl / %s))) AS score,
+        SELECT c.id, sum(q.idf * u.tf * (%s + 1) / (u.tf + %s * {norm})) AS score,
                sum(q.idf) AS matched
         FROM cand c
         CROSS JOIN LATERAL (
@@ -280,10 +288,9 @@ def _bm25(
         ORDER BY score DESC, c.id
         LIMIT %s
     """
-    k1, b = config.bm25_k1, config.bm25_b
     all_params = [
         present, idf, present, *params, candidate_query, *order_params, MAX_KEYWORD_MATCHES,
-        k1, k1, b, b, avgdl, config.candidates,
+        k1, k1, *norm_params, config.candidates,
     ]  # fmt: skip
     with read_connection().cursor() as cur:
         cur.execute(sql, all_params)

@@ -46,6 +46,42 @@ def asks_about_self(query: str) -> bool:
     return bool(_FIRST_PERSON.search(query))
 
 
+# A question about what the assistant said or did: "what did you suggest…", "you recommended…".
+_ASKS_ASSISTANT = re.compile(
+    r"\b(?:did|have|had) you\b|\byou (?:said|suggested|recommended|mentioned|told|proposed|wrote|gave|advised)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_about_assistant(query: str) -> bool:
+    return bool(_ASKS_ASSISTANT.search(query))
+
+
+# A request or a question of what may or should be done: "Can we take the bus…", "Should I
+# apply?", "Write a reminder…", "Is it OK to…". Its answer is governed by what the user laid down.
+_ASKS_FOR_ACTION = re.compile(
+    r"^\W*(?:can|could|should|may|shall|would it be|is it (?:ok|okay|fine|alright|safe)|am i allowed|are we allowed|"
+    r"write|draft|give me|make|recommend|suggest|plan|explain|rewrite|tidy|create|prepare|compose|translate|"
+    r"help me)\b|\b(?:should|can|could|may) (?:i|we)\b",
+    re.IGNORECASE,
+)
+# A statement that lays down a rule or a preference: "never", "always", "don't", "must", "rule",
+# "strictly", "not allowed", "can't", "important", "prefer", "rather", "avoid".
+_STATES_RULE = re.compile(
+    r"\b(?:never|always|don't|don’t|do not|must|mustn't|rules?|strictly|not allowed|forbids?|forbidden|can't|"
+    r"can’t|cannot|won't|won’t|important|prefer|rather|avoid)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_for_action(query: str) -> bool:
+    return bool(_ASKS_FOR_ACTION.search(query))
+
+
+def states_rule(content: str) -> bool:
+    return bool(_STATES_RULE.search(content))
+
+
 def asks_when(query: str) -> bool:
     return bool(_WHEN_QUERY.search(query))
 

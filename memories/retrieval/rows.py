@@ -15,7 +15,7 @@ from tenants.models import Bucket
 ROW_COLUMNS = (
     "id", "bucket_id", "content", "created_at", "attributed_to", "agent_id", "run_id", "source_actor_id",
     "hint_root", "hint_tags", "metadata", "classified_scope", "classified_topic", "token_count", "context_text",
-    "linked_memory_ids", "superseded_at", "superseded_by", "importance", "expires_at",
+    "linked_memory_ids", "superseded_at", "superseded_by", "importance", "expires_at", "sequence_id",
 )  # fmt: skip
 
 

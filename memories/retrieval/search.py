@@ -256,10 +256,12 @@ def _search(
         )  # fmt: skip
     fused, feedback_lifts = feedback.lift_rated(fused, rated, config)
     diverse = diversity.applies(query, config)
+    spread = diversity.spreads(query, config)
     newest = current.applies(query, config)
     read = rows.fetch_contenders(
         bucket, fused, config, limit if token_budget is None else None, cues,
-        discount=(1.0 - config.diversity if diverse else 1.0) / (1.0 + config.current_boost if newest else 1.0),
+        discount=(1.0 - config.diversity if diverse else 1.0) * (1.0 - config.session_spread if spread else 1.0)
+        / (1.0 + config.current_boost if newest else 1.0),
     )  # fmt: skip
 
     ranks = {}  # per signal: memory id -> (rank, score), which only explain shows
@@ -318,6 +320,8 @@ def _search(
         found = diversity.diversify(
             found, diversity.vectors(bucket, [h.id for h in found[: config.diversity_pool]]), config
         )
+    if spread:
+        found = diversity.spread_sessions(found, config)
     if embedding_model and "+" not in embedding_model:
         # Which part of each long hit matched (the budget may return that part alone), whether or
         # not passages counted in the ranking (the ``passages`` knob): one statement, only when a

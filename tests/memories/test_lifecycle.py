@@ -356,13 +356,16 @@ def test_a_candidate_below_the_read_cut_is_read_when_a_superseded_contender_can_
         for i in write(bucket, "old value", "clear winner", "new value", "weaker one", api=api, sequence=False)
     )
     Memory.objects.filter(pk=old).update(superseded_at=timezone.now() - timedelta(days=1), superseded_by=successor)
-    cues = fusion.query_cues("anything", ranking.DEFAULTS)
+    # Without the user's-lines boost, which would lower the cut for "anything" (a question not in
+    # the first person) by its 1.3.
+    config = ranking.merge(ranking.DEFAULTS, {"user_boost": 0})
+    cues = fusion.query_cues("anything", config)
     # Top 2 by fused score: old and best; the cut is 0.5 x 0.35 (the least boost) = 0.175.
     fused = {old: 1.0, best: 0.5, successor: 0.2, weak: 0.17}
-    read = rows.fetch_contenders(bucket, fused, ranking.DEFAULTS, 2, cues)
+    read = rows.fetch_contenders(bucket, fused, config, 2, cues)
     # old is capped below its successor (at most 0.5 x its score, <= 0.1), and the successor can
     # score as little as 0.2 x 0.7 (recency) = 0.14: weak, up to 0.17, may be second.
     assert weak in read
     # Without a superseded contender the cut holds, and weak is not read.
     Memory.objects.filter(pk=old).update(superseded_at=None, superseded_by=None)
-    assert weak not in rows.fetch_contenders(bucket, fused, ranking.DEFAULTS, 2, cues)
+    assert weak not in rows.fetch_contenders(bucket, fused, config, 2, cues)

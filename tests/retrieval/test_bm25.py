@@ -44,7 +44,9 @@ def python_bm25(bucket, lexemes: list[str], config: ranking.RankingConfig) -> di
             if lx in terms:
                 idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
                 tf = terms[lx]
-                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[memory_id] / avgdl))
+                ratio = lengths[memory_id] / avgdl
+                norm = 1 + (config.bm25_b_long if config.bm25_b_long is not None and ratio > 1 else b) * (ratio - 1)
+                score += idf * tf * (k1 + 1) / (tf + k1 * norm)
         if score > 0:
             scores[memory_id] = score
     return scores
@@ -63,9 +65,10 @@ def word_bucket(bucket):
     return bucket
 
 
+@pytest.mark.parametrize("b_long", [None, 0.9], ids=["b", "b_long"])
 @pytest.mark.parametrize("query", ["lantern meadow", "apple river castle", "violin violin harbor", "apple", "meadow"])
-def test_sql_bm25_equals_the_formula_over_the_whole_bucket(word_bucket, query, monkeypatch):
-    config = ranking.resolve({}, None)
+def test_sql_bm25_equals_the_formula_over_the_whole_bucket(word_bucket, query, b_long, monkeypatch):
+    config = ranking.resolve({}, {"bm25_b_long": b_long})
     lexemes = keyword.query_lexemes(" ".join(search_terms.query_terms(query)))
     expected = python_bm25(word_bucket, lexemes, config)
     # Small budgets, so candidate selection (rarest terms, pairs, the cut) is exercised.

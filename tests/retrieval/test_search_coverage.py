@@ -150,3 +150,31 @@ def test_session_options_are_validated():
     for bad in ({"session_context": 2}, {"session_sources": 0}, {"session_sources": 50}):
         with pytest.raises(ranking.RankingConfigError):
             ranking.merge(ranking.DEFAULTS, bad)
+
+
+def _in(sequence, score: float) -> Hit:
+    return Hit(id=uuid.uuid4(), row={"sequence_id": sequence}, score=score, explain={"boosts": {}})
+
+
+def test_a_third_hit_of_one_session_gives_way_to_another_session():
+    one, two = uuid.uuid4(), uuid.uuid4()
+    first, second, third, other, loose = _in(one, 1.0), _in(one, 0.9), _in(one, 0.8), _in(two, 0.6), _in(None, 0.3)
+    config = ranking.merge(ranking.DEFAULTS, {"session_spread": 0.5, "diversity_pool": 10})
+    ranked = diversity.spread_sessions([first, second, third, other, loose], config)
+    # The second of a session keeps 1 - 0.5 x 1/2, the third 1 - 0.5: 0.675 and 0.4, below the
+    # other session's best; a hit without a sequence is never discounted.
+    assert [h.id for h in ranked] == [first.id, second.id, other.id, third.id, loose.id]
+    assert second.score == pytest.approx(0.675) and third.score == pytest.approx(0.4)
+    assert other.score == 0.6 and loose.score == 0.3
+    assert third.explain["boosts"]["session_spread"] == pytest.approx(0.5)
+    assert "session_spread" not in first.explain["boosts"]
+
+
+def test_session_spread_runs_only_for_questions_that_ask_for_several_things():
+    config = ranking.merge(ranking.DEFAULTS, {"session_spread": 0.3})
+    assert diversity.spreads("Which books has Melanie read?", config)
+    assert not diversity.spreads("What did Caroline research?", config)
+    assert diversity.spreads("What did Caroline research?", dataclasses.replace(config, diversity_questions="all"))
+    assert not diversity.spreads("Which books has Melanie read?", ranking.DEFAULTS)
+    with pytest.raises(ranking.RankingConfigError):
+        ranking.merge(ranking.DEFAULTS, {"session_spread": 1.5})
