@@ -116,7 +116,9 @@ def test_rule_boost_favours_a_rule_the_user_laid_down_for_a_request(api, bucket)
     assert all("rule" not in r["explain"]["boosts"] for r in body["results"] if r["id"] != ids[1])
     assert body["results"][0]["id"] == ids[1], [r["content"] for r in body["results"]]
     # Not a request: no boost.
-    other = search(api, bucket, "Where is the staging Postgres?", limit=4, explain=True, ranking={**OFF, "rule_boost": 1.0})
+    other = search(
+        api, bucket, "Where is the staging Postgres?", limit=4, explain=True, ranking={**OFF, "rule_boost": 1.0}
+    )
     assert all("rule" not in r["explain"]["boosts"] for r in other["results"])
     with pytest.raises(ranking.RankingConfigError):
         ranking.merge(ranking.DEFAULTS, {"rule_boost": 2.5})
