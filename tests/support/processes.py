@@ -147,7 +147,9 @@ class Process:
             )
         try:
             ready = self.ready if callable(self.ready) else lambda: self.ready in self.output_of_this_run()
-            wait_for(ready, timeout=self.ready_timeout, proc=self.proc)
+            # A log read or a GET of /health on this machine: cheap enough to ask often, and a
+            # start is waited for by every test that starts a server or a worker.
+            wait_for(ready, timeout=self.ready_timeout, proc=self.proc, interval=0.05)
         except (RuntimeError, TimeoutError) as exc:
             self.stop()
             command = " ".join(map(str, self.cmd[:5]))
@@ -246,7 +248,7 @@ def http_get(url: str, headers: dict | None = None) -> tuple[int, bytes]:
         return 0, b""
 
 
-def wait_for(predicate, *, timeout: float, proc=None, interval: float = 0.2, what: str = "the condition"):
+def wait_for(predicate, *, timeout: float, proc=None, interval: float = 0.1, what: str = "the condition"):
     """Poll ``predicate`` until it holds: TimeoutError after ``timeout`` seconds, RuntimeError at
     once if ``proc`` (a Popen or a :class:`Process`, or a list of them) exits meanwhile. The one
     way tests wait for something to happen; the errors carry the processes' last output."""
@@ -398,7 +400,7 @@ class PrivateRedis:
              "--dir", str(self.folder)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        wait_for(lambda: redis_reachable(self.url), timeout=30, proc=self.proc)
+        wait_for(lambda: redis_reachable(self.url), timeout=30, proc=self.proc, interval=0.05)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
