@@ -5,10 +5,13 @@ counted in the tenant's usage, and another tenant is not affected."""
 from __future__ import annotations
 
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import cache
 
+from engram_site import throttle
 from memories.models import DeletedMemory, Memory
 from sources.models import Source
 from tenants import usage
@@ -24,6 +27,16 @@ def _no_pending_usage():
     usage.discard()
     yield
     usage.discard()
+
+
+@pytest.fixture
+def mid_minute(monkeypatch):
+    """The rate counters' clock held in the middle of a minute. Their sliding window weighs the
+    previous minute's count by how much of it is still covered, so one request just before a
+    minute's end weighs less than one just after it: two requests a moment apart that straddle
+    the end are both let through under a quota of 1 (which made these tests fail now and then)."""
+    now = (time.time() // 60) * 60 + 30
+    monkeypatch.setattr(throttle, "time", SimpleNamespace(time=lambda: now))
 
 
 def set_quotas(tenant, **limits) -> None:
@@ -156,7 +169,7 @@ def test_conversations_and_imports_are_refused_while_the_tenant_is_at_max_memori
     assert refused(tenant)["memories"] == 2
 
 
-def test_reads_over_reads_per_minute_answer_429_with_retry_after(api, tenant, bucket):
+def test_reads_over_reads_per_minute_answer_429_with_retry_after(api, tenant, bucket, mid_minute):
     set_quotas(tenant, reads_per_minute=2)
     assert api.get(memories_url(bucket)).status_code == 200
     assert api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": "x"}, format="json").status_code == 200
@@ -170,7 +183,7 @@ def test_reads_over_reads_per_minute_answer_429_with_retry_after(api, tenant, bu
     assert refused(tenant)["reads"] == 2
 
 
-def test_writes_over_writes_per_minute_answer_429_and_write_nothing(api, tenant, bucket):
+def test_writes_over_writes_per_minute_answer_429_and_write_nothing(api, tenant, bucket, mid_minute):
     set_quotas(tenant, writes_per_minute=1)
     assert api.post(memories_url(bucket), {"content": "first"}, format="json").status_code == 201
     response = api.post(memories_url(bucket), {"content": "second"}, format="json")
@@ -181,7 +194,9 @@ def test_writes_over_writes_per_minute_answer_429_and_write_nothing(api, tenant,
     assert refused(tenant)["writes"] == 1
 
 
-def test_one_tenants_quotas_and_counts_do_not_touch_another_tenant(tenant, other_tenant, bucket, other_bucket):
+def test_one_tenants_quotas_and_counts_do_not_touch_another_tenant(
+    tenant, other_tenant, bucket, other_bucket, mid_minute
+):
     set_quotas(tenant, writes_per_minute=1, max_batch=1)
     mine, theirs = make_client(tenant), make_client(other_tenant)
     assert mine.post(memories_url(bucket), {"content": "mine"}, format="json").status_code == 201
