@@ -10,6 +10,7 @@ tests/support/.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -81,6 +82,20 @@ def search(api: APIClient, bucket, query: str, **params) -> dict:
     response = api.post(f"/api/v1/buckets/{bucket.pk}/search", {"query": query, **params}, format="json")
     assert response.status_code == 200, response.content
     return response.json()
+
+
+def export_lines(api: APIClient, bucket, **params) -> list[dict]:
+    """A bucket's export (``params`` as query parameters), one object a line."""
+    answer = api.get(f"/api/v1/buckets/{bucket.pk}/export", params)
+    assert answer.status_code == 200, answer.content
+    return [json.loads(line) for line in b"".join(answer.streaming_content).decode().splitlines() if line.strip()]
+
+
+def import_lines(api: APIClient, bucket, objects: list[dict], **params):
+    """POST ``objects`` to a bucket's import as NDJSON, one a line; the answer as it comes."""
+    body = "".join(json.dumps(o) + "\n" for o in objects)
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return api.generic("POST", f"/api/v1/buckets/{bucket.pk}/import?{query}", body, content_type="application/x-ndjson")
 
 
 def make_duplicate_candidate(bucket, x, y, **fields) -> DuplicateCandidate:

@@ -11,11 +11,9 @@ from django.core.management import call_command
 
 from memories.models import BlockEdit, MemoryBlock
 from memories.services.buckets import bucket_create
-from tests.factories import make_client, write
+from tests.factories import export_lines, import_lines, make_client, write
 
 pytestmark = pytest.mark.django_db
-
-NDJSON = "application/x-ndjson"
 
 
 def put_block(api, bucket, label: str, content: str, agent_id: str | None = None, **extra):
@@ -23,18 +21,6 @@ def put_block(api, bucket, label: str, content: str, agent_id: str | None = None
     answer = api.put(url, {"content": content, **extra}, format="json")
     assert answer.status_code in (200, 201), answer.content
     return answer
-
-
-def export(api, bucket, **params) -> list[dict]:
-    answer = api.get(f"/api/v1/buckets/{bucket.pk}/export", params)
-    assert answer.status_code == 200, answer.content
-    return [json.loads(line) for line in b"".join(answer.streaming_content).decode().splitlines() if line.strip()]
-
-
-def send(api, bucket, objects: list[dict], **params):
-    body = "".join(json.dumps(o) + "\n" for o in objects)
-    query = "&".join(f"{k}={v}" for k, v in params.items())
-    return api.generic("POST", f"/api/v1/buckets/{bucket.pk}/import?{query}", body, content_type=NDJSON)
 
 
 def blocks_of(bucket) -> dict:
@@ -54,9 +40,9 @@ def filled(api, bucket):
 
 
 def test_an_export_lists_the_blocks_after_the_memories_only_when_asked(api, filled):
-    plain = export(api, filled)
+    plain = export_lines(api, filled)
     assert all("block" not in line for line in plain) and len(plain) == 2
-    lines = export(api, filled, blocks="true")
+    lines = export_lines(api, filled, blocks="true")
     assert [("block" in line) for line in lines] == [False, False, True, True, True]
     blocks = [line["block"] for line in lines[2:]]
     assert [(b["agent_id"], b["label"]) for b in blocks] == [(None, "human"), (None, "persona"), ("planner", "scratch")]
@@ -65,8 +51,8 @@ def test_an_export_lists_the_blocks_after_the_memories_only_when_asked(api, fill
 
 def test_blocks_round_trip_into_another_bucket_and_a_second_import_changes_nothing(api, filled, tenant):
     target = bucket_create(tenant=tenant, name="copy")
-    lines = export(api, filled, blocks="true")
-    first = send(api, target, lines)
+    lines = export_lines(api, filled, blocks="true")
+    first = import_lines(api, target, lines)
     assert first.status_code == 200, first.content
     assert (first.json()["imported"], first.json()["blocks_imported"], first.json()["blocks_unchanged"]) == (2, 3, 0)
     assert blocks_of(target) == blocks_of(filled)
@@ -74,7 +60,7 @@ def test_blocks_round_trip_into_another_bucket_and_a_second_import_changes_nothi
         tenant_id=tenant.pk, block_id__in=MemoryBlock.objects.for_bucket(target).values("id")
     )
     assert {e.reason for e in edits} == {"import"}
-    again = send(api, target, lines)
+    again = import_lines(api, target, lines)
     assert (again.json()["deduplicated"], again.json()["blocks_imported"], again.json()["blocks_unchanged"]) == (
         2,
         0,
@@ -85,7 +71,7 @@ def test_blocks_round_trip_into_another_bucket_and_a_second_import_changes_nothi
 def test_an_import_sets_an_existing_block_and_its_history_keeps_the_old_text(api, filled, tenant):
     target = bucket_create(tenant=tenant, name="copy")
     put_block(api, target, "human", "Someone else entirely.")
-    answer = send(api, target, [line for line in export(api, filled, blocks="true") if "block" in line])
+    answer = import_lines(api, target, [line for line in export_lines(api, filled, blocks="true") if "block" in line])
     assert answer.status_code == 200, answer.content
     human = MemoryBlock.objects.for_bucket(target).get(label="human", agent_id__isnull=True)
     assert human.content == "Ana, a nurse in Porto. Prefers short answers." and human.version == 2
@@ -104,25 +90,25 @@ def test_an_import_sets_an_existing_block_and_its_history_keeps_the_old_text(api
     ],
 )
 def test_a_bad_block_line_refuses_the_import_and_writes_nothing(api, bucket, block, field):
-    answer = send(api, bucket, [{"content": "A memory beside it."}, {"block": block}])
+    answer = import_lines(api, bucket, [{"content": "A memory beside it."}, {"block": block}])
     assert answer.status_code == 400, answer.content
     assert answer.json()["code"] == "invalid_lines"
     assert field in json.dumps(answer.json()["rejected"])
     assert blocks_of(bucket) == {}
-    assert export(api, bucket) == []
+    assert export_lines(api, bucket) == []
 
 
 def test_a_token_held_to_an_agent_exports_and_imports_its_own_blocks_only(tenant, filled):
     planner = make_client(tenant, scopes=("read", "write"), agent_ids=["planner"])
-    lines = export(planner, filled, blocks="true")
+    lines = export_lines(planner, filled, blocks="true")
     assert [line["block"]["label"] for line in lines if "block" in line] == ["scratch"]
     target = bucket_create(tenant=tenant, name="copy")
     shared = {"block": {"label": "human", "agent_id": None, "content": "Not yours.", "max_tokens": 100}}
-    refused = send(planner, target, [*lines, shared])
+    refused = import_lines(planner, target, [*lines, shared])
     assert refused.status_code == 400, refused.content
     assert "held to agents" in refused.json()["rejected"][0]["detail"]
     assert blocks_of(target) == {}
-    accepted = send(planner, target, lines)
+    accepted = import_lines(planner, target, lines)
     assert accepted.status_code == 200, accepted.content
     assert blocks_of(target) == {("planner", "scratch"): ("Call the clinic on Monday.", 2048)}
 
@@ -130,7 +116,7 @@ def test_a_token_held_to_an_agent_exports_and_imports_its_own_blocks_only(tenant
 def test_another_tenant_cannot_export_or_import_a_buckets_blocks(filled, outsider_api):
     assert outsider_api.get(f"/api/v1/buckets/{filled.pk}/export", {"blocks": "true"}).status_code == 404
     line = {"block": {"label": "human", "content": "Overwritten.", "max_tokens": 100}}
-    assert send(outsider_api, filled, [line]).status_code == 404
+    assert import_lines(outsider_api, filled, [line]).status_code == 404
     assert blocks_of(filled)[(None, "human")][0] == "Ana, a nurse in Porto. Prefers short answers."
 
 

@@ -16,23 +16,9 @@ from audit.services import Actor
 from memories.models import Memory, MemoryVersion, SearchFeedback, VersionKind
 from memories.services import memories_erase
 from memories.services.buckets import bucket_create
-from tests.factories import make_client, search, write
+from tests.factories import export_lines, import_lines, make_client, search, write
 
 pytestmark = pytest.mark.django_db
-
-NDJSON = "application/x-ndjson"
-
-
-def export(api, bucket, **params) -> list[dict]:
-    answer = api.get(f"/api/v1/buckets/{bucket.pk}/export", params)
-    assert answer.status_code == 200, answer.content
-    return [json.loads(line) for line in b"".join(answer.streaming_content).decode().splitlines() if line.strip()]
-
-
-def send(api, bucket, objects: list[dict], **params):
-    body = "".join(json.dumps(o) + "\n" for o in objects)
-    query = "&".join(f"{k}={v}" for k, v in params.items())
-    return api.generic("POST", f"/api/v1/buckets/{bucket.pk}/import?{query}", body, content_type=NDJSON)
 
 
 def rate(api, memory_id, signal, query, **body):
@@ -58,8 +44,8 @@ def rated(api, bucket):
 
 
 def test_an_export_lists_the_ratings_after_the_memories_only_when_asked(api, rated):
-    assert all("feedback" not in line for line in export(api, rated))
-    lines = export(api, rated, feedback="true", blocks="true")
+    assert all("feedback" not in line for line in export_lines(api, rated))
+    lines = export_lines(api, rated, feedback="true", blocks="true")
     memories = [line for line in lines if "content" in line]
     ratings = [line["feedback"] for line in lines if "feedback" in line]
     assert len(memories) == 3 and len(ratings) == 3 and "feedback" in lines[-1]
@@ -73,9 +59,9 @@ def test_an_export_lists_the_ratings_after_the_memories_only_when_asked(api, rat
 
 
 def test_ratings_round_trip_into_another_bucket_and_change_its_ranking(api, tenant, rated):
-    lines = export(api, rated, feedback="true")
+    lines = export_lines(api, rated, feedback="true")
     target = bucket_create(tenant=tenant, name="copy")
-    answer = send(api, target, lines)
+    answer = import_lines(api, target, lines)
     assert answer.status_code == 200, answer.content
     report = answer.json()
     assert (report["imported"], report["feedback_imported"], report["feedback_unchanged"]) == (3, 3, 0)
@@ -87,21 +73,21 @@ def test_ratings_round_trip_into_another_bucket_and_change_its_ranking(api, tena
 
 
 def test_importing_the_same_file_twice_does_not_double_the_ratings(api, tenant, rated):
-    lines = export(api, rated, feedback="true")
+    lines = export_lines(api, rated, feedback="true")
     target = bucket_create(tenant=tenant, name="copy")
-    assert send(api, target, lines).json()["feedback_imported"] == 3
-    again = send(api, target, lines).json()
+    assert import_lines(api, target, lines).json()["feedback_imported"] == 3
+    again = import_lines(api, target, lines).json()
     assert (again["deduplicated"], again["feedback_imported"], again["feedback_unchanged"]) == (3, 0, 3)
     assert SearchFeedback.objects.for_bucket(target).count() == 3
     # Into the bucket they came from: every rating is already there.
-    assert send(api, rated, lines).json()["feedback_unchanged"] == 3
+    assert import_lines(api, rated, lines).json()["feedback_unchanged"] == 3
     assert SearchFeedback.objects.for_bucket(rated).count() == 3
 
 
 def test_an_imported_history_keeps_one_rated_version_per_rating_which_an_erasure_finds(api, tenant, rated):
-    lines = export(api, rated, feedback="true", versions="true")
+    lines = export_lines(api, rated, feedback="true", versions="true")
     target = bucket_create(tenant=tenant, name="copy")
-    assert send(api, target, lines).json()["feedback_imported"] == 3
+    assert import_lines(api, target, lines).json()["feedback_imported"] == 3
     rated_versions = MemoryVersion.objects.filter(bucket_id=target.pk, kind=VersionKind.RATED)
     assert rated_versions.count() == 3  # the histories' own, not one more per rating
     new_ids = set(SearchFeedback.objects.for_bucket(target).values_list("id", flat=True))
@@ -124,11 +110,11 @@ def test_an_imported_history_keeps_one_rated_version_per_rating_which_an_erasure
     ],
 )
 def test_a_bad_rating_line_refuses_the_import_and_writes_nothing(api, tenant, rated, bad, field):
-    lines = export(api, rated, feedback="true")
+    lines = export_lines(api, rated, feedback="true")
     position = next(n for n, line in enumerate(lines) if "feedback" in line)
     lines[position] = {"feedback": {**lines[position]["feedback"], **bad}}
     target = bucket_create(tenant=tenant, name="copy")
-    answer = send(api, target, lines)
+    answer = import_lines(api, target, lines)
     assert answer.status_code == 400, answer.content
     body = answer.json()
     assert body["code"] == "invalid_lines" and body["rejected"][0]["line"] == position + 1
@@ -136,7 +122,7 @@ def test_a_bad_rating_line_refuses_the_import_and_writes_nothing(api, tenant, ra
     assert not SearchFeedback.objects.for_bucket(target).exists()
     assert not Memory.objects.for_bucket(target).exists()
     # With skip_invalid the other lines go in and the bad one is reported.
-    skipped = send(api, target, lines, skip_invalid="true").json()
+    skipped = import_lines(api, target, lines, skip_invalid="true").json()
     assert skipped["rejected_count"] == 1 and skipped["feedback_imported"] == 2
 
 
@@ -152,7 +138,7 @@ def test_a_token_held_to_an_agent_exports_and_imports_only_its_agents_ratings(ap
     rate(api, alfa_memory, "irrelevant", "the harbour", agent_id="beta")  # beta's rating of alfa's memory
 
     alfa = make_client(tenant, scopes=("read", "write"), agent_ids=["alfa"], include_shared=True)
-    lines = export(alfa, bucket, feedback="true")
+    lines = export_lines(alfa, bucket, feedback="true")
     ratings = [line["feedback"] for line in lines if "feedback" in line]
     assert [(r["agent_id"], r["query"]) for r in ratings] == [("alfa", "the boat")]
     assert "beta" not in json.dumps(lines).lower()
@@ -160,10 +146,10 @@ def test_a_token_held_to_an_agent_exports_and_imports_only_its_agents_ratings(ap
     # Importing: a rating as another agent is refused like a memory line of another agent.
     target = bucket_create(tenant=tenant, name="alfa-copy")
     forged = [*lines, {"feedback": {**ratings[0], "agent_id": "beta"}}]
-    refused = send(alfa, target, forged)
+    refused = import_lines(alfa, target, forged)
     assert refused.status_code == 400 and refused.json()["rejected"][0]["errors"]["agent_id"]
     assert not SearchFeedback.objects.for_bucket(target).exists()
-    assert send(alfa, target, lines).json()["feedback_imported"] == 1
+    assert import_lines(alfa, target, lines).json()["feedback_imported"] == 1
     assert [r[3] for r in ratings_of(target)] == ["alfa"]
 
 
@@ -174,7 +160,7 @@ def test_a_rating_of_a_text_another_agent_holds_is_skipped_not_given_to_its_memo
         {"id": "m1", "content": "The harbour closes at nine.", "agent_id": "alfa"},
         {"feedback": {"memory_id": "m1", "signal": "useful", "query": "When does the harbour close?"}},
     ]
-    report = send(alfa, bucket, lines).json()
+    report = import_lines(alfa, bucket, lines).json()
     assert report["deduplicated"] == 1 and report["feedback_skipped"] == 1 and report["feedback_imported"] == 0
     assert not SearchFeedback.objects.filter(memory_id=theirs).exists()
 
