@@ -123,12 +123,7 @@ def spread_sessions(hits: list[Hit], config: ranking.RankingConfig) -> list[Hit]
             hit.explain["boosts"]["session_spread"] = round(best_score / hit.score, 4)
         hit.score = best_score
         picked.append(hit)
-    last = picked[-1].score
-    for hit in rest:
-        if hit.score > last:
-            _rescore(hit, last)
-        last = hit.score
-    return picked + rest
+    return _then_the_rest(picked, rest)
 
 
 def vectors(bucket: Bucket | list[Bucket], ids: list[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
@@ -176,6 +171,11 @@ def diversify(hits: list[Hit], found: dict[uuid.UUID, np.ndarray], config: ranki
         hit = pool[best]
         _rescore(hit, float(adjusted[best]))
         picked.append(hit)
+    return _then_the_rest(picked, rest)
+
+
+def _then_the_rest(picked: list[Hit], rest: list[Hit]) -> list[Hit]:
+    """``picked`` then ``rest``, each of the rest scored at most as the hit before it."""
     last = picked[-1].score
     for hit in rest:
         if hit.score > last:
