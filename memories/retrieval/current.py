@@ -24,7 +24,7 @@ from memories.retrieval.hits import Hit
 
 _NOW = re.compile(
     r"\b(?:now|nowadays|currently|current|these days|at the moment|at present|still|any ?more|"
-    r"latest|most recent|most recently|these days)\b",
+    r"latest|most recent|most recently)\b",
     re.IGNORECASE,
 )
 
