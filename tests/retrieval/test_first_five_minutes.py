@@ -5,19 +5,22 @@ or one request each in a run.
 
 The cases are in ``data/first_five_minutes.json``: facts about people, preferences, schedules and
 facts that changed over time (``days_ago`` dates a memory), written by hand as a user would write
-and ask them. A miss shows the top hits' scores. A question that does not rank first yet carries
-the reason as its third element and is asked on its own as an expected failure (xfail): the
-reasons are what ranking does not do yet, not what the test tolerates.
+and ask them. The clock is pinned: a memory's weekday, month and year are among its words, so
+memories written at the test's own time would match "Friday" on Fridays only. Every memory is
+written at :data:`NOW` (less its ``days_ago``; a microsecond apart in the order written, as one
+batch is) and every question is asked a second later. A miss shows the top hits' scores. A
+question that does not rank first yet carries the reason as its third element and is asked on
+its own as an expected failure (xfail): the reasons are what ranking does not do yet, not what
+the test tolerates.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
 from tests.factories import search, write
 
@@ -25,17 +28,18 @@ pytestmark = pytest.mark.django_db
 
 CASES = json.loads((Path(__file__).parent / "data" / "first_five_minutes.json").read_text())["cases"]
 HOW = ("batch", "one_by_one", "run")
+# A Tuesday afternoon: no memory of the standup case (120, 110 and 2 days back) falls on the Friday
+# its question names, nor any memory written "now" on a weekday a question names (Friday, Saturday).
+NOW = datetime(2026, 11, 24, 15, 0, tzinfo=UTC)
+ASKED_AT = (NOW + timedelta(seconds=1)).isoformat()
 
 
 def _items(case: dict) -> list[dict]:
-    now = timezone.now()
     items = []
-    for memory in case["memories"]:
+    for index, memory in enumerate(case["memories"]):
         item = {"content": memory} if isinstance(memory, str) else dict(memory)
-        days_ago = item.pop("days_ago", None)
-        if days_ago is not None:
-            item["created_at"] = (now - timedelta(days=days_ago)).isoformat()
-        items.append(item)
+        written = NOW - timedelta(days=item.pop("days_ago", 0)) + timedelta(microseconds=index)
+        items.append({**item, "created_at": written.isoformat()})
     return items
 
 
@@ -57,6 +61,10 @@ def _known_misses():
             if known:
                 mark = pytest.mark.xfail(reason=known[0], strict=False)
                 yield pytest.param(case, question, answer, id=f"{case['name']}-{number}", marks=mark)
+
+
+def _ask(api, bucket, question: str) -> list[dict]:
+    return search(api, bucket, question, explain=True, now=ASKED_AT)["results"]
 
 
 def _missed(case: dict, question: str, answer: str, results: list[dict]) -> str | None:
@@ -95,7 +103,7 @@ def test_every_case_is_well_formed():
 def test_the_right_memory_ranks_first(api, bucket, case):
     _store_case(api, bucket, case)
     missed = [
-        _missed(case, question, answer, search(api, bucket, question, explain=True)["results"])
+        _missed(case, question, answer, _ask(api, bucket, question))
         for question, answer, *known in case["questions"]
         if not known
     ]
@@ -105,5 +113,5 @@ def test_the_right_memory_ranks_first(api, bucket, case):
 @pytest.mark.parametrize(("case", "question", "answer"), list(_known_misses()))
 def test_known_misses(api, bucket, case, question, answer):
     _store_case(api, bucket, case)
-    missed = _missed(case, question, answer, search(api, bucket, question, explain=True)["results"])
+    missed = _missed(case, question, answer, _ask(api, bucket, question))
     assert not missed, missed
