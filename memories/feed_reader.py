@@ -126,17 +126,27 @@ def _check_not_trimmed(bucket: Bucket, after: tuple[int, int]) -> None:
 
 
 def events_feed(
-    *, tenant: Tenant, bucket_id, principal: ApiToken | None, after: str | None, limit: int = DEFAULT_LIMIT
+    *,
+    tenant: Tenant,
+    bucket_id,
+    principal: ApiToken | None,
+    after: str | None,
+    limit: int = DEFAULT_LIMIT,
+    kinds: list[str] | None = None,
 ) -> FeedPage:
     """The bucket's events after the cursor ``after`` (from the oldest kept, without one), at most
-    ``limit``, for ``principal`` (the request's token). NotFound for a bucket outside the tenant
-    or the token's restriction; 400 for a malformed cursor; 410 when events after it were trimmed."""
+    ``limit``, for ``principal`` (the request's token); only those of ``kinds`` when given (the
+    cursor then stands at the last event served, so a filtered read resumes without gaps).
+    NotFound for a bucket outside the tenant or the token's restriction; 400 for a malformed
+    cursor; 410 when events after it were trimmed."""
     bucket = bucket_get(tenant=tenant, bucket_id=bucket_id, token=principal)
     position = cursor_parse(after)
     if position is not None:
         _check_not_trimmed(bucket, position)
     start = position or START
     extra, extra_params = _principal_filter(principal)
+    if kinds:
+        extra, extra_params = f"{extra} AND e.kind = ANY(%s)", [*extra_params, list(kinds)]
     # idx_events_bucket_feed: WHERE tenant_id, bucket_id AND (xid, id) > cursor ORDER BY xid, id.
     events = _rows(
         f"e.tenant_id = %s AND e.bucket_id = %s AND (e.xid, e.id) > (%s, %s) {extra}",

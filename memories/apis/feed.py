@@ -7,7 +7,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from engram_site.fields import QueryIntegerField, StrictSerializer, query_values
+from engram_site.fields import QueryIntegerField, StrictCharField, StrictSerializer, query_values
 from engram_site.openapi import errors
 from memories import feed_reader
 from memories.models import EventKind
@@ -50,6 +50,21 @@ class BucketEventsApi(APIView):
             required=False, min_value=1, max_value=feed_reader.MAX_LIMIT, default=feed_reader.DEFAULT_LIMIT,
             help_text=f"1–{feed_reader.MAX_LIMIT} (default {feed_reader.DEFAULT_LIMIT})",
         )  # fmt: skip
+        kind = StrictCharField(
+            required=False, max_length=400,
+            help_text="only events of these kinds, comma-separated (e.g. `created,updated`); omitted: every kind",
+        )  # fmt: skip
+
+        def validate_kind(self, value: str) -> list[str]:
+            kinds = [part.strip() for part in value.split(",") if part.strip()]
+            unknown = sorted({k for k in kinds if k not in EventKind.values})
+            if unknown:
+                raise serializers.ValidationError(
+                    f"Unknown event kind(s): {', '.join(unknown)}. Kinds: {', '.join(EventKind.values)}."
+                )
+            if not kinds:
+                raise serializers.ValidationError("Name at least one event kind, or leave the parameter out.")
+            return list(dict.fromkeys(kinds))
 
     @extend_schema(
         operation_id="buckets_events",
@@ -58,7 +73,9 @@ class BucketEventsApi(APIView):
         description=(
             "The bucket's change feed, oldest first: memories created, updated, superseded, deleted, restored, "
             "expired and erased, and memory blocks created, updated and deleted. Resume with `after` = the last "
-            "next_cursor: every event comes exactly once, in the same order, also under concurrent writes. Events "
+            "next_cursor: every event comes exactly once, in the same order, also under concurrent writes. `kind` "
+            "keeps only the kinds named; the cursors of a filtered read resume that read (with the same kinds). "
+            "Events "
             "are kept ENGRAM_EVENTS_RETENTION_DAYS; a cursor "
             'behind what was deleted answers 410 cursor_expired. docs/API.md, "Change feed".'
         ),
@@ -69,5 +86,6 @@ class BucketEventsApi(APIView):
         page = feed_reader.events_feed(
             tenant=request.auth.tenant, bucket_id=bucket_id, principal=request.auth,
             after=params.validated_data.get("after"), limit=params.validated_data["limit"],
+            kinds=params.validated_data.get("kind"),
         )  # fmt: skip
         return Response(FeedPageOut(page).data)

@@ -93,6 +93,43 @@ def test_cursor_resumes_after_the_last_event_read(api, bucket):
 
 
 @pytest.mark.django_db
+def test_kind_keeps_only_the_kinds_named_and_its_cursor_resumes_the_filtered_read(api, bucket):
+    ids = [write(bucket, f"Fact number {n} about the lighthouse.", api=api)[0] for n in range(4)]
+    for memory_id in ids[:3]:
+        assert api.delete(f"/api/v1/memories/{memory_id}").status_code == 204
+    assert api.put(f"/api/v1/buckets/{bucket.pk}/blocks/persona", {"content": "Terse."}, format="json").status_code in (
+        200, 201,
+    )  # fmt: skip
+    everything = _events(api, bucket)["events"]
+    assert [e["kind"] for e in everything] == ["created"] * 4 + ["deleted"] * 3 + ["block_created"]
+
+    deleted = _events(api, bucket, kind="deleted", limit=2)
+    assert [(e["kind"], e["memory_id"]) for e in deleted["events"]] == [("deleted", ids[0]), ("deleted", ids[1])]
+    assert deleted["has_more"] is True
+    rest = _events(api, bucket, kind="deleted", limit=2, after=deleted["next_cursor"])
+    assert [(e["kind"], e["memory_id"]) for e in rest["events"]] == [("deleted", ids[2])]
+    assert rest["has_more"] is False
+
+    several = _events(api, bucket, kind="block_created, deleted")["events"]
+    assert [e["kind"] for e in several] == ["deleted"] * 3 + ["block_created"]
+    assert [e["id"] for e in several] == [e["id"] for e in everything if e["kind"] in {"deleted", "block_created"}]
+    assert _events(api, bucket, kind="restored")["events"] == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", ["created,nonsense", "CREATED", ",", ""])
+def test_an_unknown_or_empty_kind_answers_400_naming_it(api, bucket, kind):
+    write(bucket, "A fact about the lighthouse.", api=api)
+    response = api.get(f"/api/v1/buckets/{bucket.pk}/events", {"kind": kind})
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "invalid" and list(body["errors"]) == ["kind"]
+    if kind == "created,nonsense":
+        assert "nonsense" in body["detail"]
+    assert _events(api, bucket)["events"][0]["kind"] == "created"  # the feed itself is as it was
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("params", [{"after": "12"}, {"after": "x.y"}, {"limit": 0}, {"limit": 5000}, {"other": 1}])
 def test_bad_feed_parameters_answer_400(api, bucket, params):
     response = api.get(f"/api/v1/buckets/{bucket.pk}/events", params)

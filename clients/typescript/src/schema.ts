@@ -267,7 +267,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** @description The bucket's change feed, oldest first: memories created, updated, superseded, deleted, restored, expired and erased, and memory blocks created, updated and deleted. Resume with `after` = the last next_cursor: every event comes exactly once, in the same order, also under concurrent writes. Events are kept ENGRAM_EVENTS_RETENTION_DAYS; a cursor behind what was deleted answers 410 cursor_expired. docs/API.md, "Change feed". */
+        /** @description The bucket's change feed, oldest first: memories created, updated, superseded, deleted, restored, expired and erased, and memory blocks created, updated and deleted. Resume with `after` = the last next_cursor: every event comes exactly once, in the same order, also under concurrent writes. `kind` keeps only the kinds named; the cursors of a filtered read resume that read (with the same kinds). Events are kept ENGRAM_EVENTS_RETENTION_DAYS; a cursor behind what was deleted answers 410 cursor_expired. docs/API.md, "Change feed". */
         get: operations["buckets_events"];
         put?: never;
         post?: never;
@@ -4448,6 +4448,8 @@ export interface operations {
             query?: {
                 /** @description a next_cursor from an earlier page; omitted: from the oldest event kept */
                 after?: string;
+                /** @description only events of these kinds, comma-separated (e.g. `created,updated`); omitted: every kind */
+                kind?: string;
                 /** @description 1–1000 (default 100) */
                 limit?: number;
             };
