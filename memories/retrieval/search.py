@@ -221,10 +221,13 @@ def _search(
     if graph_sides:
         lists["graph"], graph_paths = _merged([side.result() for side in graph_sides], config.candidates)
 
-    rated: dict = {}  # memory id -> what its ratings say for this query (retrieval.feedback)
+    # What the bucket's ratings say for this query (retrieval.feedback: memory id -> score) needs
+    # only the query's vector: its statement runs in another thread beside the fusion, the
+    # neighbour lift and the session context, and is waited for before the rated lift.
+    rated_side = None
     if embedding_model and "+" not in embedding_model and feedback.applies(config):
         query_vector = embedding.embed_query(query, model=embedding_model)  # cached by the vector side
-        rated = feedback.ratings_near(bucket, query_vector, embedding_model, filters, config, now)
+        rated_side = start(feedback.ratings_near, bucket, query_vector, embedding_model, filters, config, now)
     fused = ranking.fuse(lists, ranking.with_keyword_coverage(config, coverage), ceilings=masses)
     walked = bool(lists.get("vector")) and embedding_model is not None and "+" not in embedding_model
     if fused and expansion.applies(query, config):
@@ -243,17 +246,25 @@ def _search(
         fused = ranking.fuse(
             lists, ranking.with_weight(expanded, expansion.KEYWORD_SIGNAL, config.prf_keyword), ceilings=masses
         )
-    cues = dataclasses.replace(fusion.query_cues(query, config), feedback=rated)
     lifts: dict = {}
     unlifted = fused
+    # The session context reads the memories near the best fused candidates: its statement runs
+    # in another thread while this one lifts the neighbours; its lifts are added after theirs.
+    session_side = None
+    if config.session_context > 0 and lists.get("vector") and embedding_model and "+" not in embedding_model:
+        session_side = start(
+            sessions.session_rows, bucket, unlifted, filters, config,
+            embedding.embed_query(query, model=embedding_model), lists["vector"][0][1],
+        )  # fmt: skip
     if (config.neighbour_weight > 0 or config.session_weight > 0) and fused:
         fused, lifts = neighbours.lift_neighbours(bucket, fused, filters, config)
     session_lifts: dict = {}
-    if config.session_context > 0 and lists.get("vector") and embedding_model and "+" not in embedding_model:
-        fused, session_lifts = sessions.session_context(
-            bucket, unlifted, fused, filters, config,
-            embedding.embed_query(query, model=embedding_model), lists["vector"][0][1],
-        )  # fmt: skip
+    if session_side is not None:
+        fused, session_lifts = sessions.with_session_lifts(
+            session_side.result(), unlifted, fused, config, lists["vector"][0][1]
+        )
+    rated: dict = rated_side.result() if rated_side is not None else {}
+    cues = dataclasses.replace(fusion.query_cues(query, config), feedback=rated)
     fused, feedback_lifts = feedback.lift_rated(fused, rated, config)
     diverse = diversity.applies(query, config)
     spread = diversity.spreads(query, config)

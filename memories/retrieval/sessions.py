@@ -33,19 +33,20 @@ SESSION_WINDOW = 30
 
 
 @tracing.traced("engram.search.sessions")
-def session_context(
+def session_rows(
     bucket: Bucket | list[Bucket],
     fused: dict,
-    lifted: dict,
     filters: MemoryFilters,
     config: ranking.RankingConfig,
     query_vector: np.ndarray,
     best_similarity: float,
-) -> tuple[dict, dict]:
-    """``lifted`` (the fused scores after the neighbour lift) plus each session lift, and the
-    lifts. The sources and their scores are taken from ``fused``, before any lift."""
+) -> list[tuple]:
+    """(memory id, source id, similarity to the question) of the memories near the
+    ``session_sources`` best ``fused`` candidates (before any lift) in their sequences: one
+    statement, which needs only what the fusion found, so the search runs it beside the
+    neighbour lift (:func:`with_session_lifts` adds the lifts after theirs)."""
     if best_similarity <= 0 or not fused:
-        return lifted, {}
+        return []
     sources = sorted(fused, key=lambda memory_id: (-fused[memory_id], str(memory_id)))[: config.session_sources]
     where, params = filters.sql(bucket)
     scope, scope_params = in_buckets(bucket, None)
@@ -65,7 +66,15 @@ def session_context(
             [*scope_params, list(sources), np.asarray(query_vector, dtype=np.float32),
              SESSION_WINDOW, SESSION_WINDOW, *params],
         )  # fmt: skip
-        rows = cur.fetchall()
+        return cur.fetchall()
+
+
+def with_session_lifts(
+    rows: list[tuple], fused: dict, lifted: dict, config: ranking.RankingConfig, best_similarity: float
+) -> tuple[dict, dict]:
+    """``lifted`` plus the session lift of each memory of ``rows`` (:func:`session_rows`), and the lifts."""
+    if not rows:
+        return lifted, {}
     out = dict(lifted)
     lifts: dict[uuid.UUID, float] = {}
     for memory_id, source_id, similarity in rows:
