@@ -299,14 +299,22 @@ def _bm25(
     return [(row[0], float(row[1])) for row in rows], min(1.0, coverage), query_mass
 
 
-def _with_stand_ins(bucket, lexemes, filters, config, context_side, memory_side) -> list[tuple[uuid.UUID, float]]:
-    """The context list with the memory list's memories that have no context standing in
-    (:func:`stand_in_bm25`), best first, ``candidates`` long."""
-    listed = {item for item, _score in context_side}
-    ids = [item for item, _score in memory_side if item not in listed]
-    if not ids:
+def _stand_ins(bucket, lexemes, filters, config, memory_side) -> list[tuple[uuid.UUID, float]]:
+    """The memory list's memories that have no context, scored as context documents
+    (:func:`stand_in_bm25`). They need only the memory list: no memory of the context list can
+    be among them (it has a context), so this runs while the context side's statement still
+    does. Nothing, without a statement, when no memory of the bucket has a context (the context
+    list is then empty, and stand-ins would only repeat the memory list)."""
+    if not memory_side or bucket_stats.size_of(bucket_list(bucket))["n_context"] == 0:
+        return []
+    return stand_in_bm25(bucket, lexemes, filters, config, [item for item, _score in memory_side])
+
+
+def _with_stand_ins(context_side, stand_ins, config) -> list[tuple[uuid.UUID, float]]:
+    """The context list with the stand-ins among it, best first, ``candidates`` long."""
+    if not stand_ins:
         return context_side
-    merged = context_side + stand_in_bm25(bucket, lexemes, filters, config, ids)
+    merged = context_side + stand_ins
     merged.sort(key=lambda r: (-r[1], str(r[0])))
     return merged[: config.candidates]
 
@@ -336,13 +344,18 @@ def keyword_signals(
         if config.weight("keyword") > 0
         else ([], None, 0.0)
     )
-    context_side, context_coverage, context_mass = context_side.result() if context_side else ([], None, 0.0)
     # As on the vector side (context_stand_in): a memory without context (the first of its
     # sequence) would rank in one BM25 list while its successor, whose context holds its words,
     # ranks in two. Only where the context list has anything: otherwise the stand-ins would
     # merely repeat the memory list and double its weight.
-    if config.keyword_context_stand_in and context_side and memory_side:
-        context_side = _with_stand_ins(bucket, lexemes, filters, config, context_side, memory_side)
+    stand_ins = (
+        _stand_ins(bucket, lexemes, filters, config, memory_side)
+        if config.keyword_context_stand_in and context_side is not None
+        else []
+    )
+    context_side, context_coverage, context_mass = context_side.result() if context_side else ([], None, 0.0)
+    if context_side and memory_side:
+        context_side = _with_stand_ins(context_side, stand_ins, config)
     key_side, _key_coverage, key_mass = key_side.result() if key_side else ([], None, 0.0)
     masses = {"keyword": memory_mass, "keyword_context": context_mass, "keyword_key": key_mass}
     return memory_side, context_side, key_side, coverage if coverage is not None else context_coverage, masses
