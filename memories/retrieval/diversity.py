@@ -123,7 +123,7 @@ def spread_sessions(hits: list[Hit], config: ranking.RankingConfig) -> list[Hit]
             hit.explain["boosts"]["session_spread"] = round(best_score / hit.score, 4)
         hit.score = best_score
         picked.append(hit)
-    return _then_the_rest(picked, rest)
+    return _then_the_rest(picked, rest, "session_spread")
 
 
 def vectors(bucket: Bucket | list[Bucket], ids: list[uuid.UUID]) -> dict[uuid.UUID, np.ndarray]:
@@ -169,22 +169,23 @@ def diversify(hits: list[Hit], found: dict[uuid.UUID, np.ndarray], config: ranki
         open_[best] = False
         repeats = np.maximum(repeats, redundancy[:, best])
         hit = pool[best]
-        _rescore(hit, float(adjusted[best]))
+        _rescore(hit, float(adjusted[best]), "diversity")
         picked.append(hit)
-    return _then_the_rest(picked, rest)
+    return _then_the_rest(picked, rest, "diversity")
 
 
-def _then_the_rest(picked: list[Hit], rest: list[Hit]) -> list[Hit]:
-    """``picked`` then ``rest``, each of the rest scored at most as the hit before it."""
+def _then_the_rest(picked: list[Hit], rest: list[Hit], step: str) -> list[Hit]:
+    """``picked`` then ``rest``, each of the rest scored at most as the hit before it
+    (``explain`` names the factor after the ``step`` that re-ordered the pool)."""
     last = picked[-1].score
     for hit in rest:
         if hit.score > last:
-            _rescore(hit, last)
+            _rescore(hit, last, step)
         last = hit.score
     return picked + rest
 
 
-def _rescore(hit: Hit, score: float) -> None:
+def _rescore(hit: Hit, score: float, step: str) -> None:
     if score != hit.score and hit.explain and hit.score > 0:
-        hit.explain["boosts"]["diversity"] = round(score / hit.score, 4)
+        hit.explain["boosts"][step] = round(score / hit.score, 4)
     hit.score = score

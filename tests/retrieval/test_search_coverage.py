@@ -170,6 +170,20 @@ def test_a_third_hit_of_one_session_gives_way_to_another_session():
     assert "session_spread" not in first.explain["boosts"]
 
 
+def test_the_rest_after_a_spread_pool_is_clamped_under_the_session_spread_label():
+    one = uuid.uuid4()
+    a, b, c = _in(one, 1.0), _in(one, 0.99), _in(one, 0.98)
+    loose = [_in(None, 0.97 - n / 100) for n in range(7)]
+    beyond = _in(None, 0.90)  # the first hit after the pool of ten
+    config = ranking.merge(ranking.DEFAULTS, {"session_spread": 0.5, "diversity_pool": 10})
+    ranked = diversity.spread_sessions([a, b, c, *loose, beyond], config)
+    # b keeps 0.75 of its score, c 0.5 (0.49): the last of the pool; the hit after it, 0.90, is
+    # held to 0.49, and explain names the step that did so.
+    assert ranked[-3:] == [b, c, beyond]
+    assert beyond.score == pytest.approx(0.49)
+    assert beyond.explain["boosts"] == {"session_spread": pytest.approx(round(0.49 / 0.90, 4))}
+
+
 def test_session_spread_runs_only_for_questions_that_ask_for_several_things():
     config = ranking.merge(ranking.DEFAULTS, {"session_spread": 0.3})
     assert diversity.spreads("Which books has Melanie read?", config)
