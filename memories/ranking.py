@@ -18,7 +18,8 @@ reciprocal rank fusion), lifted by their sequence neighbours' scores, then
 multiplied by boosts: recency (exponential decay with a half-life), scope,
 people named in the query and their own transcript lines, time expressions for
 "when" questions, the user's own lines for questions in the first person, the newer
-hits for questions about what holds now, trusted writers, a demotion for superseded memories, and what agents said
+hits for questions about what holds now, the hits holding the kind of value a question asks for
+("how old…", "how much…"; an option), trusted writers, a demotion for superseded memories, and what agents said
 of memories for questions like this one (feedback: a lift for useful, a demotion for irrelevant).
 
 Defaults live in :data:`DEFAULTS`. What a bucket's feedback taught it
@@ -198,6 +199,12 @@ class RankingConfig:
     # the long sessions' updates 0.721 -> 0.767, LoCoMo unchanged (0.5: less, 1.5: the same).
     current_boost: float = 1.0
     current_pool: int = 20
+    # Questions that ask for a kind of value ("how old…", "how many…", "how much…", "how long…",
+    # "how often…", "what time…"): each of the answer_type_pool best hits whose text holds a value
+    # of that kind (an age or a count, an amount, a duration, a frequency, a time of day) gains
+    # answer_type_boost (memories/retrieval/answers.py). 0: off.
+    answer_type_boost: float = 0.0
+    answer_type_pool: int = 20
     # Questions in the first person singular ("can I mock the database?", "where do I work now?")
     # favour what the user said: memories attributed to "user", or transcript lines of a speaker
     # named "User" (memories/retrieval/query.py asks_about_self). 0: off.
@@ -326,6 +333,8 @@ _NUMERIC_BOUNDS = {
     "user_boost": (0.0, 2.0),
     "rule_boost": (0.0, 2.0),
     "current_pool": (2, 100),
+    "answer_type_boost": (0.0, 2.0),
+    "answer_type_pool": (2, 100),
     "keyword_coverage_floor": (0.0, 1.0),
     "trust_boost": (0.0, 2.0),
     "importance_boost": (0.0, 2.0),

@@ -8,6 +8,7 @@ One job per module:
 - :mod:`.concurrency` — the thread pools signals run in;
 - :mod:`.neighbours` — the sequence-neighbour lift; :mod:`.rows` — reading candidates' rows;
 - :mod:`.sessions` — session context; :mod:`.current` — questions about what holds now;
+  :mod:`.answers` — the kind of value a question asks for;
   :mod:`.diversity` — coverage over redundancy; :mod:`.expansion` — pseudo-relevance feedback;
 - :mod:`.query` — cues read from the query; :mod:`.fusion` — the boosts;
 - :mod:`.passages` — long memories: a memory scored by its best passage, the passage a hit names;

@@ -26,6 +26,7 @@ from memories import access, ranking
 from memories.filters import MemoryFilters, bucket_list
 from memories.models import LONG_MEMORY_TOKENS
 from memories.retrieval import (
+    answers,
     current,
     diversity,
     expansion,
@@ -269,10 +270,11 @@ def _search(
     diverse = diversity.applies(query, config)
     spread = diversity.spreads(query, config)
     newest = current.applies(query, config)
+    answer_kind = answers.wanted(query, config)
     read = rows.fetch_contenders(
         bucket, fused, config, limit if token_budget is None else None, cues,
         discount=(1.0 - config.diversity if diverse else 1.0) * (1.0 - config.session_spread if spread else 1.0)
-        / (1.0 + config.current_boost if newest else 1.0),
+        / (1.0 + config.current_boost if newest else 1.0) / (1.0 + config.answer_type_boost if answer_kind else 1.0),
     )  # fmt: skip
 
     ranks = {}  # per signal: memory id -> (rank, score), which only explain shows
@@ -321,6 +323,8 @@ def _search(
         found.append(hit)
     fusion.below_successors(found, config.superseded_weight)
     found.sort(key=lambda h: (-h.score, str(h.id)))
+    if answer_kind:
+        found = answers.favour_values(found, answer_kind, config)
     if newest:
         found = current.favour_newest(found, config)
     if lists.get("vector"):
