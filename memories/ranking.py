@@ -19,7 +19,7 @@ multiplied by boosts: recency (exponential decay with a half-life), scope,
 people named in the query and their own transcript lines, time expressions for
 "when" questions, the user's own lines for questions in the first person, the newer
 hits for questions about what holds now, the hits holding the kind of value a question asks for
-("how old…", "how much…"; an option), trusted writers, a demotion for superseded memories, and what agents said
+("how old…", "how much…"), trusted writers, a demotion for superseded memories, and what agents said
 of memories for questions like this one (feedback: a lift for useful, a demotion for irrelevant).
 
 Defaults live in :data:`DEFAULTS`. What a bucket's feedback taught it
@@ -199,11 +199,14 @@ class RankingConfig:
     # the long sessions' updates 0.721 -> 0.767, LoCoMo unchanged (0.5: less, 1.5: the same).
     current_boost: float = 1.0
     current_pool: int = 20
-    # Questions that ask for a kind of value ("how old…", "how many…", "how much…", "how long…",
-    # "how often…", "what time…"): each of the answer_type_pool best hits whose text holds a value
-    # of that kind (an age or a count, an amount, a duration, a frequency, a time of day) gains
-    # answer_type_boost (memories/retrieval/answers.py). 0: off.
-    answer_type_boost: float = 0.0
+    # Questions that open by asking for a kind of value ("how old…", "how many…", "how much…",
+    # "how long…", "how often…", "what time…"): each of the answer_type_pool best hits whose text
+    # holds a value of that kind (an age or a count, an amount, a duration, a frequency, a time of
+    # day) gains answer_type_boost (memories/retrieval/answers.py). 0: off. 0.3 since 2026-11-28
+    # (bench/results/eval-three-2026-11-28-answer-type.md): LoCoMo 0.816 -> 0.820 of recall@10 (MRR
+    # 0.630 -> 0.634), the long sessions' MRR 0.690 -> 0.692, ours unchanged (0.924 / 0.706); 0.6
+    # the same but for two LoCoMo questions a place lower.
+    answer_type_boost: float = 0.3
     answer_type_pool: int = 20
     # Questions in the first person singular ("can I mock the database?", "where do I work now?")
     # favour what the user said: memories attributed to "user", or transcript lines of a speaker

@@ -2,7 +2,7 @@
 
 "How old is Tom?" is answered by "Our son Tom is 7 and loves dinosaurs.", which the vectors may
 place below "Tom is allergic to cats." (both are about Tom; "old" is in neither). What the answer
-must hold is plain from the question's first words: an age or a count for "how old" / "how
+must hold is plain from the question's opening words: an age or a count for "how old" / "how
 many", an amount for "how much", a length of time for "how long", a frequency for "how often", a
 clock time for "what time" (:func:`wanted`). Each of the ``answer_type_pool`` best hits whose
 text holds a value of that kind gains ``answer_type_boost`` (:func:`favour_values`), the others
@@ -23,14 +23,17 @@ from engram_site import tracing
 from memories import ranking
 from memories.retrieval.hits import Hit
 
-# The question's kind of answer, by its words ("How old…", "and how many…", "so what time…").
+# The question's kind of answer, by its opening words ("How old…", "Roughly how many…", "At what
+# time…"), as the time cue reads "When…": a question whose value is asked in a later clause
+# ("Which café buys my mugs, and how many did they order?") wants first what the opening asks.
+_OPENING = r"^\W*(?:(?:so|and|but|ok|okay|then|roughly|approximately|about|exactly|for|at|after|by|in|until)\s+)*"
 _KINDS = (
     # "How long ago…" asks when (the time cue's); "how long" alone a duration.
-    ("duration", re.compile(r"\bhow long\b(?! ago\b)", re.IGNORECASE)),
-    ("frequency", re.compile(r"\bhow (?:often|frequently)\b", re.IGNORECASE)),
-    ("count", re.compile(r"\bhow (?:old|many)\b|\bwhat age\b", re.IGNORECASE)),
-    ("amount", re.compile(r"\bhow much\b|\bhow expensive\b|\bwhat (?:is the )?price\b", re.IGNORECASE)),
-    ("clock", re.compile(r"\b(?:what|which) time\b(?! ?zones?\b)|\bwhat hour\b", re.IGNORECASE)),
+    ("duration", re.compile(rf"{_OPENING}how long\b(?! ago\b)", re.IGNORECASE)),
+    ("frequency", re.compile(rf"{_OPENING}how (?:often|frequently)\b", re.IGNORECASE)),
+    ("count", re.compile(rf"{_OPENING}(?:how (?:old|many)\b|what age\b)", re.IGNORECASE)),
+    ("amount", re.compile(rf"{_OPENING}(?:how much\b|how expensive\b|what (?:is the )?price\b)", re.IGNORECASE)),
+    ("clock", re.compile(rf"{_OPENING}(?:(?:what|which) time\b(?! ?zones?\b)|what hour\b)", re.IGNORECASE)),
 )
 
 _MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"

@@ -24,6 +24,10 @@ from tests.factories import search, write
         ("How often do I water the cactus?", "frequency"),
         ("What time is standup?", "clock"),
         ("At what time does the band rehearse?", "clock"),
+        ("Roughly how many rows were in the table?", "count"),
+        ("For how long has Nate had his turtles?", "duration"),
+        # A value asked in a later clause: the opening's answer comes first.
+        ("Which café buys my mugs, and how many did they order?", None),
         # The time cue's questions, and others, ask for no value here.
         ("How long ago did we move?", None),
         ("When is swimming?", None),
@@ -100,9 +104,9 @@ def test_a_pool_without_such_a_value_is_left_as_it_was():
     assert [h.score for h in answers.favour_values(list(hits), "count", config)] == [1.0, 0.8]
 
 
-def test_the_prior_is_off_by_default_and_the_options_are_validated():
-    assert answers.wanted("how old is Tom", ranking.DEFAULTS) is None
-    assert answers.wanted("how old is Tom", ranking.merge(ranking.DEFAULTS, {"answer_type_boost": 0.3})) == "count"
+def test_the_prior_is_off_at_0_and_the_options_are_validated():
+    assert answers.wanted("how old is Tom", ranking.DEFAULTS) == "count"
+    assert answers.wanted("how old is Tom", ranking.merge(ranking.DEFAULTS, {"answer_type_boost": 0})) is None
     for bad in ({"answer_type_boost": 3}, {"answer_type_pool": 1}, {"answer_type_boost": True}):
         with pytest.raises(ranking.RankingConfigError):
             ranking.merge(ranking.DEFAULTS, bad)
