@@ -70,6 +70,7 @@ def comparisons_step(*, bucket: Bucket, limit: int) -> tuple[dict, bool]:
     # more per memory). Each memory's neighbours are fetched once for the three checks.
     for turn in activity.turns(ids):
         with transaction.atomic(), nearest.shared(SHARED_K):
+            nearest.prefetch(tenant_id=bucket.tenant_id, bucket_id=bucket.pk, memory_ids=turn, exact=exact)
             found = duplicates.near_duplicates_find_for(memory_ids=turn, exact=exact)
             contradictions = conflicts.conflicts_find_for(memory_ids=turn, exact=exact)
             linked = links.links_find_for(memory_ids=turn, exact=exact)

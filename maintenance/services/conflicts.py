@@ -19,56 +19,106 @@ from tenants.models import Bucket
 
 CONFLICT_K = conflict_detector.CANDIDATE_K
 CONFLICT_MIN_SIMILARITY = conflict_detector.CANDIDATE_MIN_SIMILARITY
+_FIELDS = ("id", "content", "created_at", "superseded_by")
 
 
 def _probe_lemmas(words: frozenset[str]) -> list[str]:
     """The probe's words as the bucket's full-text index holds them (lemmas; ``[a-z]+`` only)."""
+    return _probe_lemmas_many([words])[0]
+
+
+def _probe_lemmas_many(groups: list[frozenset[str]]) -> list[list[str]]:
+    """:func:`_probe_lemmas` of each group, in one lemmatizer call (it lemmatizes each text on
+    its own: the same lemmas as a call per group)."""
+    if not groups:
+        return []
     try:
-        lemmas = lemmatizer.lemmatize_many([" ".join(sorted(words))])[0].split()
+        lemmas = [text.split() for text in lemmatizer.lemmatize_many([" ".join(sorted(words)) for words in groups])]
     except lemmatizer.LemmatizerUnavailable:
-        lemmas = []
-    return sorted({w for w in [*words, *lemmas] if re.fullmatch(r"[a-z]+", w)})
+        lemmas = [[] for _ in groups]
+    return [
+        sorted({w for w in [*words, *found] if re.fullmatch(r"[a-z]+", w)})
+        for words, found in zip(groups, lemmas, strict=True)
+    ]
+
+
+# idx_memories_lemmatized_tsv serves the @@; ts_rank_cd's normalisation 2 divides by the length.
+_PROBE_SQL = (
+    "SELECT id FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id <> {memory}"
+    " AND lemmatized_tsv @@ to_tsquery('simple', {query})"
+    " ORDER BY ts_rank_cd(lemmatized_tsv, to_tsquery('simple', {query}), 2) DESC, created_at DESC LIMIT %s"
+)
 
 
 def _lexical_partners(*, tenant_id, bucket_id, memory_id, content: str) -> list[uuid.UUID]:
     """Memories of the bucket that a full-text search finds for ``content``'s probes
     (conflict_detector.probes): for each group of words, the PROBE_LIMIT memories that hold
     most of them, shortest first (a plain statement of a fact is short), then newest."""
-    found: list[uuid.UUID] = []
-    for group in conflict_detector.probes(content):
-        words = _probe_lemmas(group)
-        if not words:
-            continue
-        with connection.cursor() as cur:
-            # idx_memories_lemmatized_tsv serves the @@; ts_rank_cd's normalisation 2 divides by the length.
-            cur.execute(
-                "SELECT id FROM memories WHERE tenant_id = %s AND bucket_id = %s AND id <> %s"
-                " AND lemmatized_tsv @@ to_tsquery('simple', %s)"
-                " ORDER BY ts_rank_cd(lemmatized_tsv, to_tsquery('simple', %s), 2) DESC, created_at DESC LIMIT %s",
-                [tenant_id, bucket_id, memory_id, " | ".join(words), " | ".join(words),
-                 conflict_detector.PROBE_LIMIT],
-            )  # fmt: skip
-            found += [row[0] for row in cur.fetchall() if row[0] not in found]
+    return _lexical_partners_many(tenant_id=tenant_id, bucket_id=bucket_id, contents={memory_id: content})[memory_id]
+
+
+def _lexical_partners_many(*, tenant_id, bucket_id, contents: dict) -> dict:
+    """:func:`_lexical_partners` of several memories of one bucket (``{memory_id: content}``):
+    every probe lemmatized in one call and searched in one statement (each probe its own
+    LATERAL search, the same query as one statement per probe: the same rows)."""
+    found: dict = {memory_id: [] for memory_id in contents}
+    owners, groups = [], []
+    for memory_id, content in contents.items():
+        for group in conflict_detector.probes(content):
+            owners.append(memory_id)
+            groups.append(group)
+    searches = [
+        (owner, " | ".join(words)) for owner, words in zip(owners, _probe_lemmas_many(groups), strict=True) if words
+    ]
+    if not searches:
+        return found
+    search = _PROBE_SQL.format(memory="p.memory_id", query="p.query")
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT p.ord, hit.id FROM unnest(%s::uuid[], %s::text[]) WITH ORDINALITY AS p(memory_id, query, ord)"
+            f" CROSS JOIN LATERAL ({search}) hit ORDER BY p.ord",
+            [[str(owner) for owner, _q in searches], [q for _o, q in searches], tenant_id, bucket_id,
+             conflict_detector.PROBE_LIMIT],
+        )  # fmt: skip
+        hits = cur.fetchall()
+    # The partners' order is not the per-probe statements' for certain (ties, the join's output
+    # order), and need not be: each is compared with the memory on its own, one pair each.
+    for ordinal, other_id in hits:
+        partners = found[searches[ordinal - 1][0]]
+        if other_id not in partners:
+            partners.append(other_id)
     return found
 
 
-def _store_conflicts(*, tenant_id, bucket_id, memory_id, found: list[nearest.Similar]) -> int:
+def _store_conflicts(
+    *,
+    tenant_id,
+    bucket_id,
+    memory_id,
+    found: list[nearest.Similar],
+    me: dict | None = None,
+    partners: list[uuid.UUID] | None = None,
+    known: dict | None = None,
+) -> int:
     """Run the detector on ``memory_id`` and each neighbour, and each memory its probes find;
-    store the pairs it raises."""
-    me = Memory.objects.filter(pk=memory_id).values("id", "content", "created_at", "superseded_by").first()
+    store the pairs it raises. ``me``, ``partners`` and ``known`` (rows by id): what
+    :func:`conflicts_find_for` read for a turn of memories at once; read here when not given."""
+    if me is None:
+        me = Memory.objects.filter(pk=memory_id).values(*_FIELDS).first()
     if me is None:
         return 0
     similarity: dict = {n.id: n.similarity for n in found}
-    for other_id in _lexical_partners(
-        tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, content=me["content"]
-    ):
+    if partners is None:
+        partners = _lexical_partners(
+            tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, content=me["content"]
+        )
+    for other_id in partners:
         similarity.setdefault(other_id, None)
     if not similarity:
         return 0
-    rows = {
-        r["id"]: r
-        for r in Memory.objects.filter(pk__in=list(similarity)).values("id", "content", "created_at", "superseded_by")
-    }
+    if known is None:
+        known = {r["id"]: r for r in Memory.objects.filter(pk__in=list(similarity)).values(*_FIELDS)}
+    rows = known
     params: list = []
     for other_id in similarity:
         other = rows.get(other_id)
@@ -120,17 +170,40 @@ def conflicts_scan(*, recorder: JobRecorder, bucket: Bucket | None = None, full:
 
 def conflicts_find_for(*, memory_ids: Iterable, exact: bool | None = None) -> dict:
     """The per-write hint: look for conflicts of these (new) memories (``exact``: as
-    :func:`maintenance.nearest.nearest`'s)."""
+    :func:`maintenance.nearest.nearest`'s). The memories' rows, their probes' full-text searches
+    and the rows of every memory they are compared with are read once for all of them (a
+    statement each per memory before); the detector and the stored pairs are the same."""
     counts = {"scanned": 0, "conflicts": 0}
-    rows = Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False)
-    for memory_id, tenant_id, bucket_id in rows.values_list("id", "tenant_id", "bucket_id"):
-        activity.pause()
-        near = nearest.nearest(
-            tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, k=CONFLICT_K,
-            min_similarity=CONFLICT_MIN_SIMILARITY, exact=exact,
-        )  # fmt: skip
-        counts["conflicts"] += _store_conflicts(
-            tenant_id=tenant_id, bucket_id=bucket_id, memory_id=memory_id, found=near
+    rows = list(
+        Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False).values(
+            *_FIELDS, "tenant_id", "bucket_id"
         )
+    )
+    if not rows:
+        return counts
+    near = {
+        row["id"]: nearest.nearest(
+            tenant_id=row["tenant_id"], bucket_id=row["bucket_id"], memory_id=row["id"], k=CONFLICT_K,
+            min_similarity=CONFLICT_MIN_SIMILARITY, exact=exact,
+        )
+        for row in rows
+    }  # fmt: skip
+    partners: dict = {}
+    for tenant_id, bucket_id in {(row["tenant_id"], row["bucket_id"]) for row in rows}:
+        contents = {
+            row["id"]: row["content"] for row in rows if (row["tenant_id"], row["bucket_id"]) == (tenant_id, bucket_id)
+        }
+        partners |= _lexical_partners_many(tenant_id=tenant_id, bucket_id=bucket_id, contents=contents)
+    others = {n.id for found in near.values() for n in found} | {i for found in partners.values() for i in found}
+    known = {row["id"]: {f: row[f] for f in _FIELDS} for row in rows}
+    missing = others - set(known)
+    if missing:
+        known |= {r["id"]: r for r in Memory.objects.filter(pk__in=list(missing)).values(*_FIELDS)}
+    for row in rows:
+        activity.pause()
+        counts["conflicts"] += _store_conflicts(
+            tenant_id=row["tenant_id"], bucket_id=row["bucket_id"], memory_id=row["id"], found=near[row["id"]],
+            me=known[row["id"]], partners=partners[row["id"]], known=known,
+        )  # fmt: skip
         counts["scanned"] += 1
     return counts

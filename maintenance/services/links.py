@@ -62,22 +62,27 @@ def _cited(memory: dict) -> set[uuid.UUID]:
     )  # fmt: skip
 
 
-def _refined(memory: dict, *, exact: bool | None) -> set[uuid.UUID]:
-    """Older memories of the same bucket that ``memory`` refines."""
+def _refined(memory: dict, *, exact: bool | None, turn: _Turn | None = None) -> set[uuid.UUID]:
+    """Older memories of the same bucket that ``memory`` refines (``turn``: the rows and lemmas
+    :func:`links_find_for` read for a turn of memories at once)."""
     near = nearest.nearest(
         tenant_id=memory["tenant_id"], bucket_id=memory["bucket_id"], memory_id=memory["id"], k=LINK_K,
         min_similarity=REFINE_MIN_SIMILARITY, exact=exact,
     )  # fmt: skip
     if not near:
         return set()
-    older = list(
-        Memory.objects.filter(pk__in=[n.id for n in near], created_at__lt=memory["created_at"]).values_list(
-            "id", "content"
+    if turn is None:
+        older = list(
+            Memory.objects.filter(pk__in=[n.id for n in near], created_at__lt=memory["created_at"]).values_list(
+                "id", "content"
+            )
         )
-    )
+    else:
+        older = turn.older(near, memory["created_at"])
     if not older:
         return set()
-    mine, *theirs = _terms([memory["content"]] + [content for _, content in older])
+    texts = [memory["content"]] + [content for _, content in older]
+    mine, *theirs = _terms(texts) if turn is None else turn.terms(texts)
     refined = set()
     for (other_id, _), terms in zip(older, theirs, strict=True):
         if len(terms) < REFINE_MIN_TERMS:
@@ -88,14 +93,46 @@ def _refined(memory: dict, *, exact: bool | None) -> set[uuid.UUID]:
     return refined
 
 
+class _Turn:
+    """What the refines check of a turn of memories reads, read once: the rows of every memory
+    that is a neighbour of one of them (one statement, not one per memory), and the terms of
+    every text, lemmatized in one call (the lemmatizer does each text on its own, so the terms
+    are the same)."""
+
+    def __init__(self, memories: list[dict], *, exact: bool | None) -> None:
+        ids = set()
+        for memory in memories:
+            ids |= {
+                n.id
+                for n in nearest.nearest(
+                    tenant_id=memory["tenant_id"], bucket_id=memory["bucket_id"], memory_id=memory["id"], k=LINK_K,
+                    min_similarity=REFINE_MIN_SIMILARITY, exact=exact,
+                )
+            }  # fmt: skip
+        self.rows = {
+            i: (content, created)
+            for i, content, created in Memory.objects.filter(pk__in=list(ids)).values_list(
+                "id", "content", "created_at"
+            )
+        }
+        texts = {m["content"] for m in memories} | {content for content, _c in self.rows.values()}
+        self._terms = dict(zip(texts, _terms(list(texts)), strict=True)) if texts else {}
+
+    def older(self, near: list[nearest.Similar], created_at) -> list[tuple[uuid.UUID, str]]:
+        return [(n.id, self.rows[n.id][0]) for n in near if n.id in self.rows and self.rows[n.id][1] < created_at]
+
+    def terms(self, texts: list[str]) -> list[set[str]]:
+        return [self._terms[t] if t in self._terms else _terms([t])[0] for t in texts]
+
+
 def _store_links(memory_id: uuid.UUID, links: list[tuple[uuid.UUID, str]]) -> int:
     """Add links to ``linked_memory_ids`` and their kinds (memories/links.py)."""
     return links_add(memory_id=memory_id, links=links)
 
 
-def _link_one(memory: dict, *, exact: bool | None) -> dict[str, int]:
+def _link_one(memory: dict, *, exact: bool | None, turn: _Turn | None = None) -> dict[str, int]:
     cites = _cited(memory)
-    refines = _refined(memory, exact=exact) - cites
+    refines = _refined(memory, exact=exact, turn=turn) - cites
     links = [(i, "cites") for i in sorted(cites)] + [(i, "refines") for i in sorted(refines)]
     _store_links(memory["id"], links)
     return {"cites": len(cites), "refines": len(refines)}
@@ -133,11 +170,13 @@ def links_pass(*, recorder: JobRecorder, bucket: Bucket | None = None, full: boo
 
 def links_find_for(*, memory_ids: Iterable, exact: bool | None = None) -> dict:
     """The per-write hint: refines / cites links of these (new) memories (``exact``: as
-    :func:`maintenance.nearest.nearest`'s)."""
+    :func:`maintenance.nearest.nearest`'s), their neighbours' rows and terms read once for all."""
     totals = {"scanned": 0, "cites": 0, "refines": 0}
-    for memory in Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False).values(*_LINK_FIELDS):
+    memories = list(Memory.objects.filter(pk__in=list(memory_ids), embedding__isnull=False).values(*_LINK_FIELDS))
+    turn = _Turn(memories, exact=exact) if memories else None
+    for memory in memories:
         activity.pause()
-        for kind, n in _link_one(memory, exact=exact).items():
+        for kind, n in _link_one(memory, exact=exact, turn=turn).items():
             totals[kind] += n
         totals["scanned"] += 1
     return totals
