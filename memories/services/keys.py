@@ -32,10 +32,11 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from engram_site import activity
+from engram_site.db import binding_cursor
 from engram_site.providers import embedding, lemmatizer
 from memories import keys
 from memories.keys.document import key_document
-from memories.models import Memory, MemoryKey
+from memories.models import Memory
 from memories.services import backlog
 from tenants.models import Bucket
 
@@ -148,6 +149,14 @@ def _build(memories: list[Memory], report: KeysReport) -> None:
         report.built += _store(rows, vectors, models)
 
 
+_COLUMNS = ["memory_id", "tenant_id", "bucket_id", "text", "lemmatized", "embedding", "embedding_model", "text_hash",
+            "version"]  # fmt: skip
+# Every placeholder is cast: a column NULL in every row would otherwise be typed text.
+_PLACEHOLDERS = (
+    "(%s::uuid, %s::uuid, %s::uuid, %s::text, %s::text, %s::vector, %s::text, %s::text, %s::integer, false, now())"
+)
+
+
 @transaction.atomic
 def _store(rows: list, vectors: dict, models: dict) -> int:
     """Upsert the keys whose memory still has the text, the bucket and the bucket's model they
@@ -168,28 +177,24 @@ def _store(rows: list, vectors: dict, models: dict) -> int:
         if current != (memory.text_hash, memory.bucket_id, models.get(memory.bucket_id)):
             continue  # edited, moved, switched or deleted meanwhile: the next pass builds it
         keep.append(
-            MemoryKey(
-                memory_id=memory.pk,
-                tenant_id=memory.tenant_id,
-                bucket_id=memory.bucket_id,
-                text=text,
-                lemmatized=lemma,
-                embedding=vectors[memory.pk],
-                embedding_model=models[memory.bucket_id],
-                text_hash=memory.text_hash,
-                version=keys.KEY_VERSION,
-                stale=False,
-            )
+            [memory.pk, memory.tenant_id, memory.bucket_id, text, lemma, vectors[memory.pk],
+             models[memory.bucket_id], memory.text_hash, keys.KEY_VERSION]
+        )  # fmt: skip
+    if not keep:
+        return 0
+    # One statement, the parameters bound apart and the vectors in binary (engram_site.db): the
+    # ORM's bulk_create spent 0.3-0.7 ms of CPU per key compiling its rows, this 0.04 ms.
+    # built_at is the transaction's time, as the column's default (TransactionNow).
+    with binding_cursor(connection) as cur:
+        cur.execute(
+            f"""
+            INSERT INTO memory_keys ({", ".join(_COLUMNS)}, stale, built_at) VALUES
+            {", ".join([_PLACEHOLDERS] * len(keep))}
+            ON CONFLICT (memory_id) DO UPDATE SET
+            {", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS[1:])}, stale = false, built_at = now()
+            """,
+            [value for row in keep for value in row],
         )
-    MemoryKey.objects.bulk_create(
-        keep,
-        update_conflicts=True,
-        unique_fields=["memory"],
-        update_fields=[
-            "tenant", "bucket", "text", "lemmatized", "embedding", "embedding_model", "text_hash", "version", "stale",
-            "built_at",
-        ],
-    )  # fmt: skip
     return len(keep)
 
 
