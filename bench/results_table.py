@@ -69,6 +69,7 @@ BENCHMARKS = (
     "search_cpu.py",
     "search_latency.py",
     "search_profile.py",
+    "stage_cpu.py",
     "steady_ingest.py",
 )
 
