@@ -3,6 +3,7 @@ the tests' servers (tests/support/processes.py) and the benchmarks' (bench/commo
 with ``--config python:engram_site.gunicorn_config``; their command lines add the rest.
 """
 
+import gc
 import os
 
 from prometheus_client import multiprocess
@@ -25,6 +26,18 @@ limit_request_line = 8190
 # started per worker, below. Only a full restart loads new code: SIGHUP does not reload a
 # preloaded application (./engram serve never sends it).
 preload_app = True
+
+
+def pre_fork(server, worker):
+    # In the master, before each worker is forked: what preloading made (Django, the apps, spaCy,
+    # PyTorch's and the tokenizer's modules: ~400k objects) lives as long as the process. Frozen
+    # (gc.freeze), a worker's full garbage collections no longer walk them: one took ~300 ms with
+    # the GIL held, so every thread of the worker stood still (after a burst of writes, four
+    # searches at once each waited ~0.5 s, bench/results/burst-search-2026-11-28-evening.md), and
+    # walking them also wrote to every page the fork shares. Garbage is collected first, so none
+    # is frozen; after the first fork there is little left to collect.
+    gc.collect()
+    gc.freeze()
 
 
 def post_worker_init(worker):
