@@ -58,6 +58,16 @@ def shared(k: int) -> Iterator[None]:
         _shared.reset(token)
 
 
+def _walk_settings(cur, k: int) -> None:
+    """The HNSW walk's settings for the rest of the transaction: pgvector 0.8 iterative scans keep
+    walking the graph until enough rows of this bucket are found (the index is shared by all
+    buckets)."""
+    cur.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        [str(max(EF_SEARCH, k))],
+    )
+
+
 def prefetch(*, tenant_id, bucket_id, memory_ids: list, exact: bool) -> None:
     """Inside :func:`shared`: fetch the neighbours of all ``memory_ids`` (of one bucket) in one
     statement, the same lists :func:`nearest` would fetch for each (its query per memory, as a
@@ -101,11 +111,7 @@ def prefetch(*, tenant_id, bucket_id, memory_ids: list, exact: bool) -> None:
     found: dict = {i: [] for i in wanted}
     with transaction.atomic(), connection.cursor() as cur:
         if not exact:
-            cur.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true), "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                [str(max(EF_SEARCH, k))],
-            )
+            _walk_settings(cur, k)
         cur.execute(sql, params)
         for probe, other, similarity in cur.fetchall():
             if similarity is not None:
@@ -156,13 +162,7 @@ def _nearest(
         params = [memory_id, tenant_id, bucket_id, memory_id, memory_id, k]
     with transaction.atomic(), connection.cursor() as cur:
         if not exact:
-            # pgvector 0.8 iterative scans keep walking the graph until enough rows of
-            # this bucket are found (the index is shared by all buckets).
-            cur.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true), "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                [str(max(EF_SEARCH, k))],
-            )
+            _walk_settings(cur, k)
         cur.execute(sql, params)
         rows = cur.fetchall()
     found = [Similar(id=row[0], similarity=float(row[1])) for row in rows if row[1] is not None]
