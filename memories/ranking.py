@@ -556,15 +556,20 @@ def lift_neighbours(
                 top[:] = [(score, item), top[0]]
             elif score > top[1][0]:
                 top[1] = (score, item)
+    turns_only = config.neighbour_turns_only
+    # What each place gives its neighbours: its memory's fused score, or None when no lift flows
+    # from it; read once per place, not once for every neighbour that looks at it.
+    given = {place: fused.get(other, 0.0) if not turns_only or other in turns else None for place, other in at.items()}
     for item, (sequence, index) in position.items():
-        if config.neighbour_turns_only and item not in turns:
+        if turns_only and item not in turns:
             continue
         own = fused.get(item, 0.0) if config.neighbour_gap else 0.0
         best = 0.0
         for distance in range(1, config.neighbour_reach + 1):
-            for other in (at.get((sequence, index - distance)), at.get((sequence, index + distance))):
-                if other is not None and (other in turns or not config.neighbour_turns_only):
-                    best = max(best, (fused.get(other, 0.0) - own) * 0.5 ** (distance - 1))
+            share = 0.5 ** (distance - 1)
+            for score in (given.get((sequence, index - distance)), given.get((sequence, index + distance))):
+                if score is not None:
+                    best = max(best, (score - own) * share)
         lift = config.neighbour_weight * best
         if session_best:
             first, second = session_best[sequence]

@@ -129,4 +129,4 @@ def favour_values(hits: list[Hit], kind: str, config: ranking.RankingConfig) -> 
                 hit.explain["answer_type"] = kind
     if not raised:
         return hits
-    return sorted(hits[:size], key=lambda h: (-h.score, str(h.id))) + hits[size:]
+    return sorted(hits[:size], key=lambda h: (-h.score, h.id)) + hits[size:]

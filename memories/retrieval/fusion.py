@@ -87,33 +87,49 @@ def row_boosts(
     row: dict, cues: QueryCues, config: ranking.RankingConfig, *, now: datetime, as_of: datetime | None
 ) -> dict[str, float]:
     """The factors applied to the row's fused score, by name, in the order they multiply.
-    Marks ``row["superseded"]``: superseded at ``as_of`` (or ``now``)."""
+    Marks ``row["superseded"]``: superseded at ``as_of`` (or ``now``).
+
+    Runs for every candidate read (~120 a search): the text's speaker is read once, and only
+    when a boost of this query asks about it."""
+    content = row["content"]
     age_days = (now - row["created_at"]).total_seconds() / 86400 if row["created_at"] else 0.0
     boosts = {"recency": ranking.recency_factor(age_days, config)}
+    attributed = row["attributed_to"]
+    speaker = None  # a transcript line's "Name: ", for a row written without attribution
+    if attributed is None and (
+        (cues.people and config.speaker_boost) or cues.first_person or cues.user_lines or cues.request
+    ):
+        speaker = transcript_speaker(content)
+    # Said by the user: attributed so, or a transcript line of a speaker named "User".
+    by_user = attributed == "user" if attributed is not None else speaker is not None and speaker.lower() == "user"
     if cues.wanted_scope and row["classified_scope"] == cues.wanted_scope:
         boosts["scope"] = 1.0 + config.scope_match_boost
     if cues.people and _mentions(row, cues.people, cues.mentioned):
         boosts["person"] = 1.0 + config.person_boost
-    if cues.people and config.speaker_boost and _spoken_by(row, cues.people):
+    # Spoken by a person the query names: a memory written without attribution whose text opens
+    # with their name.
+    if cues.people and config.speaker_boost and speaker is not None and speaker.split()[0].lower() in cues.people:
         boosts["speaker"] = 1.0 + config.speaker_boost
-    if cues.when and has_time_expression(row["content"]):
+    if cues.when and has_time_expression(content):
         boosts["date_cue"] = 1.0 + config.date_cue_boost
-    if cues.first_person and _said_by_user(row):
+    if cues.first_person and by_user:
         boosts["self"] = 1.0 + config.self_boost
-    elif cues.user_lines and _said_by_user(row):
+    elif cues.user_lines and by_user:
         boosts["self"] = 1.0 + config.user_boost
-    if cues.request and _said_by_user(row) and states_rule(row["content"]):
+    if cues.request and by_user and states_rule(content):
         boosts["rule"] = 1.0 + config.rule_boost
     if config.trusted_actors and row["source_actor_id"] in config.trusted_actors:
         boosts["trust"] = 1.0 + config.trust_boost
-    if config.question_weight != 1.0 and _is_question(row["content"]):
+    if config.question_weight != 1.0 and _is_question(content):
         boosts["question"] = config.question_weight
     if row["importance"]:
         boosts["importance"] = 1.0 + config.importance_boost * row["importance"]
-    rated = cues.feedback.get(row["id"])
-    if rated is not None and rated.irrelevant > 0 and config.feedback_demotion > 0:
-        boosts["feedback"] = rated.factor(config)
-    row["superseded"] = row["superseded_at"] is not None and row["superseded_at"] <= (as_of or now)
+    if cues.feedback:
+        rated = cues.feedback.get(row["id"])
+        if rated is not None and rated.irrelevant > 0 and config.feedback_demotion > 0:
+            boosts["feedback"] = rated.factor(config)
+    superseded_at = row["superseded_at"]
+    row["superseded"] = superseded_at is not None and superseded_at <= (as_of or now)
     if row["superseded"]:
         boosts["superseded"] = config.superseded_weight
     return boosts
@@ -142,24 +158,11 @@ def _mention_pattern(people: list[str]) -> re.Pattern | None:
 def _mentions(row: dict, people: list[str], pattern: re.Pattern) -> bool:
     if pattern.search(row["content"].lower()):
         return True
-    actors = {(row["source_actor_id"] or "").lower(), (row["agent_id"] or "").lower()}
-    return any(p in actors for p in people)
-
-
-def _spoken_by(row: dict, people: list[str]) -> bool:
-    """A memory written without attribution whose text opens with a speaker the query names."""
-    if row["attributed_to"] is not None:
+    source, agent = row["source_actor_id"], row["agent_id"]
+    if not source and not agent:  # no name to compare (people are never empty)
         return False
-    speaker = transcript_speaker(row["content"])
-    return speaker is not None and speaker.split()[0].lower() in people
-
-
-def _said_by_user(row: dict) -> bool:
-    """Said by the user: attributed so, or a transcript line of a speaker named "User"."""
-    if row["attributed_to"] is not None:
-        return row["attributed_to"] == "user"
-    speaker = transcript_speaker(row["content"])
-    return speaker is not None and speaker.lower() == "user"
+    actors = {(source or "").lower(), (agent or "").lower()}
+    return any(p in actors for p in people)
 
 
 def below_successors(hits: list[Hit], weight: float) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
+from operator import itemgetter
+
 from engram_site import tracing
 from engram_site.replica import read_connection
 from memories import ranking, text
 from memories.filters import MemoryFilters, in_buckets
+from memories.retrieval.rows import uuid_array
 from tenants.models import Bucket
 
 # The best candidates whose sequence neighbours are brought in, and how far either way.
@@ -27,7 +31,8 @@ def lift_neighbours(
     tells which of them are conversation turns (an ``attributed_to``, or a transcript line's
     speaker), for ``neighbour_turns_only``.
     """
-    best = sorted(fused, key=lambda memory_id: -fused[memory_id])[:NEIGHBOUR_SOURCES]
+    # As sorted(…)[:20], ties in the same order; over the pairs, so no id is hashed again.
+    best = [memory_id for memory_id, _score in heapq.nlargest(NEIGHBOUR_SOURCES, fused.items(), key=itemgetter(1))]
     where, params = filters.sql(bucket)
     scope, scope_params = in_buckets(bucket, None)
     with read_connection().cursor() as cur:
@@ -43,10 +48,13 @@ def lift_neighbours(
                 AND m.sequence_index BETWEEN s.sequence_index - %s AND s.sequence_index + %s
             WHERE {where}
             """,
-            [*scope_params, best, config.neighbour_reach, config.neighbour_reach, *params],
+            [*scope_params, uuid_array(best), config.neighbour_reach, config.neighbour_reach, *params],
         )
         rows = cur.fetchall()
-    position = {row[0]: (row[1], row[2]) for row in rows}
+    # A place is (sequence, index) with the sequence as a small number: the lift looks places up
+    # several times per memory, and a tuple holding a UUID hashes it in Python each time.
+    sequences: dict = {}
+    position = {row[0]: (sequences.setdefault(row[1], len(sequences)), row[2]) for row in rows}
     turns = {row[0] for row in rows if _is_turn(row[3], row[4])}
     at = {place: memory_id for memory_id, place in position.items()}
     return ranking.lift_neighbours(fused, position, at, config, turns)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import uuid
+from operator import itemgetter
+
+from psycopg.types.datetime import TimestamptzLoader
 
 from engram_site import tracing
 from engram_site.replica import read_connection
@@ -19,6 +23,8 @@ ROW_COLUMNS = (
 )  # fmt: skip
 
 
+_COLUMNS = ", ".join(ROW_COLUMNS)
+
 # Django has psycopg hand JSONB back as text (its JSONField decodes it); raw rows decode here.
 _JSON_COLUMNS = ("metadata", "linked_memory_ids")
 
@@ -27,6 +33,15 @@ def uuid_array(ids) -> str:
     """``ids`` as the text of a PostgreSQL array, for ``= ANY(%s)``: the driver adapts a list of
     UUIDs one element at a time (~2 µs each; a search sends a few hundred ids), this joins them."""
     return "{" + ",".join(i.hex if isinstance(i, uuid.UUID) else str(uuid.UUID(str(i))) for i in ids) + "}"
+
+
+def _timestamps_in_c(cursor) -> None:
+    """Have ``cursor`` (a Django cursor) read ``timestamptz`` columns with the driver's own
+    loader (psycopg's compiled one) instead of the Python loader Django registers on every
+    connection to set the connection's time zone: ~6 µs a value against ~0.5, some 0.6 ms of a
+    search that reads ~120 rows. Both give the same datetimes: Django sets the session's
+    ``TimeZone`` to its own, and the driver's loader reads that zone."""
+    cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
 
 def _important(bucket: Bucket | list[Bucket]) -> tuple[str, list]:
@@ -59,18 +74,17 @@ def fetch_rows(
     probe = f", EXISTS (SELECT 1 FROM memories i WHERE {important_where}) AS probe" if important else ""
     params: list = important_params * bool(important) + [*scope_params, uuid_array(ids)]
     with read_connection().cursor() as cur:
-        cur.execute(
-            f"SELECT {', '.join(ROW_COLUMNS)}{probe} FROM memories WHERE {' AND '.join(scope)} AND id = ANY(%s)",
-            params,
-        )
+        _timestamps_in_c(cur)
+        cur.execute(f"SELECT {_COLUMNS}{probe} FROM memories WHERE {' AND '.join(scope)} AND id = ANY(%s)", params)
         found = cur.fetchall()
-        rows = {row[0]: dict(zip(ROW_COLUMNS, row[: len(ROW_COLUMNS)], strict=True)) for row in found}
+        # zip stops at the last column: the probe, when there is one, is left out.
+        rows = {row[0]: dict(zip(ROW_COLUMNS, row, strict=False)) for row in found}
         if important and (not found or found[0][-1]):
             cur.execute(
-                f"SELECT {', '.join(ROW_COLUMNS)} FROM memories i WHERE {important_where} AND i.id = ANY(%s)",
+                f"SELECT {_COLUMNS} FROM memories i WHERE {important_where} AND i.id = ANY(%s)",
                 [*important_params, uuid_array(important)],
             )
-            rows.update((row[0], dict(zip(ROW_COLUMNS, row, strict=True))) for row in cur.fetchall())
+            rows.update((row[0], dict(zip(ROW_COLUMNS, row, strict=False))) for row in cur.fetchall())
     if decode:
         for row in rows.values():
             decode_json(row)
@@ -112,12 +126,14 @@ def fetch_contenders(
     if k is None or len(ids) <= k:
         return fetch_rows(bucket, ids, decode=False)
     min_boost, max_boost = boost_bounds(config, cues)
-    best = sorted(ids, key=lambda memory_id: -fused[memory_id])
-    threshold = fused[best[k - 1]] * min_boost / max_boost * discount
-    contenders = [memory_id for memory_id in ids if fused[memory_id] >= threshold]
-    others = [memory_id for memory_id in ids if fused[memory_id] < threshold] if config.importance_boost else []
-    rows = fetch_rows(bucket, contenders, others, decode=False)
-    if sum(1 for memory_id in best[:k] if memory_id in rows) < k or _capped(rows, fused):
+    # As sorted(…)[:k], ties in the same order; over the pairs, so no id is hashed again.
+    best = [memory_id for memory_id, _score in heapq.nlargest(k, fused.items(), key=itemgetter(1))]
+    threshold = fused[best[-1]] * min_boost / max_boost * discount
+    contenders, others = [], []
+    for memory_id, score in fused.items():
+        (contenders if score >= threshold else others).append(memory_id)
+    rows = fetch_rows(bucket, contenders, others if config.importance_boost else [], decode=False)
+    if sum(1 for memory_id in best if memory_id in rows) < k or _capped(rows, fused):
         rows.update(fetch_rows(bucket, [memory_id for memory_id in ids if memory_id not in rows], decode=False))
     return rows
 

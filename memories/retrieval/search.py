@@ -322,7 +322,7 @@ def _search(
                 hit.explain["vector_search"] = methods
         found.append(hit)
     fusion.below_successors(found, config.superseded_weight)
-    found.sort(key=lambda h: (-h.score, str(h.id)))
+    found.sort(key=lambda h: (-h.score, h.id))  # ties by id: a UUID orders as its text does
     if answer_kind:
         found = answers.favour_values(found, answer_kind, config)
     if newest:

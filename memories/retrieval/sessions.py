@@ -16,6 +16,7 @@ they have to do with the question rather than lifted alike.
 
 from __future__ import annotations
 
+import heapq
 import uuid
 
 import numpy as np
@@ -47,7 +48,9 @@ def session_rows(
     neighbour lift (:func:`with_session_lifts` adds the lifts after theirs)."""
     if best_similarity <= 0 or not fused:
         return []
-    sources = sorted(fused, key=lambda memory_id: (-fused[memory_id], str(memory_id)))[: config.session_sources]
+    # Best first, ties by id (a UUID orders as its text does); as sorted(…)[:n], without the sort.
+    best = heapq.nsmallest(config.session_sources, fused.items(), key=lambda pair: (-pair[1], pair[0]))
+    sources = [memory_id for memory_id, _score in best]
     where, params = filters.sql(bucket)
     scope, scope_params = in_buckets(bucket, None)
     with binding_cursor(read_connection()) as cur:
