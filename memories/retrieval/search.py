@@ -294,9 +294,9 @@ def _search(
                 "fused": round(fused_score, 6),
                 "fusion": config.fusion,
                 "signals": {
-                    signal: {"rank": ranks[signal][memory_id][0], "score": round(ranks[signal][memory_id][1], 6)}
+                    signal: {"rank": place[0], "score": round(place[1], 6)}
                     for signal in lists
-                    if memory_id in ranks[signal]
+                    if (place := ranks[signal].get(memory_id)) is not None
                 },
                 "boosts": {name: round(value, 4) for name, value in boosts.items()},
                 "keyword_coverage": None if coverage is None else round(coverage, 4),
