@@ -66,6 +66,7 @@ BENCHMARKS = (
     "load_test.py",
     "model_probe.py",
     "replica_reads.py",
+    "search_compare.py",
     "search_cpu.py",
     "search_latency.py",
     "search_profile.py",

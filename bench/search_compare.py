@@ -56,6 +56,7 @@ def child(request: dict) -> dict:
 
     from engram_site.providers import embedding, lemmatizer
     from engram_site.scoping import scopes_disabled, tenant_scope
+    from memories.apis import search as search_api
     from memories.apis.search import _hit_json
     from memories.retrieval.search import memories_search
     from tenants.models import Bucket
@@ -70,7 +71,9 @@ def child(request: dict) -> dict:
     now = datetime.fromisoformat(request["now"])  # one moment for every tree: recency is the same
 
     def render(result, explain: bool) -> bytes:
-        body = {"mode_used": result.mode_used, "results": [_hit_json(h, explain) for h in result.hits],
+        # As the view renders them (since it reads the time zone once per answer: _dates_out).
+        dates = {"dates": search_api._dates_out()} if hasattr(search_api, "_dates_out") else {}
+        body = {"mode_used": result.mode_used, "results": [_hit_json(h, explain, **dates) for h in result.hits],
                 "warnings": result.warnings}  # fmt: skip
         return renderer.render(body)
 

@@ -169,6 +169,8 @@ def below_successors(hits: list[Hit], weight: float) -> None:
     """A superseded memory found together with the memory that superseded it scores at most
     ``weight`` x that one's score: the newer fact answers first, whatever the older one's
     lexical or vector lead (score fusion can give it a large one in a small bucket)."""
+    if not any(hit.row["superseded"] for hit in hits):  # the usual search: nothing to cap
+        return
     scores = {hit.id: hit.score for hit in hits}
     for hit in hits:
         successor = hit.row["superseded_by"]
