@@ -1,4 +1,5 @@
-"""BM25 over a bucket's lemmatised memories and their key documents, in SQL: the keyword signals."""
+"""BM25 over a bucket's lemmatised memories and their key documents: the keyword signals. One
+statement per signal reads the candidates; their scores are computed here."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from memories import ranking, search_terms
 from memories.filters import MemoryFilters, bucket_list
 from memories.retrieval.concurrency import start
 from memories.retrieval.rows import uuid_array
-from memories.retrieval.stats import DOC_LENGTH, bucket_stats
+from memories.retrieval.stats import bucket_stats
 from tenants.models import Bucket
 
 # Terms in more than this share of the bucket do not generate BM25 candidates on their own
@@ -130,10 +131,12 @@ def bm25(
 
     Candidates come from :func:`_candidate_query`, so the cost follows them, not the bucket.
     Each is scored exactly: term frequency from the lexeme's positions, saturating with
-    ``k1``; document length (distinct lexemes, as the bucket average is counted) against
-    the bucket's average, weighted by ``b``; Lucene's IDF within the bucket. Only the
-    query's own lexemes are unnested: ``setweight`` marks them and ``ts_filter`` keeps them,
-    both in C, so scoring a candidate costs about a microsecond.
+    ``k1``; document length (its terms, as the bucket average is counted) against the
+    bucket's average, weighted by ``b``; Lucene's IDF within the bucket. The statement returns
+    each candidate's id, length and the query's own lexemes in it (``setweight`` marks them,
+    ``ts_filter`` keeps them, both in C: a short tsvector's text); the scores are computed here
+    (:func:`_scored`) with the same floating-point operations in the same order as PostgreSQL
+    would, which costs less than unnesting, joining and grouping each candidate's lexemes there.
 
     Several buckets (a search across buckets) are scored as one collection: document count,
     document frequencies and average length are theirs taken together
@@ -208,6 +211,16 @@ _DOCUMENTS = {
 # The document frequencies and lengths each document is counted with.
 _STATISTICS_OF = {"context_stand_in": "context_tsv"}
 _LENGTH_OF = {"context_stand_in": "lemmatized_tsv"}
+# A document's length as stats.DOC_LENGTH counts it (its space-separated lemmas, the bucket
+# average's count), cheaper: in bytes (a space is one byte in UTF-8 and no byte of another
+# character), so the text's characters are not counted twice per candidate; and memory + context
+# as the sum of its two parts (the space that joins them is one more), without joining them.
+_SPACES = "(octet_length({0}) - octet_length(replace({0}, ' ', '')) + 1)"
+_LENGTH = {
+    "lemmatized_tsv": _SPACES.format("coalesce(m.text_lemmatized, '')"),
+    "context_tsv": _SPACES.format("coalesce(m.text_lemmatized, '')") + " + " + _SPACES.format("m.context_lemmatized"),
+    "key_tsv": _SPACES.format("k.lemmatized"),
+}
 
 
 def _bm25(
@@ -259,44 +272,88 @@ def _bm25(
     # only) are the matches ordered, by ts_rank, before the cut.
     order = f"ORDER BY ts_rank({tsv}, %s::tsquery) DESC" if too_many else ""
     order_params = [candidate_query] if order else []
-    k1, b = config.bm25_k1, config.bm25_b
-    if config.bm25_b_long is None or config.bm25_b_long == b:
-        norm, norm_params = "(1 - %s + %s * c.dl / %s)", [b, b, avgdl]
-    else:
-        # Documents longer than the average are normalised with bm25_b_long, shorter ones with b
-        # (both meet at the average length, where the factor is 1).
-        norm = "(1 + (CASE WHEN c.dl > %s THEN %s ELSE %s END) * (c.dl / %s - 1))"
-        norm_params = [avgdl, config.bm25_b_long, b, avgdl]
     sql = f"""
-        WITH q(lexeme, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
-        cand AS (
-            SELECT m.id, {DOC_LENGTH[_LENGTH_OF.get(column, column)]} AS dl,
-                   ts_filter(setweight({tsv}, 'A', %s::text[]), '{{a}}') AS terms
-            FROM {source}
-            WHERE {where}{guard} AND {tsv} @@ %s::tsquery
-            {order}
-            LIMIT %s
-        )
-        SELECT c.id, sum(q.idf * u.tf * (%s + 1) / (u.tf + %s * {norm})) AS score,
-               sum(q.idf) AS matched
-        FROM cand c
-        CROSS JOIN LATERAL (
-            SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS tf FROM unnest(c.terms)
-        ) u
-        JOIN q ON q.lexeme = u.lexeme
-        GROUP BY c.id
-        ORDER BY score DESC, c.id
+        SELECT m.id::text, {_LENGTH[_LENGTH_OF.get(column, column)]},
+               ts_filter(setweight({tsv}, 'A', %s::text[]), '{{a}}')::text
+        FROM {source}
+        WHERE {where}{guard} AND {tsv} @@ %s::tsquery
+        {order}
         LIMIT %s
     """
-    all_params = [
-        present, idf, present, *params, candidate_query, *order_params, MAX_KEYWORD_MATCHES,
-        k1, k1, *norm_params, config.candidates,
-    ]  # fmt: skip
     with read_connection().cursor() as cur:
-        cur.execute(sql, all_params)
-        rows = cur.fetchall()
-    coverage = max((float(row[2]) for row in rows[:10]), default=0.0) / query_mass
-    return [(row[0], float(row[1])) for row in rows], min(1.0, coverage), query_mass
+        cur.execute(sql, [present, *params, candidate_query, *order_params, MAX_KEYWORD_MATCHES])
+        found = cur.fetchall()
+    weights = {_quoted(lx): weight for lx, weight in zip(present, idf, strict=True)}
+    best = _scored(found, weights, config, avgdl)[: config.candidates]
+    coverage = max((_matched(terms, weights) for _score, _id, terms in best[:10]), default=0.0) / query_mass
+    return [(uuid.UUID(memory_id), -score) for score, memory_id, _terms in best], min(1.0, coverage), query_mass
+
+
+def _quoted(lexeme: str) -> str:
+    """A lexeme as a tsvector's text shows it: quoted, its quotes and backslashes doubled."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+# One lexeme of a tsvector's text: quoted (quotes and backslashes doubled), then its positions.
+_TSVECTOR_ENTRY = re.compile(r"('(?:[^'\\]|''|\\\\)*')(?::([0-9A-D,]+))?")
+
+
+def _terms(terms: str, weights: dict[str, float]) -> list[tuple[str, float]]:
+    """Each (quoted) lexeme of a tsvector's text and its term frequency, its number of positions
+    (1 without any, as PostgreSQL counts them), in the tsvector's order. Lexemes hold no spaces
+    and their positions no colon, so splitting is enough; the regular expression reads what
+    splitting does not give known lexemes from."""
+    entries = []
+    for entry in terms.split(" "):
+        lexeme, _, positions = entry.rpartition(":")
+        if lexeme not in weights:
+            return [(lx, float(ps.count(",") + 1)) for lx, ps in _TSVECTOR_ENTRY.findall(terms)]
+        entries.append((lexeme, float(positions.count(",") + 1)))
+    return entries
+
+
+def _matched(terms: str, weights: dict[str, float]) -> float:
+    """The IDF of the query terms a document holds, added up in tsvector order."""
+    total = 0.0
+    for lexeme, _tf in _terms(terms, weights):
+        total += weights[lexeme]
+    return total
+
+
+def _scored(found: list[tuple], weights: dict[str, float], config: ranking.RankingConfig, avgdl: float) -> list:
+    """BM25 of each (id, length, the query's lexemes in it as a tsvector's text) row, as
+    ``(-score, id, terms)`` sorted best first, ties by id (as PostgreSQL orders uuids: their text
+    orders alike). Each term's part is computed, and the parts added in tsvector order, exactly as
+    the statement that scored them in SQL did: the same floating-point results."""
+    k1, b, b_long = config.bm25_k1, config.bm25_b, config.bm25_b_long
+    k1_1 = k1 + 1
+    by_length: dict[int, float] = {}  # k1 times the length's normalisation
+    scored = []
+    for memory_id, dl, terms in found:
+        saturation = by_length.get(dl)
+        if saturation is None:
+            if b_long is None or b_long == b:
+                norm = 1 - b + b * dl / avgdl
+            else:
+                # Documents longer than the average are normalised with bm25_b_long, shorter ones
+                # with b (both meet at the average length, where the factor is 1).
+                norm = 1 + (b_long if dl > avgdl else b) * (dl / avgdl - 1)
+            saturation = by_length[dl] = k1 * norm
+        if " " not in terms:  # one query term (most candidates): read in place
+            lexeme, _, positions = terms.rpartition(":")
+            weight = weights.get(lexeme)
+            if weight is not None:
+                tf = positions.count(",") + 1.0
+                scored.append((-(weight * tf * k1_1 / (tf + saturation)), memory_id, terms))
+                continue
+        score = None
+        for lexeme, tf in _terms(terms, weights):
+            part = weights[lexeme] * tf * k1_1 / (tf + saturation)
+            score = part if score is None else score + part
+        if score is not None:
+            scored.append((-score, memory_id, terms))
+    scored.sort()
+    return scored
 
 
 def _stand_ins(bucket, lexemes, filters, config, memory_side) -> list[tuple[uuid.UUID, float]]:

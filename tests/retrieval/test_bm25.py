@@ -157,3 +157,65 @@ def test_coverage_is_the_share_of_the_query_the_best_match_holds(bucket):
     lowered = ranking.with_keyword_coverage(ranking.merge(config, {"keyword_coverage_floor": 0.2}), part)
     assert lowered.weight("keyword") == pytest.approx(config.weight("keyword") * (0.2 + 0.8 * part))
     assert ranking.with_keyword_coverage(config, part) is config  # the default floor (1) changes nothing
+
+
+def test_document_lengths_are_counted_as_the_bucket_average_counts_them():
+    """The statement's cheaper length (bytes, the context document as the sum of its parts) is the
+    count stats.DOC_LENGTH averages, whatever the text: characters of several bytes, empty lemmas,
+    runs of spaces."""
+    from django.db import connection
+
+    from memories.retrieval.stats import DOC_LENGTH
+
+    texts = ["", "one", "café 東京 mp3", "a  b ", " lead", "naïve résumé über", "x" * 300 + " y"]
+    rows = [(t, c) for t in [*texts, None] for c in texts]
+    documents = [("lemmatized_tsv", "m"), ("context_tsv", "m"), ("key_tsv", "k")]
+    with connection.cursor() as cur:
+        for column, alias in documents:
+            columns = "(lemmatized, unused)" if alias == "k" else "(text_lemmatized, context_lemmatized)"
+            if alias == "k":
+                values = [(t if t is not None else c, c) for t, c in rows]
+            else:
+                values = rows
+            cur.execute(
+                f"SELECT {keyword._LENGTH[column]}, {DOC_LENGTH[column]} "
+                f"FROM (VALUES {', '.join(['(%s, %s)'] * len(values))}) {alias}{columns}",
+                [v for row in values for v in row],
+            )
+            for cheaper, counted in cur.fetchall():
+                assert cheaper == counted, column
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [
+        "'comet':1A,4A,9A 'tail':2A",
+        "'comet':7A",
+        "'o''clock':1A,3A 'a\\\\b':2A 'x:y':4A,5A",  # a quote, a backslash and a colon in lexemes
+        "'comet' 'tail':3A",  # a lexeme without positions counts once
+        "",
+    ],
+)
+def test_terms_are_read_from_a_tsvectors_text_as_postgresql_unnests_them(vector):
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT %s::tsvector::text", [vector])
+        text = cur.fetchone()[0]
+        cur.execute("SELECT lexeme, coalesce(array_length(positions, 1), 1) FROM unnest(%s::tsvector)", [vector])
+        expected = [(keyword._quoted(lexeme), float(tf)) for lexeme, tf in cur.fetchall()]
+    weights = {quoted: 1.0 for quoted, _tf in expected}
+    assert keyword._terms(text, weights) == expected
+
+
+def test_equal_scores_are_ordered_by_id(bucket):
+    memories_ingest(
+        bucket=bucket,
+        items=[MemoryInput(content=f"comet {word}") for word in ["alpha", "beta", "gamma", "delta", "omega"]],
+        sequence=False,
+        embed=False,
+    )
+    config = ranking.resolve({}, None)
+    hits, _coverage = keyword.bm25(bucket, ["comet"], MemoryFilters(), config, context=False)
+    assert len(hits) == 5 and len({score for _id, score in hits}) == 1
+    assert [memory_id for memory_id, _score in hits] == sorted(memory_id for memory_id, _score in hits)
