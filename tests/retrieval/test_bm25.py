@@ -173,10 +173,8 @@ def test_document_lengths_are_counted_as_the_bucket_average_counts_them():
     with connection.cursor() as cur:
         for column, alias in documents:
             columns = "(lemmatized, unused)" if alias == "k" else "(text_lemmatized, context_lemmatized)"
-            if alias == "k":
-                values = [(t if t is not None else c, c) for t, c in rows]
-            else:
-                values = rows
+            # A key document's lemmas are never NULL.
+            values = [(t if t is not None else c, c) for t, c in rows] if alias == "k" else rows
             cur.execute(
                 f"SELECT {keyword._LENGTH[column]}, {DOC_LENGTH[column]} "
                 f"FROM (VALUES {', '.join(['(%s, %s)'] * len(values))}) {alias}{columns}",
