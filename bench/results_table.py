@@ -63,6 +63,7 @@ BENCHMARKS = (
     "hnsw_params.py",
     "hnsw_recall.py",
     "ingest_throughput.py",
+    "keyword_cpu.py",
     "load_test.py",
     "model_probe.py",
     "replica_reads.py",

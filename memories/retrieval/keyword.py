@@ -12,7 +12,6 @@ from engram_site.replica import read_connection
 from memories import ranking, search_terms
 from memories.filters import MemoryFilters, bucket_list
 from memories.retrieval.concurrency import start
-from memories.retrieval.rows import uuid_array
 from memories.retrieval.stats import bucket_stats
 from tenants.models import Bucket
 
@@ -123,6 +122,7 @@ def bm25(
     *,
     context: bool,
     mass: bool = False,
+    stand_in_rows: bool = False,
 ) -> tuple:
     """BM25 over the lemmatised text (``context``: memory + sequence context), best first, and
     its *coverage*: the largest share of the query's IDF mass one of the ten best matches holds
@@ -144,24 +144,12 @@ def bm25(
     whichever bucket its memory is in, and one statement reads them all.
 
     ``mass``: also return the query's IDF mass over these documents (every query term's IDF),
-    what a document of average length holding each term once scores.
+    what a document of average length holding each term once scores. ``stand_in_rows`` (the
+    memory side): also return what :func:`_stand_ins` scores the list's memories without context
+    from, read by the same statement.
     """
-    found = _bm25(bucket, lexemes, filters, config, "context_tsv" if context else "lemmatized_tsv")
-    return found if mass else found[:2]
-
-
-def stand_in_bm25(
-    bucket: Bucket | list[Bucket],
-    lexemes: list[str],
-    filters: MemoryFilters,
-    config: ranking.RankingConfig,
-    memory_ids: list[uuid.UUID],
-) -> list[tuple[uuid.UUID, float]]:
-    """The memories of ``memory_ids`` that have no context, each scored by its own text as its
-    context document with the context documents' statistics (count, frequencies, average
-    length), so that the score sits on the ``keyword_context`` list's scale
-    (``keyword_context_stand_in``). One statement, by primary key."""
-    return _bm25(bucket, lexemes, filters, config, "context_stand_in", stand_ins=memory_ids)[0]
+    found = _bm25(bucket, lexemes, filters, config, "context_tsv" if context else "lemmatized_tsv", stand_in_rows)
+    return (found if stand_in_rows else found[:3]) if mass else found[:2]
 
 
 def key_bm25(
@@ -177,7 +165,7 @@ def key_bm25(
     search's filters are the memory's) and only while it is of the memory's current text. A
     bucket without keys costs no statement. ``mass`` as in :func:`bm25`."""
     found = _bm25(bucket, lexemes, filters, config, "key_tsv")
-    return found if mass else found[:2]
+    return found[:3] if mass else found[:2]
 
 
 # Per BM25 document: (bucket count, average length) in the statistics, the FROM clause, the
@@ -199,18 +187,7 @@ _DOCUMENTS = {
         "k.tsv",
         "",
     ),
-    # A memory without context stands in its own text in the context list (stand_in_bm25).
-    "context_stand_in": (
-        "n_context",
-        "avgdl_context",
-        "memories m",
-        "m.lemmatized_tsv",
-        " AND m.context_lemmatized IS NULL AND m.id = ANY(%s)",
-    ),
 }
-# The document frequencies and lengths each document is counted with.
-_STATISTICS_OF = {"context_stand_in": "context_tsv"}
-_LENGTH_OF = {"context_stand_in": "lemmatized_tsv"}
 # A document's length as stats.DOC_LENGTH counts it (its space-separated lemmas, the bucket
 # average's count), cheaper: in bytes (a space is one byte in UTF-8 and no byte of another
 # character), so the text's characters are not counted twice per candidate; and memory + context
@@ -223,70 +200,85 @@ _LENGTH = {
 }
 
 
-def _bm25(
-    bucket: Bucket | list[Bucket],
-    lexemes: list[str],
-    filters: MemoryFilters,
-    config: ranking.RankingConfig,
-    column: str,
-    stand_ins: list[uuid.UUID] | None = None,
-) -> tuple[list[tuple[uuid.UUID, float]], float, float]:
-    if not lexemes:
-        return [], 0.0, 0.0
-    buckets = bucket_list(bucket)
+def _weighed(buckets: list[Bucket], lexemes: list[str], config: ranking.RankingConfig, column: str, *,
+             every_term: bool = False) -> tuple | None:  # fmt: skip
+    """The statistics the documents of ``column`` are scored with: (document count, average
+    length, document frequencies, the lexemes that score, their IDFs, the query's IDF mass), or
+    None when nothing can score. ``every_term``: every query term scores, those no document
+    holds too (the stand-ins: one no context document holds is as rare as any there)."""
+    count, average, _source, _tsv, _guard = _DOCUMENTS[column]
     stats = bucket_stats.size_of(buckets)
-    count, average, source, tsv, guard = _DOCUMENTS[column]
     n = stats[count]
     if n == 0:
-        return [], 0.0, 0.0
-    avgdl = stats[average]
+        return None
     variants = plural_variants(lexemes) if config.keyword_plurals else {}
-    df = bucket_stats.frequencies_of(buckets, _STATISTICS_OF.get(column, column), lexemes + list(variants))
+    df = bucket_stats.frequencies_of(buckets, column, lexemes + list(variants))
     variants = {form: lexeme for form, lexeme in variants.items() if df.get(form, 0) > 0}
-    present = [lx for lx in lexemes if df.get(lx, 0) > 0] + list(variants)
+    present = (list(lexemes) if every_term else [lx for lx in lexemes if df.get(lx, 0) > 0]) + list(variants)
+    if not present:
+        return None
     # A lexeme and its other number forms are one term: their frequencies add up (a document
     # rarely holds both), and each form scores with the term's IDF.
     term_df = dict(df)
     for form, lexeme in variants.items():
         term_df[lexeme] = term_df.get(lexeme, 0) + df[form]
-    if stand_ins is not None:
-        # A stand-in's own terms all count: one no context document holds is as rare as any there.
-        present = list(lexemes) + list(variants)
-    if not present:
-        return [], 0.0, 0.0
 
     # Lucene's BM25 IDF (never negative).
     def inverse(lx: str) -> float:
         return math.log(1 + (n - term_df.get(lx, 0) + 0.5) / (term_df.get(lx, 0) + 0.5))
 
     idf = [inverse(variants.get(lx, lx)) for lx in present]
-    query_mass = sum(inverse(lx) for lx in lexemes)
-    if stand_ins is None:
-        candidate_query, too_many = _candidate_query(present, df, n)
-    else:
-        candidate_query, too_many = _tsquery(present), False
+    return n, stats[average], df, present, idf, sum(inverse(lx) for lx in lexemes)
+
+
+def _bm25(
+    bucket: Bucket | list[Bucket],
+    lexemes: list[str],
+    filters: MemoryFilters,
+    config: ranking.RankingConfig,
+    column: str,
+    stand_in_rows: bool = False,
+) -> tuple[list[tuple[uuid.UUID, float]], float, float, tuple]:
+    nothing = [], 0.0, 0.0, ([], set())
+    if not lexemes:
+        return nothing
+    buckets = bucket_list(bucket)
+    weighed = _weighed(buckets, lexemes, config, column)
+    if weighed is None:
+        return nothing
+    n, avgdl, df, present, idf, query_mass = weighed
+    _count, _average, source, tsv, guard = _DOCUMENTS[column]
+    candidate_query, too_many = _candidate_query(present, df, n)
+    kept, stands_in = present, "false"
+    if stand_in_rows:
+        # The stand-ins' terms too (every query term and its other number forms), and whether
+        # the memory has no context.
+        forms = plural_variants(lexemes) if config.keyword_plurals else {}
+        kept = present + [lx for lx in [*lexemes, *forms] if lx not in present]
+        stands_in = "m.context_lemmatized IS NULL"
     where, params = filters.sql(buckets)
-    if stand_ins is not None:
-        params = [*params, uuid_array(stand_ins)]
     # Only when even the rarest term is too common to read in full (a query of common words
     # only) are the matches ordered, by ts_rank, before the cut.
     order = f"ORDER BY ts_rank({tsv}, %s::tsquery) DESC" if too_many else ""
     order_params = [candidate_query] if order else []
     sql = f"""
-        SELECT m.id::text, {_LENGTH[_LENGTH_OF.get(column, column)]},
-               ts_filter(setweight({tsv}, 'A', %s::text[]), '{{a}}')::text
+        SELECT m.id::text, {_LENGTH[column]}, ts_filter(setweight({tsv}, 'A', %s::text[]), '{{a}}')::text,
+               {stands_in}
         FROM {source}
         WHERE {where}{guard} AND {tsv} @@ %s::tsquery
         {order}
         LIMIT %s
     """
     with read_connection().cursor() as cur:
-        cur.execute(sql, [present, *params, candidate_query, *order_params, MAX_KEYWORD_MATCHES])
+        cur.execute(sql, [kept, *params, candidate_query, *order_params, MAX_KEYWORD_MATCHES])
         found = cur.fetchall()
     weights = {_quoted(lx): weight for lx, weight in zip(present, idf, strict=True)}
-    best = _scored(found, weights, config, avgdl)[: config.candidates]
-    coverage = max((_matched(terms, weights) for _score, _id, terms in best[:10]), default=0.0) / query_mass
-    return [(uuid.UUID(memory_id), -score) for score, memory_id, _terms in best], min(1.0, coverage), query_mass
+    known = {_quoted(lx) for lx in kept}
+    best = _scored(found, weights, known, config, avgdl)[: config.candidates]
+    coverage = max((_matched(row[2], weights, known) for _score, _id, row in best[:10]), default=0.0) / query_mass
+    ranked = [(uuid.UUID(memory_id), -score) for score, memory_id, _row in best]
+    stand_ins = [row for _score, _id, row in best if row[3]] if stand_in_rows else []
+    return ranked, min(1.0, coverage), query_mass, (stand_ins, known)
 
 
 def _quoted(lexeme: str) -> str:
@@ -298,38 +290,43 @@ def _quoted(lexeme: str) -> str:
 _TSVECTOR_ENTRY = re.compile(r"('(?:[^'\\]|''|\\\\)*')(?::([0-9A-D,]+))?")
 
 
-def _terms(terms: str, weights: dict[str, float]) -> list[tuple[str, float]]:
+def _terms(terms: str, known: set[str]) -> list[tuple[str, float]]:
     """Each (quoted) lexeme of a tsvector's text and its term frequency, its number of positions
     (1 without any, as PostgreSQL counts them), in the tsvector's order. Lexemes hold no spaces
     and their positions no colon, so splitting is enough; the regular expression reads what
-    splitting does not give known lexemes from."""
+    splitting does not give ``known`` lexemes from."""
     entries = []
     for entry in terms.split(" "):
         lexeme, _, positions = entry.rpartition(":")
-        if lexeme not in weights:
+        if lexeme not in known:
             return [(lx, float(ps.count(",") + 1)) for lx, ps in _TSVECTOR_ENTRY.findall(terms)]
         entries.append((lexeme, float(positions.count(",") + 1)))
     return entries
 
 
-def _matched(terms: str, weights: dict[str, float]) -> float:
+def _matched(terms: str, weights: dict[str, float], known: set[str]) -> float:
     """The IDF of the query terms a document holds, added up in tsvector order."""
     total = 0.0
-    for lexeme, _tf in _terms(terms, weights):
-        total += weights[lexeme]
+    for lexeme, _tf in _terms(terms, known):
+        if lexeme in weights:
+            total += weights[lexeme]
     return total
 
 
-def _scored(found: list[tuple], weights: dict[str, float], config: ranking.RankingConfig, avgdl: float) -> list:
-    """BM25 of each (id, length, the query's lexemes in it as a tsvector's text) row, as
-    ``(-score, id, terms)`` sorted best first, ties by id (as PostgreSQL orders uuids: their text
-    orders alike). Each term's part is computed, and the parts added in tsvector order, exactly as
-    the statement that scored them in SQL did: the same floating-point results."""
+def _scored(
+    found: list[tuple], weights: dict[str, float], known: set[str], config: ranking.RankingConfig, avgdl: float
+) -> list:
+    """BM25 of each (id, length, the query's lexemes in it as a tsvector's text, …) row, as
+    ``(-score, id, row)`` sorted best first, ties by id (as PostgreSQL orders uuids: their text
+    orders alike); a row holding none of ``weights``' lexemes is left out. Each term's part is
+    computed, and the parts added in tsvector order, exactly as the statement that scored them in
+    SQL did: the same floating-point results."""
     k1, b, b_long = config.bm25_k1, config.bm25_b, config.bm25_b_long
     k1_1 = k1 + 1
     by_length: dict[int, float] = {}  # k1 times the length's normalisation
     scored = []
-    for memory_id, dl, terms in found:
+    for row in found:
+        memory_id, dl, terms = row[0], row[1], row[2]
         saturation = by_length.get(dl)
         if saturation is None:
             if b_long is None or b_long == b:
@@ -344,27 +341,39 @@ def _scored(found: list[tuple], weights: dict[str, float], config: ranking.Ranki
             weight = weights.get(lexeme)
             if weight is not None:
                 tf = positions.count(",") + 1.0
-                scored.append((-(weight * tf * k1_1 / (tf + saturation)), memory_id, terms))
+                scored.append((-(weight * tf * k1_1 / (tf + saturation)), memory_id, row))
                 continue
         score = None
-        for lexeme, tf in _terms(terms, weights):
-            part = weights[lexeme] * tf * k1_1 / (tf + saturation)
-            score = part if score is None else score + part
+        for lexeme, tf in _terms(terms, known):
+            weight = weights.get(lexeme)
+            if weight is not None:
+                part = weight * tf * k1_1 / (tf + saturation)
+                score = part if score is None else score + part
         if score is not None:
-            scored.append((-score, memory_id, terms))
+            scored.append((-score, memory_id, row))
     scored.sort()
     return scored
 
 
-def _stand_ins(bucket, lexemes, filters, config, memory_side) -> list[tuple[uuid.UUID, float]]:
-    """The memory list's memories that have no context, scored as context documents
-    (:func:`stand_in_bm25`). They need only the memory list: no memory of the context list can
-    be among them (it has a context), so this runs while the context side's statement still
-    does. Nothing, without a statement, when no memory of the bucket has a context (the context
-    list is then empty, and stand-ins would only repeat the memory list)."""
-    if not memory_side or bucket_stats.size_of(bucket_list(bucket))["n_context"] == 0:
+def _stand_ins(bucket, lexemes, config, rows) -> list[tuple[uuid.UUID, float]]:
+    """The memory list's memories that have no context (``rows``, with the lexemes read:
+    ``bm25(stand_in_rows=True)``), each scored by its own text as its context document with the
+    context documents' statistics (count, frequencies, average length), so that the score sits on
+    the ``keyword_context`` list's scale (``keyword_context_stand_in``). No statement: the memory
+    side's read them. Nothing when no memory of the bucket has a context (the context list is then
+    empty, and stand-ins would only repeat the memory list)."""
+    found, known = rows
+    buckets = bucket_list(bucket)
+    if not found or bucket_stats.size_of(buckets)["n_context"] == 0:
         return []
-    return stand_in_bm25(bucket, lexemes, filters, config, [item for item, _score in memory_side])
+    weighed = _weighed(buckets, lexemes, config, "context_tsv", every_term=True)
+    if weighed is None:
+        return []
+    _n, avgdl, _df, present, idf, _mass = weighed
+    weights = {_quoted(lx): weight for lx, weight in zip(present, idf, strict=True)}
+    # The memory's own text as its context document: its length is the memory's.
+    best = _scored(found, weights, known, config, avgdl)[: config.candidates]
+    return [(uuid.UUID(memory_id), -score) for score, memory_id, _row in best]
 
 
 def _with_stand_ins(context_side, stand_ins, config) -> list[tuple[uuid.UUID, float]]:
@@ -396,8 +405,9 @@ def keyword_signals(
     key_side = (
         start(key_bm25, bucket, lexemes, filters, config, mass=True) if config.weight("keyword_key") > 0 else None
     )
-    memory_side, coverage, memory_mass = (
-        bm25(bucket, lexemes, filters, config, context=False, mass=True)
+    wants_stand_ins = config.keyword_context_stand_in and context_side is not None
+    memory_side, coverage, memory_mass, *read = (
+        bm25(bucket, lexemes, filters, config, context=False, mass=True, stand_in_rows=wants_stand_ins)
         if config.weight("keyword") > 0
         else ([], None, 0.0)
     )
@@ -405,11 +415,7 @@ def keyword_signals(
     # sequence) would rank in one BM25 list while its successor, whose context holds its words,
     # ranks in two. Only where the context list has anything: otherwise the stand-ins would
     # merely repeat the memory list and double its weight.
-    stand_ins = (
-        _stand_ins(bucket, lexemes, filters, config, memory_side)
-        if config.keyword_context_stand_in and context_side is not None
-        else []
-    )
+    stand_ins = _stand_ins(bucket, lexemes, config, read[0]) if read else []
     context_side, context_coverage, context_mass = context_side.result() if context_side else ([], None, 0.0)
     if context_side and memory_side:
         context_side = _with_stand_ins(context_side, stand_ins, config)

@@ -1,4 +1,4 @@
-"""BM25 in SQL (memories.retrieval.keyword.bm25) against the formula computed in Python."""
+"""BM25 (memories.retrieval.keyword.bm25) against the formula computed here over the whole bucket."""
 
 from __future__ import annotations
 
@@ -217,3 +217,43 @@ def test_equal_scores_are_ordered_by_id(bucket):
     hits, _coverage = keyword.bm25(bucket, ["comet"], MemoryFilters(), config, context=False)
     assert len(hits) == 5 and len({score for _id, score in hits}) == 1
     assert [memory_id for memory_id, _score in hits] == sorted(memory_id for memory_id, _score in hits)
+
+
+def test_a_memory_without_context_stands_in_with_the_context_documents_statistics(bucket, settings):
+    """The first memory of a batch has no context: in the context list it is scored by its own
+    text, with the context documents' count, frequencies and average length (read by the memory
+    side's statement, no statement of its own)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memories.retrieval.stats import bucket_stats
+
+    for batch in (
+        ["comet tail over the harbor", "a quiet evening walk", "the violin lesson ran late"],
+        ["lantern meadow picnic", "comet comet seen again", "silver rocket launch"],
+    ):
+        memories_ingest(bucket=bucket, items=[MemoryInput(content=c) for c in batch], sequence=True, embed=False)
+    first = Memory.objects.get(bucket=bucket, content="comet tail over the harbor")
+    assert first.context_lemmatized is None
+    config = ranking.resolve({}, {"weights": {"keyword_context": 1.0}})
+    settings.ENGRAM_SEARCH_PARALLEL = False  # every statement on this thread's connection
+    bucket_stats.clear()
+    lexemes = keyword.query_lexemes(" ".join(search_terms.query_terms("comet harbor")))
+    keyword.keyword_signals(bucket, "comet harbor", MemoryFilters(), config, None)  # statistics cached
+    with CaptureQueriesContext(connection) as statements:
+        _memory, context_side, *_rest = keyword.keyword_signals(bucket, "comet harbor", MemoryFilters(), config, None)
+    scores = dict(context_side)
+    assert first.pk in scores
+    size = bucket_stats.size(bucket)
+    df = bucket_stats.document_frequencies(bucket, "context_tsv", lexemes)
+    terms = (first.text_lemmatized or "").split(" ")
+    k1, b = config.bm25_k1, config.bm25_b
+    expected = 0.0
+    for lx in lexemes:
+        idf = math.log(1 + (size["n_context"] - df[lx] + 0.5) / (df[lx] + 0.5))
+        tf = terms.count(lx)
+        if tf:
+            expected += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(terms) / size["avgdl_context"]))
+    assert scores[first.pk] == pytest.approx(expected, rel=1e-9)
+    bm25_statements = [q for q in statements.captured_queries if "ts_filter" in q["sql"]]
+    assert len(bm25_statements) == 2  # the memory side and the context side (the key side: no keys)
