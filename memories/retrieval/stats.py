@@ -10,6 +10,7 @@ import uuid
 from django.conf import settings
 from django.db import connections
 
+from engram_site import stopwatch
 from engram_site.replica import read_connection
 from engram_site.scoping import in_this_context
 from tenants.models import Bucket
@@ -110,7 +111,7 @@ class _BucketStats:
         return self._count(bucket)
 
     def _count(self, bucket: Bucket) -> dict:
-        with read_connection().cursor() as cur:
+        with stopwatch.stage("stats.size"), read_connection().cursor() as cur:
             cur.execute(
                 """
                 SELECT count(*),
@@ -199,7 +200,7 @@ class _BucketStats:
         missing = [lx for lx in lexemes if lx not in result]
         if missing:
             table, tsv, extra = _DOCUMENTS[column]
-            with read_connection().cursor() as cur:
+            with stopwatch.stage("stats.df"), read_connection().cursor() as cur:
                 cur.execute(
                     f"""
                     SELECT t.lexeme, (SELECT count(*) FROM {table} m
@@ -256,7 +257,7 @@ class _BucketStats:
         counted: dict[tuple[str, uuid.UUID], int] = {}
         if missing:
             table, tsv, extra = _DOCUMENTS[column]
-            with read_connection().cursor() as cur:
+            with stopwatch.stage("stats.df"), read_connection().cursor() as cur:
                 cur.execute(
                     f"""
                     SELECT t.lexeme, c.bucket_id, c.n FROM unnest(%s::text[]) AS t(lexeme)
