@@ -37,6 +37,16 @@ STATS_TTL = 60.0
 STATS_STALE_MAX = 3600.0  # an older size is not served, even while a refresh runs
 DF_TTL = 600.0
 MAX_CACHED_ESTIMATES = 1000  # filtered-row estimates kept per bucket
+FLIGHT_WAIT = 30.0  # seconds a thread waits for another's count before counting itself
+
+
+class _Flight:
+    """A count under way in one thread: the threads asking for the same meanwhile wait for its
+    result rather than counting too."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.result = None
 
 
 class _BucketStats:
@@ -50,12 +60,18 @@ class _BucketStats:
     bucket, 5% of a large one). An expired size is served while a background thread
     counts again (``ENGRAM_STATS_BACKGROUND``), so no search waits for a full count of a
     large bucket; without a cached size the search counts itself.
+
+    A bucket is counted by one thread of the process at a time: the searches (and each search's
+    signal threads) that find no size while a count is under way wait for its result. A new
+    bucket's first searches come together (several clients, four signal threads each): counting
+    it once per thread was most of their time.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._entries: dict[uuid.UUID, dict] = {}
         self._refreshing: set[uuid.UUID] = set()
+        self._counting: dict[uuid.UUID, _Flight] = {}
 
     def clear(self) -> None:
         with self._lock:
@@ -65,11 +81,14 @@ class _BucketStats:
         with self._lock:
             entry = self._entries.get(bucket_id)
             if entry is None:
+                # A count under way may miss these rows: who asks from now on counts anew.
+                self._counting.pop(bucket_id, None)
                 return
             entry["writes"] += count
             n = entry["size"]["n"]
             if entry["writes"] > (0 if n < 1000 else 0.05 * n):
                 del self._entries[bucket_id]
+                self._counting.pop(bucket_id, None)
 
     def _entry(self, bucket: Bucket) -> dict | None:
         entry = self._entries.get(bucket.pk)
@@ -92,7 +111,7 @@ class _BucketStats:
 
         def refresh():
             try:
-                self._count(bucket)
+                self._count_once(bucket)
             except Exception:  # the next search counts synchronously
                 logger.warning("refreshing the statistics of bucket %s failed", bucket.pk, exc_info=True)
             finally:
@@ -108,43 +127,65 @@ class _BucketStats:
         entry = self._entry(bucket)
         if entry:
             return entry["size"]
-        return self._count(bucket)
+        return self._count_once(bucket)
 
-    def _count(self, bucket: Bucket) -> dict:
+    def _count_once(self, bucket: Bucket) -> dict:
+        """The bucket's size, counted by this thread or by the one counting it already."""
+        with self._lock:
+            flight = self._counting.get(bucket.pk)
+            mine = flight is None
+            if mine:
+                flight = self._counting[bucket.pk] = _Flight()
+        if not mine:
+            with stopwatch.stage("stats.wait"):
+                finished = flight.done.wait(FLIGHT_WAIT)
+            if finished and flight.result is not None:
+                return flight.result
+            return self._count(bucket, None)  # that count failed (or hangs): this thread counts
+        try:
+            flight.result = self._count(bucket, flight)
+            return flight.result
+        finally:
+            with self._lock:
+                if self._counting.get(bucket.pk) is flight:
+                    del self._counting[bucket.pk]
+            flight.done.set()
+
+    def _count(self, bucket: Bucket, flight: _Flight | None) -> dict:
+        # One statement: the bucket's counts, then the average lengths from a recent sample
+        # (exact enough for BM25, bounded in cost; the key documents' from any 2,000 of them).
         with stopwatch.stage("stats.size"), read_connection().cursor() as cur:
             cur.execute(
-                """
-                SELECT count(*),
-                       count(*) FILTER (WHERE context_lemmatized IS NOT NULL),
-                       count(*) FILTER (WHERE embedding IS NOT NULL),
-                       count(*) FILTER (WHERE context_embedding IS NOT NULL),
-                       -- The table's row estimate (kept by ANALYZE and autovacuum; -1 before
-                       -- the first) sizes the HNSW graphs for scaled_ef_search.
-                       (SELECT reltuples FROM pg_class WHERE oid = 'memories'::regclass)
-                FROM memories WHERE tenant_id = %s AND bucket_id = %s
-                """,
-                [bucket.tenant_id, bucket.pk],
-            )
-            total, with_context, embedded, context_embedded, table_rows = cur.fetchone()
-            # Average lengths from a recent sample: exact enough for BM25, bounded in cost. The
-            # key documents' (memory_keys) from any 2,000 of them, with their counts.
-            cur.execute(
                 f"""
-                SELECT avg({DOC_LENGTH["lemmatized_tsv"]}), avg({DOC_LENGTH["context_tsv"]}),
-                       (SELECT avg({DOC_LENGTH["key_tsv"]}) FROM (
-                            SELECT lemmatized FROM memory_keys WHERE tenant_id = %s AND bucket_id = %s LIMIT 2000
-                        ) k),
-                       (SELECT count(*) FROM memory_keys WHERE tenant_id = %s AND bucket_id = %s),
-                       (SELECT count(*) FROM memory_keys
-                        WHERE tenant_id = %s AND bucket_id = %s AND embedding IS NOT NULL),
-                       (SELECT count(*) FROM memory_passages
-                        WHERE tenant_id = %s AND bucket_id = %s AND embedding IS NOT NULL)
-                FROM (SELECT text_lemmatized, context_lemmatized FROM memories
-                      WHERE tenant_id = %s AND bucket_id = %s ORDER BY created_at DESC LIMIT 2000) m
+                SELECT * FROM (
+                    SELECT count(*),
+                           count(*) FILTER (WHERE context_lemmatized IS NOT NULL),
+                           count(*) FILTER (WHERE embedding IS NOT NULL),
+                           count(*) FILTER (WHERE context_embedding IS NOT NULL),
+                           -- The table's row estimate (kept by ANALYZE and autovacuum; -1 before
+                           -- the first) sizes the HNSW graphs for scaled_ef_search.
+                           (SELECT reltuples FROM pg_class WHERE oid = 'memories'::regclass)
+                    FROM memories WHERE tenant_id = %s AND bucket_id = %s
+                ) counts CROSS JOIN (
+                    SELECT avg({DOC_LENGTH["lemmatized_tsv"]}), avg({DOC_LENGTH["context_tsv"]}),
+                           (SELECT avg({DOC_LENGTH["key_tsv"]}) FROM (
+                                SELECT lemmatized FROM memory_keys WHERE tenant_id = %s AND bucket_id = %s LIMIT 2000
+                            ) k),
+                           (SELECT count(*) FROM memory_keys WHERE tenant_id = %s AND bucket_id = %s),
+                           (SELECT count(*) FROM memory_keys
+                            WHERE tenant_id = %s AND bucket_id = %s AND embedding IS NOT NULL),
+                           (SELECT count(*) FROM memory_passages
+                            WHERE tenant_id = %s AND bucket_id = %s AND embedding IS NOT NULL)
+                    FROM (SELECT text_lemmatized, context_lemmatized FROM memories
+                          WHERE tenant_id = %s AND bucket_id = %s ORDER BY created_at DESC LIMIT 2000) m
+                ) lengths
                 """,
-                [bucket.tenant_id, bucket.pk] * 5,
+                [bucket.tenant_id, bucket.pk] * 6,
             )
-            avgdl, avgdl_context, avgdl_key, keyed, key_embedded, passage_embedded = cur.fetchone()
+            (
+                total, with_context, embedded, context_embedded, table_rows,
+                avgdl, avgdl_context, avgdl_key, keyed, key_embedded, passage_embedded,
+            ) = cur.fetchone()  # fmt: skip
         stats = {
             "n": total,
             "n_context": with_context,
@@ -160,6 +201,8 @@ class _BucketStats:
         }
         now = time.monotonic()
         with self._lock:
+            if flight is not None and self._counting.get(bucket.pk) is not flight:
+                return stats  # the bucket changed while it was counted: its waiters take it, the cache not
             previous = self._entries.get(bucket.pk)
             # Document frequencies outlive a size refresh (DF_TTL), unless the bucket changed a lot.
             keep_df = previous is not None and now - previous["df_at"] < DF_TTL
@@ -288,6 +331,7 @@ class _BucketStats:
     def invalidate(self, bucket_id: uuid.UUID) -> None:
         with self._lock:
             self._entries.pop(bucket_id, None)
+            self._counting.pop(bucket_id, None)
 
 
 bucket_stats = _BucketStats()
