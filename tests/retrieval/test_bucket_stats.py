@@ -55,7 +55,7 @@ def _together(work, threads: int) -> list:
         try:
             ready.wait(10)
             answers[i] = work()
-        except Exception as exc:  # noqa: BLE001 - reported by the test
+        except Exception as exc:  # reported by the test
             failures.append(exc)
         finally:
             connections.close_all()  # this thread's own
