@@ -1,6 +1,6 @@
 """The work maintenance asks for on new memories (registered with memories.hooks in
-MaintenanceConfig.ready), and the planner-statistics check after large writes
-(a receiver of memories_created). What it does to its own rows when buckets and memories change
+MaintenanceConfig.ready), and the planner-statistics check after large writes, with the count of
+the search statistics (a receiver of memories_created). What it does to its own rows when buckets and memories change
 is in maintenance/participants.py."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from django.dispatch import receiver
 from maintenance import tasks
 from maintenance.services import comparisons, statistics
 from memories import signals
+from memories.retrieval import bucket_stats
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ def refresh_statistics_after_writes(sender, *, bucket_id, memory_ids, **kwargs):
     ANALYZE what is stale (maintenance.services.statistics): after the commit, in a thread of
     this process, never in the request. Not a task for the worker: measured, its message waited
     minutes behind the graph extraction and classification the same burst queued, while every
-    search of the bucket was planned from one row. Never raises."""
+    search of the bucket was planned from one row. The same thread first counts the bucket's
+    search statistics for this process (memories.retrieval.stats: ``bucket_stats.warm``), which
+    the searches right after a burst would otherwise count themselves. Never raises."""
     global _running
     try:
         if settings.ENGRAM_ANALYZE_THRESHOLD <= 0:
@@ -88,6 +91,12 @@ def _refresh_waiting(close: bool = True) -> None:
                     return
                 buckets = list(_waiting)
                 _waiting.clear()
+            try:
+                # First the search statistics of this process (one statement a bucket): the
+                # searches that follow a burst come at once, before the ANALYZE is done.
+                bucket_stats.warm(buckets)
+            except Exception:
+                logger.warning("counting the search statistics failed", exc_info=True)
             try:
                 statistics.planner_statistics_refresh(bucket_ids=buckets)
             except Exception:

@@ -129,6 +129,13 @@ class _BucketStats:
             return entry["size"]
         return self._count_once(bucket)
 
+    def warm(self, bucket_ids) -> None:
+        """Count the buckets of ``bucket_ids`` this process holds no size of: a large write's
+        follow-up calls it, off the request's path, so the first searches after a burst find the
+        size, or wait for this count rather than count themselves."""
+        for bucket in Bucket.objects.filter(pk__in=list(bucket_ids)):
+            self.size(bucket)
+
     def _count_once(self, bucket: Bucket) -> dict:
         """The bucket's size, counted by this thread or by the one counting it already."""
         with self._lock:

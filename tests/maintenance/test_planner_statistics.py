@@ -98,6 +98,27 @@ def test_a_burst_into_a_new_bucket_is_analyzed_by_its_follow_up(
     assert analyzed_at != last
 
 
+def test_a_burst_leaves_the_writing_process_holding_the_buckets_search_statistics(
+    quick_writes, tenant, django_capture_on_commit_callbacks, django_assert_num_queries
+):
+    from memories.retrieval import bucket_stats
+
+    new = Bucket.objects.create(tenant=tenant, name="imported history")
+    bucket_stats.clear()
+    burst(new, django_capture_on_commit_callbacks)
+    # The follow-up counted the bucket: its first search here counts nothing, and finds every row.
+    with django_assert_num_queries(0):
+        size = bucket_stats.size(new)
+    assert size["n"] == BURST
+    bucket_stats.clear()
+    receivers._written.clear()
+    quick_writes.ENGRAM_ANALYZE_THRESHOLD = 0  # the follow-up off: nothing counted after the writes
+    other = Bucket.objects.create(tenant=tenant, name="another import")
+    burst(other, django_capture_on_commit_callbacks)
+    with django_assert_num_queries(1):
+        assert bucket_stats.size(other)["n"] == BURST
+
+
 def test_a_small_write_analyzes_nothing(quick_writes, bucket, django_capture_on_commit_callbacks):
     count, last = analyze_count()
     with django_capture_on_commit_callbacks(execute=True):
