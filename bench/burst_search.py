@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -183,6 +184,61 @@ def _moment(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:+.0f} s"
 
 
+def _runs_of(header: str, stage: str) -> int:
+    """How often ``stage`` ran in a request, from its raw Server-Timing (0: not at all)."""
+    found = re.search(rf'(?:^|, ){re.escape(stage)};dur=[\d.]+;desc="cpu [\d.]+ ms(?: in (\d+) runs)?"', header)
+    return 0 if found is None else int(found.group(1) or 1)
+
+
+def first_searches(results: dict[str, list[dict]]) -> list[str]:
+    """Per run, each client's first search on the new bucket: its time, its statements, how many
+    times it counted the bucket's size (``stats.size``) and how long it waited for another
+    thread's count (``stats.wait``) and counted document frequencies (``stats.df``; stages of
+    parallel threads add up)."""
+    lines = [
+        "| condition | run | first searches ms | statements | size counts | stats.size / stats.wait / stats.df ms |",
+        "| :--- | ---: | :--- | :--- | :--- | :--- |",
+    ]
+    for name, runs in results.items():
+        for n, r in enumerate(runs, 1):
+            firsts = r.get("together_first") or []
+            if not firsts:
+                continue
+            stages = [f["server_timing"] for f in firsts]
+
+            def each(key: str, stages=stages) -> str:
+                return ", ".join(f"{st.get(key, 0):.0f}" for st in stages)
+
+            times = ", ".join(f"{f['ms']:.0f}" for f in firsts)
+            counts = ", ".join(str(_runs_of(f["header"], "stats.size")) for f in firsts)
+            spent = "; ".join(
+                f"{st.get('stats.size', 0):.0f} / {st.get('stats.wait', 0):.0f} / {st.get('stats.df', 0):.0f}"
+                for st in stages
+            )
+            lines.append(f"| {name} | {n} | {times} | {each('db.statements')} | {counts} | {spent} |")
+    return lines
+
+
+def slow_searches(results: dict[str, list[dict]]) -> list[str]:
+    """Per run, the searches over 200 ms together (each client's first one apart): how many,
+    their median statements and median stage times (ms)."""
+    keys = ("db.statements", "db", "keyword", "vector", "embed", "stats.df")
+    lines = [
+        "| condition | run | over 200 ms (of them first searches) | median " + " / ".join(keys) + " |",
+        "| :--- | ---: | :--- | :--- |",
+    ]
+    for name, runs in results.items():
+        for n, r in enumerate(runs, 1):
+            slow = r.get("together_slow") or []
+            first = {(f["client"], f["sent_s"]) for f in r.get("together_first") or []}
+            later = [s["server_timing"] for s in slow if (s["client"], s["sent_s"]) not in first]
+            medians = " / ".join(
+                f"{statistics.median([st.get(k, 0) for st in later]):.0f}" if later else "-" for k in keys
+            )
+            lines.append(f"| {name} | {n} | {len(slow)} ({len(slow) - len(later)}) | {medians} |")
+    return lines
+
+
 def report(results: dict[str, list[dict]], args, info: dict) -> str:
     def cell(runs: list[dict], phase: str, key: str) -> str:
         return f"{_median([r[phase][key] for r in runs]):.0f}"
@@ -224,6 +280,11 @@ def report(results: dict[str, list[dict]], args, info: dict) -> str:
                 f"{s['p50']:.0f} / {s['p95']:.0f} / {s['max']:.0f} | {r['over_200']} | "
                 f"{r['load_start']} → {r['load_end']} |"
             )
+    if any(r.get("together_first") for runs in results.values() for r in runs):
+        lines += ["", "Each client's first search on the new bucket (its Server-Timing):", ""]
+        lines += first_searches(results)
+        lines += ["", "The other searches over 200 ms, at once (their Server-Timing):", ""]
+        lines += slow_searches(results)
     return "\n".join(lines) + "\n"
 
 
@@ -244,6 +305,7 @@ def main() -> None:
     p.add_argument("--from-json", type=Path, help="only write the report of the runs in this JSON file")
     p.add_argument("--out", type=Path, help="the report (default bench/results/burst-search-<date>.md)")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--series", default="", help="the report's series (bench/results_table.py)")
     args = p.parse_args()
     # kill PID unwinds through run()'s finally, which stops the server it started.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -277,7 +339,7 @@ def main() -> None:
         + ", ".join(f"{name} {_median([r['max_ms'] for r in runs]):.0f} ms" for name, runs in results.items())
         + f"; over 200 ms with it on: {_median([r['over_200'] for r in on]):.0f} (median of {len(on)})"
     )
-    header = common.report_header("burst_search.py", headline, info=info)
+    header = common.report_header("burst_search.py", headline, info=info, series=args.series)
     common.publish_report(text, out=args.out, name="burst-search", no_write=args.no_write, header=header)
 
 
