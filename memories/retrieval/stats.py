@@ -12,7 +12,7 @@ from django.db import connections
 
 from engram_site import stopwatch
 from engram_site.replica import read_connection
-from engram_site.scoping import in_this_context
+from engram_site.scoping import in_this_context, scopes_disabled
 from tenants.models import Bucket
 
 logger = logging.getLogger(__name__)
@@ -133,7 +133,10 @@ class _BucketStats:
         """Count the buckets of ``bucket_ids`` this process holds no size of: a large write's
         follow-up calls it, off the request's path, so the first searches after a burst find the
         size, or wait for this count rather than count themselves."""
-        for bucket in Bucket.objects.filter(pk__in=list(bucket_ids)):
+        # The follow-up's thread runs in no tenant's scope; the buckets named are any tenant's.
+        with scopes_disabled():
+            buckets = list(Bucket.objects.filter(pk__in=list(bucket_ids)))
+        for bucket in buckets:
             self.size(bucket)
 
     def _count_once(self, bucket: Bucket) -> dict:

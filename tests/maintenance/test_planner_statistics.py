@@ -101,11 +101,13 @@ def test_a_burst_into_a_new_bucket_is_analyzed_by_its_follow_up(
 def test_a_burst_leaves_the_writing_process_holding_the_buckets_search_statistics(
     quick_writes, tenant, django_capture_on_commit_callbacks, django_assert_num_queries
 ):
+    from engram_site.scoping import scope
     from memories.retrieval import bucket_stats
 
     new = Bucket.objects.create(tenant=tenant, name="imported history")
     bucket_stats.clear()
-    burst(new, django_capture_on_commit_callbacks)
+    with scope(tenant=None):  # as in production: the follow-up's thread has no tenant scope
+        burst(new, django_capture_on_commit_callbacks)
     # The follow-up counted the bucket: its first search here counts nothing, and finds every row.
     with django_assert_num_queries(0):
         size = bucket_stats.size(new)
