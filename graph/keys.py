@@ -5,7 +5,11 @@ the entities a memory mentions, by their canonical names, and the relations it s
 "Priya Natarajan"; "Marco Rossi, the CTO of Finlytics, hired Priya" states
 ``Marco Rossi hired Priya Natarajan`` (and his role and employer), written "Marco Rossi hired
 Priya Natarajan"; "my mom lives in Ohio", her name unknown, ``User mom_lives_in Ohio``,
-written "User mom lives in Ohio".
+written "User mom lives in Ohio". Each entity it mentions comes with what the bucket's graph says
+it is, wherever that was said (graph/key_descriptions.py): "Sofie is a veterinarian." in a
+bucket that also holds "I live in Amsterdam with my partner Sofie." describes
+``Sofie: user partner`` (unless Sofie is the line's speaker, or is mentioned by more than
+:data:`graph.key_descriptions.MAX_DESCRIBED_MENTIONS` memories).
 A memory the extractor has not seen yet (at its current version) waits for it: its key is built
 once extraction is done (graph.tasks queues the build; the extraction marks the keys it
 changes stale, graph/services/extraction.py). Without the spaCy pipeline nothing waits.
@@ -16,6 +20,8 @@ from __future__ import annotations
 import uuid
 
 from engram_site.providers import nlp
+from graph.extract import split_speaker
+from graph.key_descriptions import entity_descriptions
 from graph.models import Edge, Mention, Processed
 from graph.services.extraction import EXTRACTOR_VERSION
 from memories.keys import KeyFacts
@@ -28,15 +34,27 @@ def _words(predicate: str) -> str:
 
 def key_facts(memories: list[Memory]) -> dict[uuid.UUID, KeyFacts]:
     ids = [m.pk for m in memories]
+    # A transcript line's speaker ("Caroline: ...") is mentioned by every line of theirs: what
+    # they are is not what the line is about.
+    speakers = {m.pk: split_speaker(m.content, attributed_to=m.attributed_to)[0].key for m in memories}
     facts: dict[uuid.UUID, KeyFacts] = {}
     mentions = (
         Mention.objects.filter(memory_id__in=ids)
         .exclude(entity__type="SPEAKER")
         .order_by("memory_id", "id")
-        .values_list("memory_id", "entity__name")
+        .values_list("memory_id", "entity_id", "entity__name", "entity__normalized_name")
     )
-    for memory_id, name in mentions:
+    described: list[tuple[uuid.UUID, uuid.UUID]] = []
+    for memory_id, entity_id, name, key in mentions:
         facts.setdefault(memory_id, KeyFacts()).entities.append(name)
+        if key != speakers.get(memory_id):
+            described.append((memory_id, entity_id))
+    descriptions = entity_descriptions(entity_id for _memory_id, entity_id in described)
+    for memory_id, entity_id in described:
+        description = descriptions.get(entity_id)
+        texts = description.texts(besides=memory_id) if description is not None else []
+        if texts:
+            facts[memory_id].descriptions.append(f"{description.name}: {', '.join(texts)}")
     edges = (
         Edge.objects.filter(source_memory_id__in=ids)
         .order_by("source_memory_id", "valid_from", "id")

@@ -14,6 +14,7 @@ from engram_site import activity
 from engram_site.exceptions import NotFound
 from engram_site.providers import nlp
 from graph import extract as extraction
+from graph.key_descriptions import description_signatures, mark_described_stale
 from graph.models import Edge, Entity, Mention
 from graph.rules import bucket_rules
 from graph.services.entities import EntityResolver, mention_counts_refresh, rules_settle
@@ -98,6 +99,9 @@ def _extract_batch(
         if key:
             touched.add((subject_id, key))
     before |= set(Mention.objects.filter(memory_id__in=ids).values_list("entity_id", flat=True))
+    # What the graph says these entities are, so that the keys of other memories that mention
+    # one whose descriptions change are built again (graph/key_descriptions.py).
+    described = description_signatures(before)
     entities.forget(before)
     Edge.objects.filter(source_memory_id__in=ids).delete()
     Mention.objects.filter(memory_id__in=ids).delete()
@@ -113,11 +117,16 @@ def _extract_batch(
             logger.exception("extraction failed for memory %s", memory.pk)
             failed[memory.pk] = error_text(exc)
     # The batch's names looked up at once (the extractor is a pure function of the text).
-    entities.prefetch(
+    refs = [
         ref
         for _memory, result in results
         for ref in (*result.mentions, *(r for fact in result.facts for r in (fact.subject, fact.obj)))
-    )
+    ]
+    entities.prefetch(refs)
+    # The bucket's entities the batch names that these memories did not before: what they are
+    # described as before the batch gives them aliases or edges.
+    named = {entities.by_key.get(ref.key) for ref in refs if ref is not None} - {None}
+    described |= description_signatures({e.pk for e in named} - before)
     for memory, result in results:
         if reread:
             report.reread += 1
@@ -176,6 +185,7 @@ def _extract_batch(
     _record_processed(done)
     # Their key documents name what the graph says of them: built again (graph.tasks queues it).
     keys_mark_stale(memory_ids=done)
+    mark_described_stale(described, before | {m.entity_id for m in new_mentions} | {e.subject_id for e in new_edges})
     failures_clear(stage=EnrichmentStage.GRAPH, memory_ids=done)
     failures_record(stage=EnrichmentStage.GRAPH, errors=failed)
     report.errors += [f"{memory_id}: {error}" for memory_id, error in failed.items()]

@@ -21,7 +21,8 @@ from memories.models import Memory
 # The recipe's version: a key built by an older one is built again (memory_keys.version).
 # 2: a list's introducing line said once (sources/keys.py). 3: a date that names its year in
 # the American order ("June 15, 2021") is left alone, not read as "June" of the nearest year.
-KEY_VERSION = 3
+# 4: each entity mentioned comes with its descriptions from the whole bucket (graph/keys.py).
+KEY_VERSION = 4
 
 
 @dataclass
@@ -34,6 +35,9 @@ class KeyFacts:
     entities: list[str] = field(default_factory=list)
     # Relations it states, in words ("Marco Rossi manager of Priya Natarajan").
     relations: list[str] = field(default_factory=list)
+    # What an entity it mentions is, as said anywhere in the bucket ("Sofie: user partner,
+    # veterinarian"): a question that describes the entity finds the memory that names it.
+    descriptions: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Facts first, then statements: a long memory's vector sees only the first 256 word pieces of
 what it embeds, and the facts are the short part that speaks for all of it.
 
-    Priya Natarajan, Marco Rossi. Marco Rossi manager of Priya Natarajan. key phrases…
+    Priya Natarajan, Marco Rossi. Marco Rossi manager of Priya Natarajan.
+    Priya Natarajan: user colleague, engineer. key phrases…
     Tuesday 2 May 2023.
     <statements, each relative date followed by its meaning in brackets>
     Tuesday 9 May 2023.            (when the memory was written)
@@ -60,6 +61,9 @@ def key_document(*, content: str, attributed_to: str | None, created_at: datetim
     relations = _distinct(r for f in facts for r in f.relations)
     if relations:
         lines.append(". ".join(relations) + ".")
+    descriptions = _distinct(d for f in facts for d in f.descriptions)
+    if descriptions:
+        lines.append(". ".join(descriptions) + ".")
     phrases = _distinct(key_phrases(content))
     if phrases:
         lines.append(", ".join(phrases) + ".")
