@@ -11,7 +11,9 @@ An entity's descriptions are its aliases other than its name ("user partner", "u
 "lena ortiz dog", a short form) and what its ``is_a`` and ``role`` edges say it is, the most
 often said first; an entity mentioned by more than :data:`MAX_DESCRIBED_MENTIONS` memories has
 none. Extraction compares them before and after a batch and marks stale the keys of
-the memories that mention an entity whose descriptions changed (graph/services/extraction.py).
+the memories that mention an entity whose descriptions changed (graph/services/extraction.py);
+a deleted memory's ``is_a`` and ``role`` edges do the same once the delete commits, and an
+erasure deletes those keys in its transaction (graph/participants.py, graph/services/erasure.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from graph.models import Edge, Entity, Mention
-from memories.services.keys import keys_mark_stale
+from memories.services.keys import keys_forget, keys_mark_stale
 
 # The predicates that say what their subject is ("Sofie is a veterinarian", "Marco Rossi, the CTO").
 DESCRIBING = ("is_a", "role")
@@ -108,14 +110,17 @@ def description_signatures(entity_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, t
     return {pk: d.signature() for pk, d in entity_descriptions(entity_ids).items()}
 
 
-def mark_described_stale(before: dict[uuid.UUID, tuple], entity_ids: Iterable[uuid.UUID]) -> int:
+def mark_described_stale(
+    before: dict[uuid.UUID, tuple], entity_ids: Iterable[uuid.UUID], *, forget: bool = False
+) -> int:
     """Mark stale the keys of the memories that mention an entity of ``entity_ids`` whose
     descriptions are no longer ``before`` (:func:`description_signatures` taken earlier); the
-    number of keys marked."""
+    number of keys marked. ``forget``: delete those keys instead (an erasure: what an erased
+    memory said must not stay searchable in another memory's key until it is built again)."""
     ids = set(entity_ids)
     now = description_signatures(ids)
     changed = [pk for pk in ids if before.get(pk, ()) != now.get(pk, ())]
     if not changed:
         return 0
-    memories = Mention.objects.filter(entity_id__in=changed).values_list("memory_id", flat=True)
-    return keys_mark_stale(memory_ids=set(memories))
+    memories = set(Mention.objects.filter(entity_id__in=changed).values_list("memory_id", flat=True))
+    return keys_forget(memory_ids=memories) if forget else keys_mark_stale(memory_ids=memories)

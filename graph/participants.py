@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import transaction
 
+from graph.key_descriptions import DESCRIBING, description_signatures, mark_described_stale
 from graph.models import Edge
 from graph.services.erasure import graph_erase_memories
 from graph.services.merges import graph_absorb_memories, graph_merge_buckets, graph_merge_preview
@@ -44,6 +45,16 @@ class GraphParticipant(Participant):
             )
         )
         transaction.on_commit(lambda: _reopen_closed_facts(bucket_id, memory_id, timelines), robust=True)
+        # What it said an entity is leaves the keys of the other memories that mention it
+        # (graph/key_descriptions.py): they are built again once the delete has committed.
+        subjects = set(
+            Edge.objects.filter(source_memory_id=memory_id, predicate__in=DESCRIBING).values_list(
+                "subject_id", flat=True
+            )
+        )
+        if subjects:
+            described = description_signatures(subjects)
+            transaction.on_commit(lambda: mark_described_stale(described, subjects), robust=True)
 
     def links_recorded(self, *, bucket):
         # Recompute which memories the graph's temporal facts mark superseded; nothing to say

@@ -7,6 +7,7 @@ import uuid
 from django.db.models import Q
 
 from audit.services import audit_scrub
+from graph.key_descriptions import description_signatures, mark_described_stale
 from graph.models import Correction, CorrectionKind, Edge, Entity, Mention, Processed
 from graph.services.entities import mention_counts_refresh
 from graph.services.locks import bucket_lock
@@ -68,6 +69,9 @@ def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict
         named |= {subject_id, object_id} - {None}
         if key is not None:
             timelines.setdefault(bucket_id, set()).add((subject_id, key))
+    # What the graph says the entities are (graph/key_descriptions.py): another memory's key that
+    # carries what an erased memory said of one is deleted below, to be built again without it.
+    described = description_signatures(named)
     counts = {"graph_edges": edges.delete()[0], "graph_mentions": mentions.delete()[0]}
     Processed.objects.filter(memory_id__in=ids).delete()
     orphans = (
@@ -107,6 +111,7 @@ def graph_erase_memories(*, tenant: Tenant, memory_ids: list[uuid.UUID]) -> dict
         counts["audit_events_scrubbed"] += audit_scrub(tenant=tenant, where=where, texts=[t for t in said if t])
         counts["graph_corrections"] += keyed.delete()[0]
     counts["graph_entities"] = orphans.delete()[0]
+    mark_described_stale(described, named, forget=True)
     erased = set(ids)
     for bucket in buckets:
         mention_counts_refresh(bucket=bucket, entity_ids=named)

@@ -8,16 +8,18 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from audit.services import Actor
 from graph import key_descriptions
 from memories import ranking
 from memories.filters import MemoryFilters
 from memories.keys.dates import annotate, resolve
 from memories.keys.phrases import key_phrases
-from memories.models import MemoryKey
+from memories.models import Memory, MemoryKey
 from memories.retrieval import memories_search
 from memories.retrieval.keyword import key_bm25, query_lexemes
 from memories.retrieval.stats import bucket_stats
 from memories.search_terms import query_terms
+from memories.services import memories_erase, memory_delete
 from memories.services.keys import memory_keys_build
 from tests.factories import write, write_extracted
 
@@ -152,6 +154,30 @@ def test_a_memory_that_says_nothing_new_of_an_entity_leaves_the_other_keys(bucke
     [job] = _built(bucket, "Sofie is a veterinarian.")
     write_extracted(bucket, "Sofie is a veterinarian at the city clinic.", "Sofie's birthday is on February 9.")
     assert not MemoryKey.objects.get(memory_id=job).stale
+
+
+def test_a_deleted_or_erased_description_leaves_the_other_keys(tenant, bucket, django_capture_on_commit_callbacks):
+    partner, job, birthday = _built(
+        bucket,
+        "I live in Amsterdam with my partner Sofie.",
+        "Sofie is a veterinarian.",
+        {"content": "Sofie's birthday is on February 9.", "agent_id": "agent-zed"},
+    )
+    assert "veterinarian" in _key(partner) and "veterinarian" in _key(birthday)
+    # A delete: the keys that carried what it said are built again without it.
+    with django_capture_on_commit_callbacks(execute=True):
+        memory_delete(memory=Memory.objects.get(pk=job))
+    assert MemoryKey.objects.get(memory_id=partner).stale
+    memory_keys_build(memory_ids=[partner, birthday])
+    assert "veterinarian" not in _key(partner), _key(partner)
+    # An erasure: the other keys holding what the erased memory said go in its transaction.
+    [job] = _built(bucket, {"content": "Sofie is a veterinarian.", "agent_id": "agent-zed"})
+    memory_keys_build(memory_ids=[partner, birthday])
+    assert "veterinarian" in _key(partner)
+    memories_erase(tenant=tenant, fields={"agent_id": "agent-zed"}, actor=Actor.system("test"))
+    assert not MemoryKey.objects.filter(memory_id=partner).exists()
+    memory_keys_build(memory_ids=[partner])
+    assert "veterinarian" not in _key(partner), _key(partner)
 
 
 def test_a_speaker_is_not_described_in_their_own_lines_nor_a_hub_anywhere(bucket, monkeypatch):
