@@ -134,9 +134,11 @@ def compare(a_path: Path, b_path: Path) -> int:
         if json.dumps(left[3:]) != json.dumps(right[3:]):
             extras.append((key, left[3:], right[3:]))
     lists = exact + len(ties) + len(differing)
-    print(f"{len(a['answers'])} answers, {lists} lists: {exact} identical (ids and order), {len(ties)} differing "
-          f"only in the order of tied scores, {len(differing)} otherwise; largest relative score difference "
-          f"{worst:.3g}; coverage or masses differing: {len(extras)}")
+    print(
+        f"{len(a['answers'])} answers, {lists} lists: {exact} identical (ids and order), {len(ties)} differing "
+        f"only in the order of tied scores, {len(differing)} otherwise; largest relative score difference "
+        f"{worst:.3g}; coverage or masses differing: {len(extras)}"
+    )
     for key, side in differing[:10]:
         print(f"  differs: {key}: list {side}")
     for key, side in ties[:10]:
