@@ -176,6 +176,21 @@ def _processes_only_in_slow_tests(request):
         pytest.fail(f"{request.node.nodeid} starts processes but is not marked slow: {started}", pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_module_rows_under_transactional_tests(request):
+    """A transactional test's rows are committed (a server in another process reads them): it
+    cannot run inside a module's rows held in an open transaction (tests.support.db.ModuleRows),
+    which are rolled back first. pytest-django runs transactional tests last, so none needs them
+    again."""
+    marker = request.node.get_closest_marker("django_db")
+    transactional = {"transactional_db", "live_server"} & set(request.fixturenames)
+    if (marker and marker.kwargs.get("transaction")) or transactional:
+        from tests.support.db import ModuleRows
+
+        ModuleRows.release_all()
+    yield
+
+
 @pytest.fixture
 def celery_eager():
     """Tasks run in the calling process, synchronously, when they are queued."""

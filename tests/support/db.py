@@ -4,8 +4,10 @@ Django set up."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from django.apps import apps
-from django.db import connection
+from django.db import connection, transaction
 
 from graph.models import Edge, Entity, Mention
 from memories.models import Memory
@@ -64,3 +66,49 @@ def graph_snapshot(bucket):
     )
     mentions = Mention.objects.filter(bucket_id=bucket.pk).count()
     return entities, edges, memories, mentions
+
+
+class ModuleRows:
+    """Rows made once for a whole test module, rolled back when it ends (or at ``release()``).
+
+    A module-scoped fixture makes its rows inside ``with ModuleRows(django_db_blocker) as held:``
+    and yields them. Each test of the module still runs in its own transaction (pytest-django's
+    ``db``), a savepoint inside this one, so what a test writes is rolled back after it and the
+    next test finds the rows as they were made. For the generated matrices, whose world of a
+    dozen kinds of rows took longer to make than most of their tests took to run.
+
+    A transactional test (``django_db(transaction=True)``: a server in another process reads
+    committed rows) must not run inside the open transaction: pytest-django runs those last,
+    and tests/conftest.py calls ``release_all()`` before each (the module's fixture may still be
+    up when one of the same module follows its last test)."""
+
+    _open: list[ModuleRows] = []
+
+    def __init__(self, django_db_blocker):
+        self._stack: ExitStack | None = ExitStack()
+        self._blocker = django_db_blocker
+
+    def __enter__(self) -> ModuleRows:
+        self._stack.enter_context(self._blocker.unblock())
+        self._stack.enter_context(transaction.atomic())
+        ModuleRows._open.append(self)
+        return self
+
+    def release(self) -> None:
+        if self._stack is not None:
+            ModuleRows._open.remove(self)
+            transaction.set_rollback(True)
+            stack, self._stack = self._stack, None
+            stack.close()
+
+    @classmethod
+    def release_all(cls) -> None:
+        for held in reversed(cls._open[:]):
+            held.release()
+
+    @property
+    def held(self) -> bool:
+        return self._stack is not None
+
+    def __exit__(self, *exc) -> None:
+        self.release()

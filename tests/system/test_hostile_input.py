@@ -41,6 +41,7 @@ from tenants import services as tenant_services
 from tenants.models import ApiToken, Bucket
 from tests.factories import make_client
 from tests.support import base_env, test_database_url, web_server
+from tests.support.db import ModuleRows
 
 # A generated matrix (every endpoint against every kind of bad input): about 40 s of test time,
 # so it runs in the whole suite (CI), not in the fast tier of everyday work.
@@ -73,8 +74,22 @@ def send(client: APIClient, method: str, url: str, body=None, *, raw: bytes | No
     return client.generic(method, url, json.dumps(body), content_type=content_type or "application/json")
 
 
+@pytest.fixture(scope="module")
+def _world_rows(django_db_setup, django_db_blocker):
+    # Made once for the module; what a test writes is rolled back after it (tests.support.db.ModuleRows).
+    with ModuleRows(django_db_blocker) as held:
+        tenant = tenant_services.tenant_create(name="Acme")
+        yield held, _make_world(tenant, bucket_create(tenant=tenant, name="main"))
+
+
 @pytest.fixture
-def world(tenant, bucket):
+def world(db, _world_rows):
+    held, w = _world_rows
+    assert held.held, "the module's rows were released for a transactional test; none may follow it"
+    return w
+
+
+def _make_world(tenant, bucket):
     """Something for every endpoint to act on: memories (with graph facts), a processed
     document, a second bucket to merge into, and an admin client."""
     items = [MemoryInput(content=c) for c in ("Alice moved to Lisbon in 2023.", "Bob works at Acme Corp.")]

@@ -58,7 +58,7 @@ from tenants import services
 from tenants.models import OperatorMembership, Scope
 from tenants.permissions import required_scope
 from tests.factories import make_client, make_duplicate_candidate, make_graph_fact
-from tests.support.db import assert_unchanged, db_snapshot
+from tests.support.db import ModuleRows, assert_unchanged, db_snapshot
 from webhooks.models import WebhookDelivery, WebhookSubscription
 
 # A generated matrix (every route, page and admin for two tenants and every token scope): about
@@ -98,8 +98,20 @@ def _conflict(bucket, x, y) -> ConflictCandidate:
     )  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def _world_rows(django_db_setup, django_db_blocker) -> World:
+    # Made once for the module: every test here leaves the database as it found it (the probes
+    # assert so), and whatever one writes anyway is rolled back after it (tests.support.db.ModuleRows).
+    with ModuleRows(django_db_blocker):
+        yield _make_world(services.tenant_create(name="Acme"), services.tenant_create(name="Outsider"))
+
+
 @pytest.fixture
-def world(tenant, other_tenant) -> World:
+def world(db, _world_rows) -> World:
+    return _world_rows
+
+
+def _make_world(tenant, other_tenant) -> World:
     a1 = bucket_create(tenant=tenant, name=f"{A_MARK}-one")
     a2 = bucket_create(tenant=tenant, name=f"{A_MARK}-two")
     b1 = bucket_create(tenant=other_tenant, name=f"{B_MARK}-one")
@@ -1059,8 +1071,18 @@ class AgentWorld:
         return [str(obj.pk) for obj in self.objects.values()]
 
 
+@pytest.fixture(scope="module")
+def _agent_world_rows(django_db_setup, django_db_blocker) -> AgentWorld:
+    with ModuleRows(django_db_blocker):
+        yield _make_agent_world(services.tenant_create(name="Acme"))
+
+
 @pytest.fixture
-def agent_world(tenant) -> AgentWorld:
+def agent_world(db, _agent_world_rows) -> AgentWorld:
+    return _agent_world_rows
+
+
+def _make_agent_world(tenant) -> AgentWorld:
     bucket = bucket_create(tenant=tenant, name="agents")
     objects = {}
     for agent, mark in AGENT_MARKS.items():
