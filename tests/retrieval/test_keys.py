@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -9,13 +10,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from audit.services import Actor
+from engram_site.db import binding_cursor
+from engram_site.providers import embedding
 from graph import key_descriptions
 from memories import ranking
 from memories.filters import MemoryFilters
 from memories.keys.dates import annotate, resolve
 from memories.keys.phrases import key_phrases
 from memories.models import Memory, MemoryKey
-from memories.retrieval import memories_search
+from memories.retrieval import memories_search, vector
 from memories.retrieval.keyword import key_bm25, query_lexemes
 from memories.retrieval.stats import bucket_stats
 from memories.search_terms import query_terms
@@ -309,12 +312,86 @@ def test_keys_are_read_under_the_search_filters_and_the_tenant(bucket, other_buc
     assert [h.id for h in hits] == [theirs]
 
 
-def test_a_key_of_an_older_text_is_never_searched(bucket):
-    [memory] = _built(bucket, {"content": "Last Tuesday I ran my first 10k race.", "created_at": TUESDAY})
+@pytest.mark.parametrize("read", ["exact", "walk"])
+def test_a_key_of_an_older_text_is_never_searched(bucket, monkeypatch, read):
+    if read == "walk":
+        monkeypatch.setattr(vector, "EXACT_SCAN_BELOW", 0)  # the HNSW walk, which drops them itself
+    [memory, other] = _built(
+        bucket,
+        {"content": "Last Tuesday I ran my first 10k race.", "created_at": TUESDAY},
+        {"content": "The boiler was serviced in March.", "created_at": TUESDAY},
+    )
     MemoryKey.objects.filter(memory_id=memory).update(text_hash="0" * 32)
     bucket_stats.clear()
+    found, method = vector.nearest_key(
+        bucket, embedding.embed_query("2 May 2023 race"), MemoryFilters(), ranking.merge(ranking.DEFAULTS, KEYS_ON),
+        model=embedding.MODEL_NAME,
+    )  # fmt: skip
+    assert method == ("hnsw" if read == "walk" else "exact")
+    assert [item for item, _score in found] == [other]
     hits = memories_search(bucket=bucket, query="2 May 2023 race", ranking_overrides=KEYS_ONLY, record_access=False)
-    assert hits.hits == []
+    assert memory not in [hit.id for hit in hits.hits]
+
+
+@pytest.mark.slow  # ~2,400 rows into the HNSW index
+def test_a_large_buckets_key_vectors_are_walked_not_all_read(bucket):
+    """Above EXACT_SCAN_BELOW keys the key signal walks the HNSW graph. With the currency of the
+    key (its text hash against its memory's) tested in the join, the planner took the join for
+    one row and read, detoasted and sorted every key of the bucket instead (~50 ms at 4,000)."""
+    [source] = write(bucket, "A memory whose rows are copied.", sequence=False)
+    copies = vector.EXACT_SCAN_BELOW + 400
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'memories' "
+            "AND is_generated = 'NEVER' ORDER BY ordinal_position"
+        )
+        fresh = {"id": "gen_random_uuid()", "text_hash": "left(md5(c::text), 32)", "embedding": "NULL"}
+        columns = [row[0] for row in cur.fetchall()]
+        select = ", ".join(fresh.get(column, f"s.{column}") for column in columns)
+        cur.execute(
+            f"INSERT INTO memories ({', '.join(columns)}) SELECT {select} FROM memories s "
+            "CROSS JOIN generate_series(1, %s) c WHERE s.id = %s",
+            [copies, source],
+        )
+        # A key for each, of its memory's text, with a vector of its own.
+        cur.execute(
+            """
+            INSERT INTO memory_keys (memory_id, tenant_id, bucket_id, text, lemmatized, embedding,
+                                     embedding_model, text_hash, version, built_at, stale)
+            SELECT m.id, m.tenant_id, m.bucket_id, 'key', 'key',
+                   (SELECT array_agg(random() - 0.5)::vector FROM generate_series(1, 384) g WHERE m.id IS NOT NULL),
+                   %s, m.text_hash, 1, now(), false
+            FROM memories m WHERE m.bucket_id = %s AND m.id <> %s
+            """,
+            [embedding.MODEL_NAME, bucket.pk, source],
+        )
+        cur.execute("ANALYZE memories")
+        cur.execute("ANALYZE memory_keys")
+    bucket_stats.clear()
+    config = ranking.merge(ranking.DEFAULTS, KEYS_ON)
+    query = embedding.embed_query("a memory")
+    vector.nearest_key(bucket, query, MemoryFilters(), config, model=embedding.MODEL_NAME)  # the statistics
+    statements = []
+
+    def kept(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(kept):
+        found, method = vector.nearest_key(bucket, query, MemoryFilters(), config, model=embedding.MODEL_NAME)
+    assert method == "hnsw" and len(found) == config.candidates
+    walk, params = statements[-1]
+    with binding_cursor(connection) as cur:
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + walk, params)
+        plan = cur.fetchone()[0]
+    nodes, scanned = [(json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]], {}
+    while nodes:
+        node = nodes.pop()
+        if node["Node Type"].endswith("Scan") and node.get("Relation Name") == "memory_keys":
+            scanned[node.get("Index Name")] = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        nodes += node.get("Plans", [])
+    assert list(scanned) == ["idx_memory_keys_hnsw"], scanned
+    assert scanned["idx_memory_keys_hnsw"] < copies / 4
 
 
 def test_no_key_statement_when_the_signals_are_off_or_the_bucket_has_no_keys(bucket):
