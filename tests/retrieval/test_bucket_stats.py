@@ -15,6 +15,7 @@ from engram_site.scoping import in_this_context
 from memories.retrieval import stats
 from memories.retrieval.stats import bucket_stats
 from tests.factories import write
+from tests.support.processes import wait_for
 
 
 @pytest.fixture
@@ -33,6 +34,7 @@ def counted(monkeypatch):
             def execute(sql, params=None):
                 with lock:
                     sent.append(sql)
+                # sleep-ok: the statement is held so that the threads asking together overlap
                 time.sleep(delay["s"])
                 return real(sql, params)
 
@@ -84,7 +86,7 @@ def test_the_size_is_counted_again_by_who_asks_after_a_write_during_the_count(bu
     # but not kept, so the next search counts the bucket with the new rows.
     counting = threading.Thread(target=in_this_context(lambda: (bucket_stats.size(bucket), connection.close())))
     counting.start()
-    time.sleep(0.05)
+    wait_for(lambda: counted.sent, timeout=10, interval=0.01, what="the count's statement")  # held 0.2 s
     bucket_stats.note_writes(bucket.pk, 1)
     counting.join(30)
     bucket_stats.size(bucket)
@@ -98,7 +100,7 @@ def test_a_failed_count_is_counted_by_the_threads_that_waited_for_it(bucket, cou
     def count(bucket, flight):
         calls.append(flight is not None)
         if len(calls) == 1:
-            time.sleep(0.2)  # the others are waiting by now
+            time.sleep(0.2)  # sleep-ok: the others are waiting by now
             raise RuntimeError("the first count failed")
         return real(bucket, flight)
 
