@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import heapq
-from operator import itemgetter
-
 from engram_site import tracing
 from engram_site.replica import read_connection
 from memories import ranking, text
 from memories.filters import MemoryFilters, in_buckets
-from memories.retrieval.rows import uuid_array
+from memories.retrieval.rows import best_ids, uuid_array
 from tenants.models import Bucket
 
 # The best candidates whose sequence neighbours are brought in, and how far either way.
@@ -31,8 +28,7 @@ def lift_neighbours(
     tells which of them are conversation turns (an ``attributed_to``, or a transcript line's
     speaker), for ``neighbour_turns_only``.
     """
-    # As sorted(…)[:20], ties in the same order; over the pairs, so no id is hashed again.
-    best = [memory_id for memory_id, _score in heapq.nlargest(NEIGHBOUR_SOURCES, fused.items(), key=itemgetter(1))]
+    best = best_ids(fused, NEIGHBOUR_SOURCES)
     where, params = filters.sql(bucket)
     scope, scope_params = in_buckets(bucket, None)
     with read_connection().cursor() as cur:

@@ -35,6 +35,13 @@ def uuid_array(ids) -> str:
     return "{" + ",".join(i.hex if isinstance(i, uuid.UUID) else str(uuid.UUID(str(i))) for i in ids) + "}"
 
 
+def best_ids(scores: dict, k: int) -> list:
+    """The ids of the ``k`` highest ``scores``, best first, ties in the dict's order: what
+    ``sorted(scores, key=lambda i: -scores[i])[:k]`` gives, without sorting every candidate, and
+    over the (id, score) pairs, so no id is hashed again."""
+    return [memory_id for memory_id, _score in heapq.nlargest(k, scores.items(), key=itemgetter(1))]
+
+
 def _timestamps_in_c(cursor) -> None:
     """Have ``cursor`` (a Django cursor) read ``timestamptz`` columns with the driver's own
     loader (compiled, with psycopg[binary] or [c]: registering the Python class picks it)
@@ -127,8 +134,7 @@ def fetch_contenders(
     if k is None or len(ids) <= k:
         return fetch_rows(bucket, ids, decode=False)
     min_boost, max_boost = boost_bounds(config, cues)
-    # As sorted(…)[:k], ties in the same order; over the pairs, so no id is hashed again.
-    best = [memory_id for memory_id, _score in heapq.nlargest(k, fused.items(), key=itemgetter(1))]
+    best = best_ids(fused, k)
     threshold = fused[best[-1]] * min_boost / max_boost * discount
     contenders, others = [], []
     for memory_id, score in fused.items():
