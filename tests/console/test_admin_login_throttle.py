@@ -99,12 +99,15 @@ def test_the_api_token_failure_counter_is_shared_with_other_processes(client, se
         **settings.REST_FRAMEWORK,
         "DEFAULT_THROTTLE_RATES": {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "auth_failures": "5/min"},
     }
+    # Twice each limit: the counters slide, so failures recorded just before a window ends weigh
+    # less once the next one starts (5 at 0:59 count ~4.9 at 1:00); twice the limit stays over it
+    # for half a window, far longer than the subprocess takes to exit and the request to follow.
     script = (
         "from engram_site.throttle import FailureCounter\n"
         "c = FailureCounter('api-auth', '5/min')\n"
-        "[c.record('10.7.7.7') for _ in range(5)]\n"
+        "[c.record('10.7.7.7') for _ in range(10)]\n"
         "a = FailureCounter('admin-login-address', '20/15m')\n"
-        "[a.record('10.7.7.8') for _ in range(20)]\n"
+        "[a.record('10.7.7.8') for _ in range(40)]\n"
     )
     # The same shared cache as this process: its folder (ENGRAM_HOME) or Redis.
     env = base_env(DATABASE_URL=test_database_url(), REDIS_URL=django_settings.REDIS_URL)
