@@ -27,6 +27,11 @@ limit_request_line = 8190
 # preloaded application (./engram serve never sends it).
 preload_app = True
 
+# gunicorn's threaded worker, spreading new connections over the workers
+# (engram_site/gunicorn_worker.py): left to the race for the listening socket, a few clients that
+# connect together all land on one worker.
+worker_class = "engram_site.gunicorn_worker.SpreadingThreadWorker"
+
 
 def pre_fork(server, worker):
     # In the master, before each worker is forked: what preloading made (Django, the apps, spaCy,
