@@ -4,7 +4,8 @@ database in batches, off it.
 A :class:`WriteBehindBuffer` holds what is pending (a dict its owner fills) and a ``write``
 function that stores a whole batch in one statement. One thread per process, the
 :class:`Flusher`'s, writes every buffer: each at most every ``flush_seconds``, sooner when
-``flush_size`` entries are waiting, and at exit (``atexit``). The thread starts with the first
+``flush_size`` entries are waiting, and at exit (``atexit``; with the embedded server, before the
+process releases it: engram_site/embedded_pg.py). The thread starts with the first
 entry recorded, and only when ``ENGRAM_ACCESS_BACKGROUND`` is on (off in the test settings:
 tests call :meth:`WriteBehindBuffer.flush` and :meth:`WriteBehindBuffer.discard`). What the
 buffers hold is advisory (access times, usage counts): a crash loses the last few seconds of it.
@@ -25,6 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from engram_site import embedded_pg
 from engram_site.scoping import scopes_disabled
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,13 @@ class Flusher:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
 
+    def flush_all(self) -> None:
+        """Write what every buffer holds now (at exit)."""
+        with self._lock:
+            buffers = list(self._buffers)
+        for buffer in buffers:
+            buffer.flush()
+
     def stop(self) -> None:
         """End the thread after its current pass (tests that start one of their own)."""
         self._stopped = True
@@ -84,8 +93,11 @@ def _background_enabled() -> bool:
     return getattr(settings, "ENGRAM_ACCESS_BACKGROUND", True)
 
 
-# The process's flusher: this one thread writes every buffer of the process.
+# The process's flusher: this one thread writes every buffer of the process. At exit its buffers
+# are written before the process releases an embedded server, which it may stop (each buffer's own
+# exit hook would run after that).
 FLUSHER = Flusher(name="engram-buffer-flush", background=_background_enabled)
+embedded_pg.before_release(FLUSHER.flush_all)
 
 
 class WriteBehindBuffer:

@@ -266,11 +266,30 @@ def join(home: Path) -> EmbeddedDatabase:
         return _joined[home]
 
 
+# What a process still has to write before it lets go of the server (engram_site/buffers.py: the
+# bookkeeping its write-behind buffers hold). Run by _release first: interpreter exit hooks run in
+# the reverse order of their registration, and a buffer registered its own when its module was
+# imported, before the first connection registered _release — so without this, the last holder
+# stopped the server and then found it gone (a management command lost the usage it recorded).
+_before_release: list = []
+
+
+def before_release(callback) -> None:
+    """Call ``callback()`` at this process's exit before it releases the embedded server (and
+    stops it, when it is the last holder)."""
+    _before_release.append(callback)
+
+
 def _release(home: Path) -> None:
     # Forked children (prefork pools, test subprocesses started by fork) inherit
     # the atexit hook but are not holders themselves.
     if _registered.get(home) != os.getpid():
         return
+    for callback in _before_release:
+        try:
+            callback()
+        except Exception:  # never turn an interpreter exit into a traceback
+            logger.exception("could not finish writing before releasing the embedded PostgreSQL server")
     if os.environ.get("ENGRAM_EMBEDDED_PG_KEEP") == "1":
         return
     try:

@@ -78,3 +78,24 @@ def test_an_ignored_stop_signal_stays_ignored_through_the_hold():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_process_writes_its_buffered_bookkeeping_before_it_stops_the_server_it_releases(tmp_path, monkeypatch):
+    # Exit hooks run in the reverse order of their registration: a buffer's own hook, registered at
+    # import, ran after the last holder had stopped the server, and its rows were lost.
+    from engram_site.buffers import FLUSHER, WriteBehindBuffer
+
+    events = []
+    monkeypatch.delenv("ENGRAM_EMBEDDED_PG_KEEP", raising=False)
+    monkeypatch.setattr(embedded_pg, "stop", lambda home, already_locked=False: events.append("stopped") or True)
+    monkeypatch.setattr(FLUSHER, "_buffers", [])
+    buffer = WriteBehindBuffer(
+        write=lambda batch: events.append(("written", dict(batch))) or len(batch),
+        flush_seconds=60, flush_size=100, failure="could not write %d rows",
+    )  # fmt: skip
+    buffer.record(lambda pending: pending.update(usage=1) or 1)
+    monkeypatch.setitem(embedded_pg._registered, tmp_path, os.getpid())  # this process holds the server alone
+
+    embedded_pg._release(tmp_path)
+
+    assert events == [("written", {"usage": 1}), "stopped"]
