@@ -140,11 +140,19 @@ class Process:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> Process:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the command without waiting for it to be ready (:meth:`wait_ready`, or
+        :func:`start_all` for several at once)."""
         self._started_at = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as handle:
             self.proc = subprocess.Popen(
                 self.cmd, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
             )
+
+    def wait_ready(self) -> Process:
         try:
             ready = self.ready if callable(self.ready) else lambda: self.ready in self.output_of_this_run()
             # A log read or a GET of /health on this machine: cheap enough to ask often, and a
@@ -174,6 +182,34 @@ class Process:
                 self.proc.wait(timeout=timeout)
         # Whatever is left of the group (children outlive a killed parent briefly): gone.
         self.kill()
+
+
+def start_all(processes: list[Process]) -> None:
+    """Start several processes at once and wait until each is ready: their start-ups (Django,
+    the models) overlap instead of following one another. If one fails, all are stopped."""
+    try:
+        for process in processes:
+            process.launch()
+        for process in processes:
+            process.wait_ready()
+    except BaseException:
+        for process in processes:
+            process.stop()
+        raise
+
+
+def stop_all(processes: list[Process], timeout: float = 30) -> None:
+    """:meth:`Process.stop` for several at once: each is asked to shut down before any is waited
+    for, so their warm shutdowns overlap instead of following one another."""
+    for process in processes:
+        if process.alive():
+            process.proc.terminate()
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        if process.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        process.kill()
 
 
 class StartLine:
