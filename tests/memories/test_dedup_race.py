@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_concurrent_processes_writing_overlapping_content_leave_one_row_each(bucket, tmp_path):
     texts = [f"Shared fact number {i}: the meeting is on Thursday" for i in range(30)]
     workers = 4
-    # Models are irrelevant to the invariant; keep the processes light.
+    # Models are irrelevant to the invariant; keep the processes light (the script turns the lemmatizer off).
     env = base_env(DATABASE_URL=test_database_url(), ENGRAM_EMBEDDINGS="off")
     start_line = StartLine(tmp_path / "start")
     procs = []

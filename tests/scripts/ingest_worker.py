@@ -15,6 +15,13 @@ import django
 
 django.setup()
 
+from django.conf import settings  # noqa: E402
+
+# What its callers test is decided by the unique index, not by the models: the embeddings are off
+# (ENGRAM_EMBEDDINGS=off in its environment) and so is the lemmatizer, which the first write
+# would otherwise load after the start line (seconds of CPU in each process, on a shared machine).
+settings.ENGRAM_LEMMATIZER_ENABLED = False
+
 from engram_site.scoping import scope, scopes_disabled  # noqa: E402
 from memories.services import MemoryInput, memories_ingest  # noqa: E402
 from tenants.models import Bucket  # noqa: E402
