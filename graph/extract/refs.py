@@ -49,6 +49,10 @@ class Ref:
     # named person gets ("user sister"), so a bucket that learned her name resolves it; one
     # that did not keeps it as an attribute of the owner (``graph.extract.unnamed``).
     unnamed: bool = False
+    # "Dash is scared of thunderstorms.": a common word opening a sentence may be a name the
+    # bucket knows ("a greyhound called Dash"). Only a bucket that has an entity of that name
+    # reads it so; elsewhere it is a word, never an entity (graph/extract/unnamed.py).
+    tentative: bool = False
 
 
 @dataclass(frozen=True)
@@ -307,8 +311,8 @@ class Resolver:
         """For a relation noun with an owner: (owner, relation words, the people it names).
 
         The people are the names the sentence gives ("my sister Anna", "Anna, my sister",
-        "Carol is my sister", "my sister is Carol", "a dog called Rocket", "two cats, Salt and
-        Pepper", "the dog of Lena is called Rex"), each known also by the alias "<owner>
+        "Carol is my sister", "my sister is Carol", "a dog called Rocket", "a dog, a greyhound called
+        Dash", "two cats, Salt and Pepper", "the dog of Lena is called Rex"), each known also by the alias "<owner>
         <relation>"; without a name, one unnamed reference ("sister of User", key "user sister").
         A negated copula ("Bob is not my brother") names nobody.
         """
@@ -326,6 +330,9 @@ class Resolver:
         for child in token.children:
             if child.dep_ == "appos" and child.pos_ in {"PROPN", "NOUN"}:
                 names += [child, *child.conjuncts]
+                # "a rescue dog, a greyhound called Dash": the name hangs on the apposition.
+                names += [c for acl in child.children if acl.dep_ == "acl" and acl.lemma_.lower() in {"name", "call"}
+                          for c in acl.children if c.dep_ in {"oprd", "attr", "dobj"}]  # fmt: skip
             if child.dep_ == "acl" and child.lemma_.lower() in {"name", "call"}:
                 names += [c for c in child.children if c.dep_ in {"oprd", "attr", "dobj"}]
         if token.dep_ == "nsubjpass" and token.head.lemma_.lower() in {"name", "call"} and not hedged(token.head):
@@ -378,6 +385,10 @@ class Resolver:
             people = relation[2]
             return people[0] if people else None
         named = self.named(token)
+        if named is None and _capitalised_by_position(token) and token.pos_ in {"NOUN", "PROPN"}:
+            key = normalize_name(token.text)
+            if key and not any(c.dep_ in {"det", "poss"} for c in token.children):
+                return Ref(name=token.text, key=key, type="THING", tentative=True)
         if named is not None:
             # "Anna, my sister, ...": the name carries the relation's alias.
             for child in token.children:

@@ -13,6 +13,10 @@ does not keeps what the memory says as facts about the owner:
   functional predicate stays functional, on a timeline of its own per relation;
 * the unnamed one as the object of another fact: its description as text ("Marco manages my
   brother": Marco Rossi manager_of "brother of User").
+
+A common word opening a sentence ("Dash is scared of thunderstorms.") is a tentative reference
+(``Ref.tentative``): the name of an entity the bucket knows ("a greyhound called Dash"), or a word
+(its facts, having no owner, are dropped).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ _DEPTH = 4
 
 
 def _unknown(ref: Ref | None, known: Callable[[Ref], bool]) -> bool:
-    return ref is not None and ref.unnamed and not known(ref)
+    return ref is not None and (ref.unnamed or ref.tentative) and not known(ref)
 
 
 def _owns(a: Ref, b: Ref, *, one_way: bool = False) -> bool:

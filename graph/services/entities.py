@@ -154,6 +154,10 @@ class EntityResolver:
         return None
 
     def _resolve(self, ref: extraction.Ref) -> Entity | None:
+        if ref.tentative:
+            # A word that may be a name: the bucket's entity of that name, if any; never a new one.
+            self._lookup([ref.key])
+            return self.by_key.get(ref.key)
         redirected = self.rules.redirect(ref.key) if self.rules else None
         if redirected is not None:
             # An operator said what this name denotes (an alias, an old name, a merge).

@@ -36,7 +36,9 @@ logger = logging.getLogger(__name__)
 # 4: short forms ("Mel" is the bucket's one Melanie), a relative of an unnamed relative ("my
 #    sister's husband", "the husband of my sister": User sister_has husband) as an edge, not a
 #    description as an object.
-EXTRACTOR_VERSION = 4
+# 5: a name given by an apposition's "called" / "named" ("a rescue dog, a greyhound called Dash");
+#    a common word opening a sentence read as the bucket's entity of that name ("Dash is scared…").
+EXTRACTOR_VERSION = 5
 BATCH = 200
 # Memories read again in one extraction run because a name they use was learned; the rest go
 # to the sweep.

@@ -88,6 +88,24 @@ def test_an_unnamed_relative_is_an_attribute_of_the_owner_not_an_entity(bucket):
     assert facts(bucket) == {("Rachel", "has", "husband"), ("Rachel", "husband_is_a", "firefighter")}
 
 
+def test_a_name_given_by_an_apposition_names_the_pet(bucket):
+    write_extracted(bucket, *daily("I got a rescue dog, a greyhound called Dash."))
+    assert ("Dash", "ANIMAL") in entities(bucket)
+    assert {("User", "owns_pet", "Dash"), ("Dash", "is_a", "greyhound")} <= facts(bucket)
+    assert "user rescue dog" in Entity.objects.for_bucket(bucket).get(normalized_name="dash").aliases
+
+
+def test_a_common_word_opening_a_sentence_is_a_name_only_where_the_bucket_knows_it(bucket, other_bucket):
+    # "Dash" (a word too) opening a sentence: the bucket's Dash, once it knows a Dash.
+    write_extracted(bucket, *daily("I got a rescue dog, a greyhound called Dash.", "Dash is scared of thunderstorms."))
+    assert ("Dash", "scared_of", "thunderstorm") in facts(bucket)
+    dash = Entity.objects.for_bucket(bucket).get(normalized_name="dash")
+    assert dash.mention_count == 2
+    # Where no Dash was named, the word is no entity and says nothing.
+    write_extracted(other_bucket, *daily("Dash is scared of thunderstorms.", "Things have been busy at work."))
+    assert entities(other_bucket) == set() and facts(other_bucket) == set()
+
+
 def test_negated_relations_assert_nothing(bucket):
     write_extracted(
         bucket, *daily("Bob is not my brother.", "Kevin isn't Laura's husband.", "Maybe Sara works at IBM.")
