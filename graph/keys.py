@@ -5,9 +5,11 @@ the entities a memory mentions, by their canonical names, and the relations it s
 "Priya Natarajan"; "Marco Rossi, the CTO of Finlytics, hired Priya" states
 ``Marco Rossi hired Priya Natarajan`` (and his role and employer), written "Marco Rossi hired
 Priya Natarajan"; "my mom lives in Ohio", her name unknown, ``User mom_lives_in Ohio``,
-written "User mom lives in Ohio". Each entity it mentions comes with what the bucket's graph says
-it is, wherever that was said (graph/key_descriptions.py): "Sofie is a veterinarian." in a
-bucket that also holds "I live in Amsterdam with my partner Sofie." describes
+written "User mom lives in Ohio"; an owned thing with its kind when the edge knows it ("I
+switched to a Pixel 8", ``User owns Pixel 8`` as the user's phone: "User owns phone Pixel 8").
+Each entity it mentions comes with what the bucket's graph says it is, wherever that was said
+(graph/key_descriptions.py): "Sofie is a veterinarian." in a bucket that also holds "I live in
+Amsterdam with my partner Sofie." describes
 ``Sofie: user partner`` (unless Sofie is the line's speaker, or is mentioned by more than
 :data:`graph.key_descriptions.MAX_DESCRIBED_MENTIONS` memories).
 A memory the extractor has not seen yet (at its current version) waits for it: its key is built
@@ -58,13 +60,27 @@ def key_facts(memories: list[Memory]) -> dict[uuid.UUID, KeyFacts]:
     edges = (
         Edge.objects.filter(source_memory_id__in=ids)
         .order_by("source_memory_id", "valid_from", "id")
-        .values_list("source_memory_id", "subject__name", "predicate", "object_entity__name", "object_literal")
+        .values_list(
+            "source_memory_id", "subject__name", "predicate", "object_entity__name", "object_literal", "functional_key"
+        )
     )
-    for memory_id, subject, predicate, obj, literal in edges:
+    for memory_id, subject, predicate, obj, literal, functional_key in edges:
         target = obj or literal
         if subject and target:
-            facts.setdefault(memory_id, KeyFacts()).relations.append(f"{subject} {_words(predicate)} {target}")
+            facts.setdefault(memory_id, KeyFacts()).relations.append(
+                f"{subject} {_words(predicate)} {_kind(functional_key, target)}{target}"
+            )
     return facts
+
+
+def _kind(functional_key: str | None, target: str) -> str:
+    """What kind of thing the object is, when the edge's functional key says it and the name
+    does not: "I switched to a Pixel 8" states ``User owns Pixel 8`` as the user's phone
+    (``owns:phone``), written "User owns phone Pixel 8" — a question about the phone finds it."""
+    kind = functional_key.partition(":")[2] if functional_key else ""
+    if not kind or kind.casefold() in target.casefold():
+        return ""
+    return f"{kind} "
 
 
 def waiting(memory_ids: list[uuid.UUID]) -> set[uuid.UUID]:

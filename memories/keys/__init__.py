@@ -22,7 +22,8 @@ from memories.models import Memory
 # 2: a list's introducing line said once (sources/keys.py). 3: a date that names its year in
 # the American order ("June 15, 2021") is left alone, not read as "June" of the nearest year.
 # 4: each entity mentioned comes with its descriptions from the whole bucket (graph/keys.py).
-KEY_VERSION = 4
+# 5: an owned thing's kind in its relation ("User owns phone Pixel 8"; graph/keys.py).
+KEY_VERSION = 5
 
 
 @dataclass

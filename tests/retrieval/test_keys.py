@@ -143,6 +143,21 @@ def test_a_key_describes_an_entity_by_what_other_memories_say_it_is(bucket):
     assert "Pixel:" in _key(cat)  # its alias, though this memory gave it
 
 
+def test_a_key_says_what_kind_of_thing_an_owned_one_is(bucket):
+    _built(bucket, {"content": "My phone is an iPhone 12.", "created_at": datetime(2025, 1, 5, tzinfo=UTC)})
+    [switched] = _built(bucket, {"content": "I switched to a Pixel 8 last month.", "created_at": TUESDAY})
+    # The graph knows the Pixel 8 as the user's phone (it closed the iPhone's edge): the key says so.
+    assert "User owns phone Pixel 8." in _key(switched), _key(switched)
+    [laptop] = _built(bucket, "My laptop is a 2021 MacBook Pro.")
+    assert "User owns laptop MacBook Pro." in _key(laptop), _key(laptop)
+
+
+def test_a_pet_named_in_passing_is_described_where_its_name_opens_a_sentence(bucket):
+    _built(bucket, "I got a rescue dog, a greyhound called Dash.")
+    [scared] = _built(bucket, "Dash is scared of thunderstorms.")
+    assert "Dash: user rescue dog, greyhound." in _key(scared), _key(scared)
+
+
 def test_a_description_learned_later_builds_the_older_keys_again(bucket):
     [job] = _built(bucket, "Sofie is a veterinarian.")
     assert "user partner" not in _key(job)
