@@ -245,6 +245,25 @@ class RankingConfig:
     question_weight: float = 1.0
     # Superseded (historical) memories are demoted, not hidden.
     superseded_weight: float = 0.5
+    # A question about the present (memories/retrieval/updates.py, ``wanted``: not about an earlier
+    # state, not in the past tense) that finds a superseded memory and the memory that superseded
+    # it: the successor scores at least what the superseded one would have without its demotion
+    # (fusion.successors_take_place). "What phone do I have?" matches "My phone is an iPhone 12."
+    # in every word and "I switched to a Pixel 8 last month." in none; once the graph has closed
+    # the older fact, the newer one takes its place instead of a third memory ("My phone plan is
+    # 20 GB a month."). False: the successor keeps its own score. On since 2026-11-29: the long
+    # sessions' recall@10 0.910 -> 0.915 (MRR 0.694 -> 0.696), ours and LoCoMo unchanged
+    # (bench/results/eval-three-2026-11-29-first-minutes-enriched.md).
+    successor_takes_place: bool = True
+    # The vector_key list scores a memory whose own vector is nearer the question than its key's
+    # by its key's similarity plus this share of the difference (1: the better of the two; a key
+    # is one more way to find a memory, not a second, noisier vote against it): a short memory's
+    # key is its text plus a few names and its date, whose vector can sit a little further from
+    # the question than the text's and flip a close vector preference in a small bucket ("what
+    # computer do I have": the laptop 0.466 against the monitor 0.395 by their own vectors, 0.267
+    # against 0.312 by their keys'). 0: the key's similarity alone. An option, 0: 0.5 cost our set
+    # recall@10 0.931 -> 0.924, 0.25 0.931 -> 0.927 and the long sessions 0.915 -> 0.913 (same report).
+    key_vector_own: float = 0.0
     # Facts that changed (memories/retrieval/updates.py), before enrichment has linked a changed
     # fact to the one it replaced: among the best newer_fact_pool hits, a memory that states a
     # change ("moved", "new", "since"…), written at least newer_fact_days after the pool's memory
@@ -353,6 +372,7 @@ _NUMERIC_BOUNDS = {
     "feedback_half_life_days": (1.0, 36500.0),
     "passage_second": (0.0, 1.0),
     "passage_discount": (0.0, 1.0),
+    "key_vector_own": (0.0, 1.0),
     "ef_search": (10, EF_SEARCH_MAX),
 }
 
@@ -396,7 +416,7 @@ def _coerce(name: str, value):
         return value
     if name in (
         "context_stand_in", "keyword_context_stand_in", "neighbour_gap", "neighbour_turns_only", "keyword_plurals",
-        "keyword_short_ceiling", "newer_fact_turns",
+        "keyword_short_ceiling", "newer_fact_turns", "successor_takes_place",
     ):  # fmt: skip
         if not isinstance(value, bool):
             raise RankingConfigError(f"{name} must be true or false")

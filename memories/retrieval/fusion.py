@@ -165,6 +165,26 @@ def _mentions(row: dict, people: list[str], pattern: re.Pattern) -> bool:
     return any(p in actors for p in people)
 
 
+def successors_take_place(hits: list[Hit], weight: float) -> None:
+    """A memory found together with a superseded one it superseded scores at least what that one
+    would have scored without its demotion (``weight``, the superseded memories' share): for a
+    question about the present, the newer fact answers where the older one matched the question's
+    words ("What phone do I have?": "My phone is an iPhone 12." superseded by "I switched to a
+    Pixel 8 last month.")."""
+    if weight <= 0 or not any(hit.row["superseded"] for hit in hits):
+        return
+    by_id = {hit.id: hit for hit in hits}
+    for hit in hits:
+        successor = by_id.get(hit.row["superseded_by"]) if hit.row["superseded"] else None
+        if successor is None or successor.row["superseded"]:
+            continue
+        undemoted = hit.score / weight
+        if undemoted > successor.score:
+            if successor.explain:
+                successor.explain["successor_of"] = {"id": str(hit.id), "score": round(successor.score, 6)}
+            successor.score = undemoted
+
+
 def below_successors(hits: list[Hit], weight: float) -> None:
     """A superseded memory found together with the memory that superseded it scores at most
     ``weight`` x that one's score: the newer fact answers first, whatever the older one's

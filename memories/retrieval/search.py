@@ -217,6 +217,8 @@ def _search(
             for signal, (ranked, method) in vectors:
                 if method:
                     lists[signal], methods[signal] = ranked, method
+            if config.key_vector_own and lists.get("vector_key") and lists.get("vector"):
+                lists["vector_key"] = vector.towards_own(lists["vector_key"], lists["vector"], config.key_vector_own)
             if passage_method:
                 methods["passages"] = passage_method
     if graph_sides:
@@ -321,6 +323,8 @@ def _search(
             if methods:
                 hit.explain["vector_search"] = methods
         found.append(hit)
+    if config.successor_takes_place and updates.wanted(query) == "newer":
+        fusion.successors_take_place(found, config.superseded_weight)
     fusion.below_successors(found, config.superseded_weight)
     found.sort(key=lambda h: (-h.score, h.id))  # ties by id: a UUID orders as its text does
     if answer_kind:

@@ -395,3 +395,15 @@ def _walks(
         (key_ranked, key_method),
         (matches, passage_method),
     )
+
+
+def towards_own(
+    keys: list[tuple[uuid.UUID, float]], own: list[tuple[uuid.UUID, float]], share: float
+) -> list[tuple[uuid.UUID, float]]:
+    """The key list (memory id, similarity; best first) with each memory whose own vector (in the
+    memory list ``own``) is nearer the question than its key raised by ``share`` of the
+    difference (``key_vector_own``), best first again. The list keeps its memories: none is added."""
+    mine = dict(own)
+    scored = [(item, score + share * max(0.0, mine.get(item, score) - score)) for item, score in keys]
+    scored.sort(key=lambda pair: -pair[1])
+    return scored

@@ -143,6 +143,35 @@ def test_the_search_puts_a_changed_fact_first_and_explains_it(api, bucket):
 
 
 @pytest.mark.django_db
+def test_a_successor_takes_the_place_of_the_fact_it_superseded(
+    api, bucket, celery_eager, django_capture_on_commit_callbacks
+):
+    def days_ago(days):
+        return (timezone.now() - timedelta(days=days)).isoformat()
+
+    # Written, then enriched as the worker does it: the graph closes the iPhone's edge with the
+    # Pixel's (both the user's phone), and the older memory is superseded by the newer.
+    with django_capture_on_commit_callbacks(execute=True):
+        old, plan, new = (
+            write(bucket, {"content": content, "created_at": days_ago(days)}, api=api)[0]
+            for content, days in (
+                ("My phone is an iPhone 12.", 400),
+                ("My phone plan is 20 GB a month.", 390),
+                ("I switched to a Pixel 8 last month.", 30),
+            )
+        )
+    on, off = {"successor_takes_place": True}, {"successor_takes_place": False}
+    question = "What phone do I have?"
+    # Demoted, the iPhone leaves the first place to the plan, which holds "phone" too.
+    assert search(api, bucket, question, ranking=off)["results"][0]["id"] == plan
+    first = search(api, bucket, question, ranking=on, explain=True)["results"][0]
+    assert first["id"] == new and first["explain"]["successor_of"]["id"] == old
+    # A question about the earlier state leaves the successor its own score.
+    before = search(api, bucket, "What phone did I have before the Pixel?", ranking=on, explain=True)["results"]
+    assert before[0]["id"] == old and all("successor_of" not in hit["explain"] for hit in before)
+
+
+@pytest.mark.django_db
 def test_a_query_word_finds_its_other_number_form(api, bucket):
     # Written on a Wednesday: a memory's weekday is one of its words.
     wednesday = "2026-11-25T12:00:00+00:00"

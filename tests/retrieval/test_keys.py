@@ -231,6 +231,29 @@ def test_a_question_that_describes_an_entity_finds_the_memory_that_names_it(buck
     assert _top_two(bucket, question) == {adopted, pill}
 
 
+def test_a_key_vector_counts_towards_its_memorys_own(bucket):
+    written = datetime(2026, 11, 24, 15, 0, tzinfo=UTC)  # the key's date line is of its words
+    laptop, _editor, monitor = _built(
+        bucket,
+        *({"content": text, "created_at": written} for text in (
+            "My laptop is a 2021 MacBook Pro.", "I use Neovim for coding.", "My monitor is a 27-inch Dell."
+        )),
+    )  # fmt: skip
+    question = "what computer do I have"
+    # The laptop's own vector is the nearer, its key's the further: the key's alone flips the two.
+    alone = memories_search(
+        bucket=bucket, query=question, ranking_overrides={"key_vector_own": 0}, record_access=False, explain=True
+    )
+    assert alone.hits[0].id == monitor, [(h.row["content"], h.explain["signals"]) for h in alone.hits]
+    toward = memories_search(
+        bucket=bucket, query=question, ranking_overrides={"key_vector_own": 0.5}, record_access=False, explain=True
+    )
+    assert toward.hits[0].id == laptop
+    signals = {hit.id: hit.explain["signals"] for hit in toward.hits}
+    own, key = signals[laptop]["vector"]["score"], alone.hits[1].explain["signals"]["vector_key"]["score"]
+    assert signals[laptop]["vector_key"]["score"] == pytest.approx(key + 0.5 * (own - key), abs=1e-5)
+
+
 def test_a_question_that_needs_two_memories_finds_both_first(bucket):
     # "What does my partner do?": one memory says who the partner is, another what she does; the
     # second says neither "partner" nor anything the model ties to it, but its key does.
