@@ -81,25 +81,34 @@ def test_long_texts_are_cut_where_torch_cuts_them(torch_model):
     assert np.abs(model.encode([long_text]) - reference(torch_model, [long_text])).max() < 1e-5
 
 
-def test_the_export_is_made_once_and_then_reused(tmp_path, model_dir, monkeypatch):
-    first = onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
-    files = sorted(p.name for p in tmp_path.glob("*.onnx"))
-    assert files == [first.path.name] and not list(tmp_path.glob("*.partial"))
+@pytest.fixture(scope="module")
+def first_export(tmp_path_factory):
+    """An export into an empty cache folder, made once for the tests that only read it (an export
+    and its check against torch: seconds of CPU). Returns the folder and the encoder."""
+    folder = tmp_path_factory.mktemp("onnx-cache")
+    return folder, onnx_encoder.exported_model(Path(embedding._model_path()), folder, 1, name="m")
+
+
+def test_the_export_is_made_once_and_then_reused(first_export, model_dir, monkeypatch):
+    folder, first = first_export
+    files = sorted(p.name for p in folder.glob("*.onnx"))
+    assert files == [first.path.name] and not list(folder.glob("*.partial"))
 
     def no_export(*args):
         raise AssertionError("exported again")
 
     monkeypatch.setattr(onnx_encoder, "_export", no_export)
-    second = onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
+    second = onnx_encoder.exported_model(model_dir, folder, 1, name="m")
     assert second.path == first.path
     assert np.array_equal(second.encode(TEXTS[:3]), first.encode(TEXTS[:3]))
 
 
-def test_a_corrupted_export_on_disk_is_made_again(tmp_path, model_dir):
-    first = onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
-    first.path.write_bytes(b"not an onnx graph")
+def test_a_corrupted_export_on_disk_is_made_again(first_export, tmp_path, model_dir):
+    _folder, first = first_export
+    corrupted = tmp_path / first.path.name  # where this cache folder keeps its export
+    corrupted.write_bytes(b"not an onnx graph")
     again = onnx_encoder.exported_model(model_dir, tmp_path, 1, name="m")
-    assert again.path == first.path and again.path.stat().st_size > 1_000_000
+    assert again.path == corrupted and again.path.stat().st_size > 1_000_000
     assert np.abs(again.encode(TEXTS[:3]) - first.encode(TEXTS[:3])).max() < 1e-6
 
 
