@@ -31,6 +31,14 @@ def listener():
 
 
 @pytest.fixture
+def clock(monkeypatch):
+    """The worker's clock, moved by the test."""
+    now = SimpleNamespace(value=100.0)
+    monkeypatch.setattr(gunicorn_worker, "time", SimpleNamespace(monotonic=lambda: now.value))
+    return now
+
+
+@pytest.fixture
 def clients():
     opened = []
 
@@ -65,11 +73,6 @@ def _listening(worker, listener) -> bool:
     return any(key.fileobj is listener for key in worker.poller.get_map().values())
 
 
-def _until(moment: float) -> None:
-    while time.monotonic() < moment:
-        time.sleep(max(0.0, moment - time.monotonic()))  # sleep-ok: waits out the worker's pause, whose end it knows
-
-
 def test_a_worker_holding_no_connection_takes_a_new_one_at_once(listener, clients):
     worker = _worker(listener, workers=2, holding=0)
     clients(listener)
@@ -77,29 +80,29 @@ def test_a_worker_holding_no_connection_takes_a_new_one_at_once(listener, client
     assert len(worker.taken) == 1 and worker.nr_conns == 1
 
 
-def test_a_worker_holding_connections_steps_back_before_it_takes_one_then_takes_it(listener, clients):
+def test_a_worker_holding_connections_steps_back_before_it_takes_one_then_takes_it(listener, clients, clock):
+    pause = gunicorn_worker.ACCEPT_PAUSE_PER_CONNECTION
     worker = _worker(listener, workers=2, holding=3)
     clients(listener)
-    before = time.monotonic()
     worker.accept(listener)
     assert worker.taken == [], "took the connection at once while holding three"
     assert not _listening(worker, listener), "still polling the listening socket during its pause"
-    assert worker.accept_after - before == pytest.approx(3 * gunicorn_worker.ACCEPT_PAUSE_PER_CONNECTION, abs=0.002)
+    assert worker.accept_after == pytest.approx(100.0 + 3 * pause)
     worker.set_accept_enabled(True)  # what gunicorn's loop asks on each turn
     assert not _listening(worker, listener), "listening again before its pause ended"
 
-    _until(worker.accept_after)
+    clock.value = worker.accept_after
     worker.set_accept_enabled(True)
     assert _listening(worker, listener)
     worker.accept(listener)  # the connection it stepped back from, still waiting
     assert len(worker.taken) == 1 and worker.nr_conns == 4
 
     # The next connection waits again, longer: it holds four now.
+    clock.value += 1.0
     clients(listener)
-    stepped = time.monotonic()
     worker.accept(listener)
     assert len(worker.taken) == 1
-    assert worker.accept_after - stepped == pytest.approx(4 * gunicorn_worker.ACCEPT_PAUSE_PER_CONNECTION, abs=0.002)
+    assert worker.accept_after == pytest.approx(clock.value + 4 * pause)
 
 
 def test_the_pause_is_bounded(listener, clients):
@@ -114,14 +117,14 @@ def test_a_worker_alone_never_steps_back(listener, clients):
     assert len(worker.taken) == 1 and worker.nr_conns == 6
 
 
-def test_a_stepped_back_worker_wakes_when_its_pause_ends_not_after_the_loops_second(listener, clients):
+def test_a_stepped_back_worker_wakes_when_its_pause_ends_not_after_the_loops_second(listener, clients, clock):
     worker = _worker(listener, workers=2, holding=2)
     waited = []
     worker.poller.select = lambda timeout: waited.append(timeout) or []
     clients(listener)
     worker.accept(listener)
     worker.wait_for_and_dispatch_events(1.0)
-    assert waited and waited[0] <= 2 * gunicorn_worker.ACCEPT_PAUSE_PER_CONNECTION
+    assert waited == [pytest.approx(2 * gunicorn_worker.ACCEPT_PAUSE_PER_CONNECTION)]
 
 
 # A WSGI application that answers with the pid of the worker that serves it. Its pauses are made
