@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from django.db.backends.signals import connection_created
@@ -28,6 +29,31 @@ logger = logging.getLogger(__name__)
 
 _LOOPBACK = {"", "localhost", "127.0.0.1", "::1"}
 _refusal_logged = False
+
+
+def lower_this_thread(nice: int) -> bool:
+    """Lower the calling thread's scheduling priority to ``nice`` (Linux keeps a nice value per
+    thread: the process's other threads keep theirs, and threads this one starts inherit it). It
+    cannot be raised again without privilege: for threads that keep the priority for their life.
+    True when it was changed."""
+    if nice <= 0 or not hasattr(os, "getpriority"):
+        return False
+    thread = threading.get_native_id()
+    try:
+        if os.getpriority(os.PRIO_PROCESS, thread) >= nice:
+            return False
+        os.setpriority(os.PRIO_PROCESS, thread, nice)
+    except OSError:
+        logger.warning("could not lower this thread's priority to nice %d", nice, exc_info=True)
+        return False
+    return True
+
+
+def this_thread_lowered() -> bool:
+    """Whether the calling thread runs below its process's priority (:func:`lower_this_thread`)."""
+    if not hasattr(os, "getpriority"):
+        return False
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) > os.getpriority(os.PRIO_PROCESS, os.getpid())
 
 
 def on_this_machine(settings_dict: dict) -> bool:

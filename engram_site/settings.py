@@ -433,6 +433,13 @@ try:
     ENGRAM_WORKER_NICE = 19 if ENGRAM_WORKER_IDLE else int(_worker_nice)
 except ValueError:
     raise ImproperlyConfigured(f"ENGRAM_WORKER_NICE must be 0 to 19 or idle, not {_worker_nice!r}") from None
+# The OS scheduling priority (nice) of the web process's threads that embed a write's memories
+# (memories/services/ingest/insert.py), and of the model runtime's threads they run it on: a stream
+# of writes takes the cores searches leave idle, and still goes before enrichment (the worker's
+# ENGRAM_WORKER_NICE). 0 leaves them at the web server's priority.
+ENGRAM_WRITE_NICE = env_int("ENGRAM_WRITE_NICE", 5)
+if not 0 <= ENGRAM_WRITE_NICE <= 19:
+    raise ImproperlyConfigured(f"ENGRAM_WRITE_NICE must be 0 to 19, not {ENGRAM_WRITE_NICE}")
 # Before each task, and at pause points inside long ones, the worker waits while a web server on
 # this machine (the same ENGRAM_HOME) is serving, at most this many seconds
 # (engram_site/activity.py); 0 never waits (and web processes mark nothing).

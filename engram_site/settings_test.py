@@ -22,9 +22,13 @@ if _worker:
     os.environ["ENGRAM_HOME"] = str(_home / "xdist" / _worker)
 
 from engram_site.settings import *  # noqa: E402, F403
-from engram_site.settings import env_bool, env_float  # noqa: E402
+from engram_site.settings import env_bool, env_float, env_int  # noqa: E402
 
 ENGRAM_PRELOAD_MODELS = env_bool("ENGRAM_PRELOAD_MODELS", False)
+# Writes embed at the test process's priority: the suite's processes share the machine's cores, and
+# a lowered thread would wait on the other test processes. tests/memories/test_write_priority.py
+# sets it where it is the subject.
+ENGRAM_WRITE_NICE = env_int("ENGRAM_WRITE_NICE", 0)
 ENGRAM_ACCESS_BACKGROUND = env_bool("ENGRAM_ACCESS_BACKGROUND", False)
 ENGRAM_STATS_BACKGROUND = env_bool("ENGRAM_STATS_BACKGROUND", False)
 ENGRAM_SEARCH_PARALLEL = env_bool("ENGRAM_SEARCH_PARALLEL", False)

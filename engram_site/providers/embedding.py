@@ -39,7 +39,7 @@ import numpy as np
 from django.conf import settings
 from django.core import checks
 
-from engram_site import metrics, stopwatch
+from engram_site import db_priority, metrics, stopwatch
 from engram_site.providers import onnx_encoder  # onnxruntime itself is imported only when a graph is loaded
 
 logger = logging.getLogger(__name__)
@@ -197,6 +197,27 @@ def get_model(model: str = MODEL_NAME):
     return _models[model]
 
 
+_lowered: dict[str, object] = {}
+
+
+def _lowered_twin(model: str):
+    """``model`` for a thread below its process's priority (a web process's write embeddings,
+    db_priority.lower_this_thread): on ONNX Runtime, a second session of the same graph made in
+    that thread, so the runtime's own threads, created with the session, inherit its priority,
+    while searches use the first one's, at the process's. Otherwise, and in a thread that is not
+    lowered (the background worker, lowered whole), the model itself."""
+    loaded = get_model(model)
+    if not isinstance(loaded, onnx_encoder.OnnxSentenceEncoder) or not db_priority.this_thread_lowered():
+        return loaded
+    twin = _lowered.get(model)
+    if twin is None:
+        with _lock:
+            twin = _lowered.get(model)
+            if twin is None:
+                twin = _lowered[model] = onnx_encoder.OnnxSentenceEncoder(loaded.path, Path(_model_path()), _threads())
+    return twin
+
+
 def is_loaded(model: str = MODEL_NAME) -> bool:
     return model in _models
 
@@ -221,11 +242,15 @@ def warm_up_when_enabled() -> None:
         warm_up_in_background()
 
 
-def embed_texts(texts: list[str], *, model: str = MODEL_NAME, batch_size: int = BATCH_SIZE) -> np.ndarray:
-    """Embeddings for ``texts`` by ``model`` (shape ``(len(texts), 384)``, float32, unit length)."""
+def embed_texts(
+    texts: list[str], *, model: str = MODEL_NAME, batch_size: int = BATCH_SIZE, lowered: bool = False
+) -> np.ndarray:
+    """Embeddings for ``texts`` by ``model`` (shape ``(len(texts), 384)``, float32, unit length).
+    ``lowered``: from a thread below its process's priority, on runtime threads at that priority
+    too (:func:`_lowered_twin`); the vectors are the same."""
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
-    loaded = get_model(model)
+    loaded = _lowered_twin(model) if lowered else get_model(model)
     try:
         with metrics.EMBEDDING_BATCH_SECONDS.time():
             vectors = loaded.encode(

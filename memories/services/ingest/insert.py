@@ -19,11 +19,12 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from audit.services import Actor, audit_record
-from engram_site import metrics, tracing
+from engram_site import db_priority, metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
 from memories import quotas as memory_quotas
@@ -48,7 +49,18 @@ EMBED_CHUNK_ROWS = 256
 # The last chunks halve in size down to this many rows (see _chunks): nothing is left to
 # embed while the last chunk is inserted, so the shorter it is, the less the model waits.
 SMALLEST_CHUNK_ROWS = 4
-_embed_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-embed")
+
+
+def _lower_embedding_thread() -> None:
+    # A write's vectors are made below the searches' priority (ENGRAM_WRITE_NICE): on a busy
+    # machine a stream of writes takes the cores searches leave (embedding is most of a short
+    # write's CPU). Searches embed their question in their own thread, at the process's priority.
+    db_priority.lower_this_thread(settings.ENGRAM_WRITE_NICE)
+
+
+_embed_executor = ThreadPoolExecutor(
+    max_workers=2, thread_name_prefix="engram-embed", initializer=_lower_embedding_thread
+)
 
 
 class _EmbeddingAhead:
@@ -73,7 +85,7 @@ class _EmbeddingAhead:
             rows = [r for r in self.chunks[index] if r.needs_vectors()]
             # In the caller's context, so the embedding's span joins the write's trace.
             self._futures[index] = _embed_executor.submit(
-                contextvars.copy_context().run, embed_rows, rows, model=self.model
+                contextvars.copy_context().run, embed_rows, rows, model=self.model, lowered=True
             )
 
     def ready(self, index: int) -> list[Row]:
