@@ -12,6 +12,7 @@ down the row is stored anyway with the derived column NULL, and
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import uuid
@@ -27,6 +28,7 @@ from audit.services import Actor, audit_record
 from engram_site import db_priority, metrics, tracing
 from engram_site.db import binding_cursor
 from engram_site.exceptions import Conflict, NotFound, rolled_back_by_concurrency
+from engram_site.providers import embedding
 from memories import quotas as memory_quotas
 from memories import signals
 from memories.models import EventKind
@@ -61,6 +63,20 @@ def _lower_embedding_thread() -> None:
 _embed_executor = ThreadPoolExecutor(
     max_workers=2, thread_name_prefix="engram-embed", initializer=_lower_embedding_thread
 )
+
+
+def warm_up_write_embedding() -> None:
+    """A process's start-up warm-up (engram_site.warmup): the lowered threads' own model session
+    (embedding.embed_texts, ``lowered``), made and run once in one of them, as the searches' is by
+    the platform's warm-up, so that the first write does not pay for it. Returns at once."""
+    if settings.ENGRAM_PRELOAD_MODELS and settings.ENGRAM_EMBEDDINGS_ENABLED and settings.ENGRAM_WRITE_NICE > 0:
+        _embed_executor.submit(_warm_up_lowered)
+
+
+def _warm_up_lowered() -> None:
+    # Unavailable: the first write finds it so too, and stores its rows without vectors.
+    with contextlib.suppress(embedding.EmbeddingUnavailable):
+        embedding.embed_texts(["warm up"], model=embedding.default_model(), lowered=True)
 
 
 class _EmbeddingAhead:
