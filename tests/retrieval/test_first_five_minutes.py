@@ -36,7 +36,9 @@ from memories.models import MemoryKey
 from memories.retrieval import bucket_stats
 from tests.factories import search, write
 
-pytestmark = pytest.mark.django_db
+# Slow: every case runs the worker's whole enrichment (graph, keys, classification, checks) over
+# ~50 new buckets, about 45 s; the fast tier (`./engram test --fast`) leaves it to the full suite.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 CASES = json.loads((Path(__file__).parent / "data" / "first_five_minutes.json").read_text())["cases"]
 HOW = ("batch", "one_by_one", "run")
