@@ -73,11 +73,12 @@ def _listening(worker, listener) -> bool:
     return any(key.fileobj is listener for key in worker.poller.get_map().values())
 
 
-def test_a_worker_holding_no_connection_takes_a_new_one_at_once(listener, clients):
-    worker = _worker(listener, workers=2, holding=0)
+@pytest.mark.parametrize(("workers", "holding"), [(2, 0), (1, 5)], ids=["holding-none", "alone"])
+def test_a_worker_holding_no_connection_or_alone_takes_a_new_one_at_once(listener, clients, workers, holding):
+    worker = _worker(listener, workers=workers, holding=holding)
     clients(listener)
     worker.accept(listener)
-    assert len(worker.taken) == 1 and worker.nr_conns == 1
+    assert len(worker.taken) == 1 and worker.nr_conns == holding + 1
 
 
 def test_a_worker_holding_connections_steps_back_before_it_takes_one_then_takes_it(listener, clients, clock):
@@ -108,13 +109,6 @@ def test_a_worker_holding_connections_steps_back_before_it_takes_one_then_takes_
 def test_the_pause_is_bounded(listener, clients):
     worker = _worker(listener, workers=4, holding=500)
     assert worker.accept_pause() == MAX_ACCEPT_PAUSE
-
-
-def test_a_worker_alone_never_steps_back(listener, clients):
-    worker = _worker(listener, workers=1, holding=5)
-    clients(listener)
-    worker.accept(listener)
-    assert len(worker.taken) == 1 and worker.nr_conns == 6
 
 
 def test_a_stepped_back_worker_wakes_when_its_pause_ends_not_after_the_loops_second(listener, clients, clock):
