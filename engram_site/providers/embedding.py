@@ -200,12 +200,13 @@ def get_model(model: str = MODEL_NAME):
 _lowered: dict[str, object] = {}
 
 
-def _lowered_twin(model: str):
-    """``model`` for a thread below its process's priority (a web process's write embeddings,
-    db_priority.lower_this_thread): on ONNX Runtime, a second session of the same graph made in
-    that thread, so the runtime's own threads, created with the session, inherit its priority,
-    while searches use the first one's, at the process's. Otherwise, and in a thread that is not
-    lowered (the background worker, lowered whole), the model itself."""
+def _for_this_thread(model: str):
+    """``model`` as the calling thread runs it. A thread below its process's priority (a web
+    process's write embeddings, memories/services/ingest/insert.py) runs it, on ONNX Runtime, on a
+    second session of the same graph made in such a thread, so the runtime's own threads, created
+    with the session, inherit that priority; searches use the first one's, at the process's. Any
+    other thread (the background worker is lowered whole), and torch, run the model itself. The
+    vectors are the same."""
     loaded = get_model(model)
     if not isinstance(loaded, onnx_encoder.OnnxSentenceEncoder) or not db_priority.this_thread_lowered():
         return loaded
@@ -242,15 +243,12 @@ def warm_up_when_enabled() -> None:
         warm_up_in_background()
 
 
-def embed_texts(
-    texts: list[str], *, model: str = MODEL_NAME, batch_size: int = BATCH_SIZE, lowered: bool = False
-) -> np.ndarray:
-    """Embeddings for ``texts`` by ``model`` (shape ``(len(texts), 384)``, float32, unit length).
-    ``lowered``: from a thread below its process's priority, on runtime threads at that priority
-    too (:func:`_lowered_twin`); the vectors are the same."""
+def embed_texts(texts: list[str], *, model: str = MODEL_NAME, batch_size: int = BATCH_SIZE) -> np.ndarray:
+    """Embeddings for ``texts`` by ``model`` (shape ``(len(texts), 384)``, float32, unit length),
+    at the calling thread's priority (:func:`_for_this_thread`)."""
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
-    loaded = _lowered_twin(model) if lowered else get_model(model)
+    loaded = _for_this_thread(model)
     try:
         with metrics.EMBEDDING_BATCH_SECONDS.time():
             vectors = loaded.encode(

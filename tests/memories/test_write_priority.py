@@ -69,7 +69,7 @@ def test_a_lowered_thread_embeds_on_lowered_runtime_threads_and_gets_the_same_ve
     monkeypatch.setattr(embedding, "_lowered", {})  # this test makes the second session
     nice = min(19, _nice(os.getpid()) + 5)
     before = _threads()
-    vectors = _in_lowered_thread(nice, lambda: embedding.embed_texts(texts, lowered=True))
+    vectors = _in_lowered_thread(nice, lambda: embedding.embed_texts(texts))
     started = {tid: value for tid, value in _threads().items() if tid not in before}
 
     np.testing.assert_allclose(vectors, plain, atol=1e-6)
@@ -77,7 +77,7 @@ def test_a_lowered_thread_embeds_on_lowered_runtime_threads_and_gets_the_same_ve
     assert started, "the second session started no runtime threads"
     assert set(started.values()) == {nice}, f"runtime threads at {started}"
     # A thread that is not lowered (a search, the worker lowered whole) uses the model itself.
-    assert embedding._lowered_twin(embedding.MODEL_NAME) is loaded
+    assert embedding._for_this_thread(embedding.MODEL_NAME) is loaded
 
 
 def test_a_web_process_makes_the_lowered_session_at_start_when_models_are_preloaded(settings, monkeypatch):
@@ -85,7 +85,7 @@ def test_a_web_process_makes_the_lowered_session_at_start_when_models_are_preloa
     monkeypatch.setattr(insert, "_embed_executor", type("Pool", (), {"submit": lambda self, f: submitted.append(f)})())
     settings.ENGRAM_PRELOAD_MODELS, settings.ENGRAM_EMBEDDINGS_ENABLED, settings.ENGRAM_WRITE_NICE = True, True, 5
     insert.warm_up_write_embedding()
-    assert submitted == [insert._warm_up_lowered]
+    assert submitted == [embedding.warm_up]
     for preload, enabled, nice in ((False, True, 5), (True, False, 5), (True, True, 0)):
         settings.ENGRAM_PRELOAD_MODELS, settings.ENGRAM_EMBEDDINGS_ENABLED, settings.ENGRAM_WRITE_NICE = (
             preload,
@@ -93,10 +93,8 @@ def test_a_web_process_makes_the_lowered_session_at_start_when_models_are_preloa
             nice,
         )
         insert.warm_up_write_embedding()
-    assert submitted == [insert._warm_up_lowered], (
-        "warmed up though models are not preloaded, off, or writes not lowered"
-    )
+    assert submitted == [embedding.warm_up], "warmed up though models are not preloaded, off, or writes not lowered"
 
     monkeypatch.setattr(embedding, "_lowered", {})
-    _in_lowered_thread(min(19, _nice(os.getpid()) + 5), insert._warm_up_lowered)
+    _in_lowered_thread(min(19, _nice(os.getpid()) + 5), embedding.warm_up)
     assert embedding.MODEL_NAME in embedding._lowered

@@ -44,11 +44,10 @@ def document_lemmas(content_lemmas: str, created_at: datetime | None) -> str:
 
 
 @tracing.traced("engram.write.embed")
-def embed_rows(rows: list[Row], *, model: str, strict: bool = False, lowered: bool = False) -> None:
+def embed_rows(rows: list[Row], *, model: str, strict: bool = False) -> None:
     """Give ``rows`` their vectors by ``model``; a failed model call leaves them None
     (``strict``: it raises), a vector the model got wrong leaves that one None (the
-    enrichment sweep tries again). ``lowered``: the calling thread runs below its process's
-    priority, and the model runs there too (embedding.embed_texts)."""
+    enrichment sweep tries again)."""
     contexts = [r for r in rows if r.context_text]
     try:
         # Memories and their (about three times longer) context texts in separate calls: a
@@ -56,10 +55,10 @@ def embed_rows(rows: list[Row], *, model: str, strict: bool = False, lowered: bo
         # measured faster for any number of rows, one memory and its context included
         # (bench/context_batching.py). Without contexts the second call does nothing.
         vectors = embedding.embed_texts(
-            [embedding_text(r.item.content, r.item.attributed_to) for r in rows], model=model, lowered=lowered
+            [embedding_text(r.item.content, r.item.attributed_to) for r in rows], model=model
         )
         context_vectors = embedding.embed_texts(
-            [join_context(r.context_text, r.item.content) for r in contexts], model=model, lowered=lowered
+            [join_context(r.context_text, r.item.content) for r in contexts], model=model
         )
     except embedding.EmbeddingUnavailable as exc:
         if strict:

@@ -12,7 +12,6 @@ down the row is stored anyway with the derived column NULL, and
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import uuid
@@ -66,17 +65,11 @@ _embed_executor = ThreadPoolExecutor(
 
 
 def warm_up_write_embedding() -> None:
-    """A process's start-up warm-up (engram_site.warmup): the lowered threads' own model session
-    (embedding.embed_texts, ``lowered``), made and run once in one of them, as the searches' is by
-    the platform's warm-up, so that the first write does not pay for it. Returns at once."""
+    """A process's start-up warm-up (engram_site.warmup): the model's warm-up run once more in one
+    of the lowered threads, which makes their own session (embedding.embed_texts), so that the
+    first write does not pay for it. Returns at once."""
     if settings.ENGRAM_PRELOAD_MODELS and settings.ENGRAM_EMBEDDINGS_ENABLED and settings.ENGRAM_WRITE_NICE > 0:
-        _embed_executor.submit(_warm_up_lowered)
-
-
-def _warm_up_lowered() -> None:
-    # Unavailable: the first write finds it so too, and stores its rows without vectors.
-    with contextlib.suppress(embedding.EmbeddingUnavailable):
-        embedding.embed_texts(["warm up"], model=embedding.default_model(), lowered=True)
+        _embed_executor.submit(embedding.warm_up)
 
 
 class _EmbeddingAhead:
@@ -101,7 +94,7 @@ class _EmbeddingAhead:
             rows = [r for r in self.chunks[index] if r.needs_vectors()]
             # In the caller's context, so the embedding's span joins the write's trace.
             self._futures[index] = _embed_executor.submit(
-                contextvars.copy_context().run, embed_rows, rows, model=self.model, lowered=True
+                contextvars.copy_context().run, embed_rows, rows, model=self.model
             )
 
     def ready(self, index: int) -> list[Row]:
