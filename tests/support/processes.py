@@ -173,15 +173,7 @@ class Process:
         self.proc.wait(timeout=30)
 
     def stop(self, timeout: float = 30) -> None:
-        if self.alive():
-            # SIGTERM to the main process only: a warm shutdown (gunicorn's master stops its
-            # workers, Celery lets the running task finish; a pool process would die mid-task
-            # on a SIGTERM of its own).
-            self.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=timeout)
-        # Whatever is left of the group (children outlive a killed parent briefly): gone.
-        self.kill()
+        stop_all([self], timeout)
 
 
 def start_all(processes: list[Process]) -> None:
@@ -203,12 +195,16 @@ def stop_all(processes: list[Process], timeout: float = 30) -> None:
     for, so their warm shutdowns overlap instead of following one another."""
     for process in processes:
         if process.alive():
+            # SIGTERM to the main process only: a warm shutdown (gunicorn's master stops its
+            # workers, Celery lets the running task finish; a pool process would die mid-task
+            # on a SIGTERM of its own).
             process.proc.terminate()
     deadline = time.monotonic() + timeout
     for process in processes:
         if process.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        # Whatever is left of the group (children outlive a killed parent briefly): gone.
         process.kill()
 
 
