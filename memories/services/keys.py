@@ -71,6 +71,15 @@ _OUT_OF_DATE = """
     (k.memory_id IS NULL OR k.stale OR k.version < %s OR k.text_hash IS DISTINCT FROM m.text_hash
      OR k.embedding_model <> b.embedding_model)
 """
+# Of those, a memory no key of which is searched: none, or one of another text or model.
+_UNSEARCHED = """
+    (k.memory_id IS NULL OR k.text_hash IS DISTINCT FROM m.text_hash OR k.embedding_model <> b.embedding_model)
+"""
+# And the others: a key that is searched but due to be made again (marked stale, an older recipe).
+_DUE = """
+    (k.memory_id IS NOT NULL AND k.text_hash IS NOT DISTINCT FROM m.text_hash AND k.embedding_model = b.embedding_model
+     AND (k.stale OR k.version < %s))
+"""
 
 
 def _pending(
@@ -80,11 +89,12 @@ def _pending(
     after: tuple[datetime, uuid.UUID] | None,
     limit: int | None,
     count: bool = False,
+    condition: str = _OUT_OF_DATE,
 ):
     return backlog.out_of_date(
         joins="LEFT JOIN memory_keys k ON k.memory_id = m.id",
-        condition=_OUT_OF_DATE,
-        condition_params=[keys.KEY_VERSION],
+        condition=condition,
+        condition_params=[keys.KEY_VERSION] if "%s" in condition else [],
         memory_ids=memory_ids,
         bucket=bucket,
         after=after,
@@ -208,35 +218,47 @@ def memory_keys_build(
     on_batch: Callable[[KeysReport], None] | None = None,
 ) -> KeysReport:
     """Build the keys that are missing or out of date, of ``memory_ids`` or ``bucket`` (or every
-    bucket), oldest memory first, a batch at a time (each commits); each memory is visited once
-    per call, and at most ``limit`` of them. ``wait``: leave the memories a source has not
-    worked on yet (the graph queues their build once it has)."""
+    bucket), a batch at a time (each commits); each memory is visited once per call, and at most
+    ``limit`` of them. ``wait``: leave the memories a source has not worked on yet (the graph
+    queues their build once it has).
+
+    The memories no key of theirs is searched for come first, oldest first (none yet, or one of
+    another text or model); then the keys that are searched but due to be made again (marked
+    stale, an older recipe), oldest first. Under a steady ingest the graph marks stale, batch
+    after batch, the keys of every memory that names an entity whose descriptions changed: built
+    oldest first regardless, those rebuilds went before every new memory's first key, and the
+    memories without any key grew with the writes. The first part stops at a batch whose
+    memories all wait for a source (the newest, not extracted yet), so a bounded call still
+    reaches the stale keys."""
     ids = None if memory_ids is None else list(memory_ids)
     total = KeysReport()
-    after = None
-    while limit is None or total.scanned < limit:
-        activity.pause()
-        size = batch_size if limit is None else min(batch_size, limit - total.scanned)
-        pending = _pending(memory_ids=ids, bucket=bucket, after=after, limit=size)
-        if not pending:
-            return total
-        after = (pending[-1][1], pending[-1][0])
-        report = KeysReport(scanned=len(pending))
-        batch_ids = [row[0] for row in pending]
-        waiting = keys.waiting_for(batch_ids) if wait else set()
-        report.waiting = len(waiting)
-        memories = list(
-            Memory.objects.filter(pk__in=[i for i in batch_ids if i not in waiting])
-            .defer("embedding", "context_embedding")
-            .order_by("created_at", "id")
-        )
-        if memories:
-            _build(memories, report)
-        total.add(report)
-        if on_batch is not None:
-            on_batch(report)
-        if report.failed and report.failed == len(memories):
-            return total  # the model or the lemmatizer is down: the next pass tries again
+    for condition, stop_when_waiting in ((_UNSEARCHED, wait), (_DUE, False)):
+        after = None
+        while limit is None or total.scanned < limit:
+            activity.pause()
+            size = batch_size if limit is None else min(batch_size, limit - total.scanned)
+            pending = _pending(memory_ids=ids, bucket=bucket, after=after, limit=size, condition=condition)
+            if not pending:
+                break
+            after = (pending[-1][1], pending[-1][0])
+            report = KeysReport(scanned=len(pending))
+            batch_ids = [row[0] for row in pending]
+            waiting = keys.waiting_for(batch_ids) if wait else set()
+            report.waiting = len(waiting)
+            memories = list(
+                Memory.objects.filter(pk__in=[i for i in batch_ids if i not in waiting])
+                .defer("embedding", "context_embedding")
+                .order_by("created_at", "id")
+            )
+            if memories:
+                _build(memories, report)
+            total.add(report)
+            if on_batch is not None:
+                on_batch(report)
+            if report.failed and report.failed == len(memories):
+                return total  # the model or the lemmatizer is down: the next pass tries again
+            if stop_when_waiting and not memories:
+                break  # the rest are newer still: waiting too, as a rule (the next call looks again)
     return total
 
 

@@ -126,3 +126,29 @@ def test_a_key_of_another_embedding_model_is_built_again(bucket):
     assert keys_pending_count(bucket=bucket) == 1
     memory_keys_build(memory_ids=[memory])
     assert _key(memory).embedding_model == bucket.embedding_model
+
+
+def test_a_memory_without_a_key_goes_before_keys_due_again(bucket):
+    """Under a steady ingest the graph marks older keys stale batch after batch (their entities'
+    descriptions changed): those are searched meanwhile, a new memory's missing key is not."""
+    older = write_extracted(bucket, *[f"Alice Chen planted tomato number {i}." for i in range(3)])
+    memory_keys_build(memory_ids=older)
+    MemoryKey.objects.filter(memory_id__in=older).update(stale=True)
+    [newer] = write_extracted(bucket, "The greenhouse door sticks in the rain.")
+    report = memory_keys_build(bucket=bucket, limit=1)
+    assert report.built == 1 and _key(newer) is not None
+    assert MemoryKey.objects.filter(memory_id__in=older, stale=True).count() == 3
+    assert memory_keys_build(bucket=bucket).built == 3  # then the stale ones, oldest first
+    assert keys_pending_count(bucket=bucket) == 0
+
+
+def test_keys_due_again_are_reached_past_memories_that_wait_for_the_graph(bucket):
+    [older] = write_extracted(bucket, "Alice Chen moved to Denver.")
+    memory_keys_build(memory_ids=[older])
+    MemoryKey.objects.filter(memory_id=older).update(stale=True)
+    waiting = write(bucket, *[f"Bob Stone fixed bicycle number {i}." for i in range(4)], sequence=False)
+    report = memory_keys_build(bucket=bucket, limit=4, batch_size=2)
+    # The newest wait for the graph: the first batch of them ends that part, the stale key is built.
+    assert (report.scanned, report.waiting, report.built) == (3, 2, 1)
+    assert not _key(older).stale
+    assert not MemoryKey.objects.filter(memory_id__in=waiting).exists()
