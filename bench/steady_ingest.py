@@ -9,7 +9,9 @@ made up for by a burst) for ``--seconds``; a second client searches once a secon
 (``--search-every``) with the pool of ``queries-100k.jsonl``. Every ``--sample`` seconds the
 backlog is read in SQL: messages waiting in the embedded broker's queue and, of the bucket's
 memories, those without an embedding, not classified, not yet seen by the graph extractor,
-and without a current key document, and those still waiting for the near-duplicate,
+without any key document of their text ("no key": no key signal finds them), with one marked to
+be made again ("key due again": searched meanwhile; the graph marks the keys of every memory
+naming an entity whose descriptions changed), and those still waiting for the near-duplicate,
 contradiction and link checks (the checks' list, on servers that have one); and the machine's
 load average, since the machine may be shared. After the last write the searches go on until the
 backlog has drained (or ``--drain-timeout``), then the same searches run once more on the
@@ -49,12 +51,15 @@ def backlog(dsn: dict, home: Path, bucket: str) -> dict:
             "count(*) FILTER (WHERE m.embedding IS NULL), "
             "count(*) FILTER (WHERE m.classified_scope IS NULL), "
             "count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM graph_processed g WHERE g.memory_id = m.id)), "
+            # No key searched for the memory's text; a key searched but marked to be made again.
             "count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM memory_keys k WHERE k.memory_id = m.id "
-            "                                   AND k.text_hash IS NOT DISTINCT FROM m.text_hash AND NOT k.stale)) "
+            "                                   AND k.text_hash IS NOT DISTINCT FROM m.text_hash)), "
+            "count(*) FILTER (WHERE EXISTS (SELECT 1 FROM memory_keys k WHERE k.memory_id = m.id "
+            "                               AND k.text_hash IS NOT DISTINCT FROM m.text_hash AND k.stale)) "
             "FROM memories m WHERE m.bucket_id = %s",
             [bucket],
         )
-        total, unembedded, unclassified, unextracted, unkeyed = cur.fetchone()
+        total, unembedded, unclassified, unextracted, unkeyed, stale_keys = cur.fetchone()
         # The near-duplicate, contradiction and link checks' list (maintenance 0011; older servers
         # queued those checks per write, with no list to count).
         cur.execute("SELECT to_regclass('maintenance_pending_comparisons') IS NOT NULL")
@@ -74,12 +79,16 @@ def backlog(dsn: dict, home: Path, bucket: str) -> dict:
         "unclassified": unclassified,
         "not_in_graph": unextracted,
         "without_key": unkeyed,
+        "stale_key": stale_keys,
         "unchecked": unchecked,
     }
 
 
 def _pending(b: dict) -> int:
-    return b["unembedded"] + b["unclassified"] + b["not_in_graph"] + b["without_key"] + (b.get("unchecked") or 0)
+    return (
+        b["unembedded"] + b["unclassified"] + b["not_in_graph"] + b["without_key"] + b.get("stale_key", 0)
+        + (b.get("unchecked") or 0)
+    )  # fmt: skip
 
 
 class Searcher(threading.Thread):
@@ -201,7 +210,8 @@ def report(result: dict, args) -> tuple[str, str]:
         rows.append((phase, n, p50, p95, ratio))
     backlog_rows = [
         (s["t"], s["phase"], s["memories"], s["queued_messages"], s["unembedded"], s["unclassified"],
-         s["not_in_graph"], s["without_key"], "—" if s.get("unchecked") is None else s["unchecked"],
+         s["not_in_graph"], s["without_key"], s.get("stale_key", "—"),
+         "—" if s.get("unchecked") is None else s["unchecked"],
          f"{s['load']:.1f}" if "load" in s else "—")
         for s in result["samples"]
     ]  # fmt: skip
@@ -242,6 +252,7 @@ def report(result: dict, args) -> tuple[str, str]:
                     "unclassified",
                     "not in graph",
                     "no key",
+                    "key due again",
                     "unchecked",
                     "load",
                 ),
