@@ -47,6 +47,9 @@ CONDITIONS = {
     # before autovacuum's next round.
     "off-large": {"ENGRAM_ANALYZE_THRESHOLD": "0"},
     "on-large": {},
+    # The defaults with the worker (and its database backends) in Linux's SCHED_IDLE class: the
+    # burst's enrichment runs only on cores the searches leave.
+    "idle": {"ENGRAM_WORKER_NICE": "idle"},
 }
 LARGE_TABLE_ANALYZE_THRESHOLD = 3050
 
