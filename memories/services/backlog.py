@@ -4,10 +4,13 @@ shape for every backfill, sweep and count of them (memories/services/keys.py, pa
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import datetime
 
 from django.db import connection
 
+from engram_site import activity
+from memories.models import Memory
 from tenants.models import Bucket
 
 
@@ -47,3 +50,30 @@ def out_of_date(
     with connection.cursor() as cur:
         cur.execute(sql, params if count else [*params, limit])
         return cur.fetchone()[0] if count else cur.fetchall()
+
+
+def batches(
+    pending: Callable[[tuple[datetime, uuid.UUID] | None, int], list],
+    *,
+    batch_size: int,
+    limit: int | None,
+    scanned: Callable[[], int],
+) -> Iterator[list]:
+    """The batches of a resumable walk, oldest first: ``pending(after, size)`` (:func:`out_of_date`
+    rows after the cursor) until it returns none or ``scanned()`` reaches ``limit``. Each batch waits
+    for a pause in the requests first (engram_site/activity.py)."""
+    after = None
+    while limit is None or scanned() < limit:
+        activity.pause()
+        size = batch_size if limit is None else min(batch_size, limit - scanned())
+        rows = pending(after, size)
+        if not rows:
+            return
+        after = (rows[-1][1], rows[-1][0])
+        yield rows
+
+
+def memories_of(ids: list) -> list[Memory]:
+    """The memories of ``ids``, oldest first, without their vectors (what a derived table's
+    builder reads of them)."""
+    return list(Memory.objects.filter(pk__in=ids).defer("embedding", "context_embedding").order_by("created_at", "id"))

@@ -31,7 +31,6 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
-from engram_site import activity
 from engram_site.db import binding_cursor
 from engram_site.providers import embedding, lemmatizer
 from memories import keys
@@ -233,23 +232,16 @@ def memory_keys_build(
     ids = None if memory_ids is None else list(memory_ids)
     total = KeysReport()
     for condition, stop_when_waiting in ((_UNSEARCHED, wait), (_DUE, False)):
-        after = None
-        while limit is None or total.scanned < limit:
-            activity.pause()
-            size = batch_size if limit is None else min(batch_size, limit - total.scanned)
-            pending = _pending(memory_ids=ids, bucket=bucket, after=after, limit=size, condition=condition)
-            if not pending:
-                break
-            after = (pending[-1][1], pending[-1][0])
-            report = KeysReport(scanned=len(pending))
-            batch_ids = [row[0] for row in pending]
+
+        def pending(after, size, condition=condition):
+            return _pending(memory_ids=ids, bucket=bucket, after=after, limit=size, condition=condition)
+
+        for rows in backlog.batches(pending, batch_size=batch_size, limit=limit, scanned=lambda: total.scanned):
+            report = KeysReport(scanned=len(rows))
+            batch_ids = [row[0] for row in rows]
             waiting = keys.waiting_for(batch_ids) if wait else set()
             report.waiting = len(waiting)
-            memories = list(
-                Memory.objects.filter(pk__in=[i for i in batch_ids if i not in waiting])
-                .defer("embedding", "context_embedding")
-                .order_by("created_at", "id")
-            )
+            memories = backlog.memories_of([i for i in batch_ids if i not in waiting])
             if memories:
                 _build(memories, report)
             total.add(report)

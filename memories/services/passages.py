@@ -32,7 +32,6 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
-from engram_site import activity
 from engram_site.providers import embedding
 from memories import passages
 from memories.models import LONG_MEMORY_TOKENS, Memory, MemoryPassage
@@ -187,20 +186,13 @@ def memory_passages_build(
     (the next pass tries again)."""
     ids = None if memory_ids is None else list(memory_ids)
     total = PassagesReport()
-    after = None
-    while limit is None or total.scanned < limit:
-        activity.pause()
-        size = batch_size if limit is None else min(batch_size, limit - total.scanned)
-        pending = _pending(memory_ids=ids, bucket=bucket, after=after, limit=size)
-        if not pending:
-            return total
-        after = (pending[-1][1], pending[-1][0])
-        report = PassagesReport(scanned=len(pending))
-        memories = list(
-            Memory.objects.filter(pk__in=[row[0] for row in pending])
-            .defer("embedding", "context_embedding")
-            .order_by("created_at", "id")
-        )
+
+    def pending(after, size):
+        return _pending(memory_ids=ids, bucket=bucket, after=after, limit=size)
+
+    for rows in backlog.batches(pending, batch_size=batch_size, limit=limit, scanned=lambda: total.scanned):
+        report = PassagesReport(scanned=len(rows))
+        memories = backlog.memories_of([row[0] for row in rows])
         if memories:
             _build(memories, report)
         total.add(report)
