@@ -65,20 +65,17 @@ class KeysReport:
         return {name: getattr(self, name) for name in self.COUNTERS}
 
 
-# A memory whose key is missing or out of date (the module's docstring).
-_OUT_OF_DATE = """
-    (k.memory_id IS NULL OR k.stale OR k.version < %s OR k.text_hash IS DISTINCT FROM m.text_hash
-     OR k.embedding_model <> b.embedding_model)
-"""
-# Of those, a memory no key of which is searched: none, or one of another text or model.
-_UNSEARCHED = """
-    (k.memory_id IS NULL OR k.text_hash IS DISTINCT FROM m.text_hash OR k.embedding_model <> b.embedding_model)
-"""
-# And the others: a key that is searched but due to be made again (marked stale, an older recipe).
-_DUE = """
-    (k.memory_id IS NOT NULL AND k.text_hash IS NOT DISTINCT FROM m.text_hash AND k.embedding_model = b.embedding_model
-     AND (k.stale OR k.version < %s))
-"""
+# A memory no key of which is searched: none, or one of another text or model (never NULL when a key
+# row is there: the key's model and the bucket's are NOT NULL).
+_UNSEARCHED = (
+    "(k.memory_id IS NULL OR k.text_hash IS DISTINCT FROM m.text_hash OR k.embedding_model <> b.embedding_model)"
+)
+# A key to be made again: marked stale, or of an older recipe.
+_REDO = "(k.stale OR k.version < %s)"
+# A memory whose key is missing or out of date (the module's docstring), and, of those, the ones
+# whose key is searched but due to be made again.
+_OUT_OF_DATE = f"({_UNSEARCHED} OR {_REDO})"
+_DUE = f"(NOT {_UNSEARCHED} AND {_REDO})"
 
 
 def _pending(
@@ -249,7 +246,7 @@ def memory_keys_build(
                 on_batch(report)
             if report.failed and report.failed == len(memories):
                 return total  # the model or the lemmatizer is down: the next pass tries again
-            if stop_when_waiting and not memories:
+            if stop_when_waiting and report.waiting == report.scanned:
                 break  # the rest are newer still: waiting too, as a rule (the next call looks again)
     return total
 
